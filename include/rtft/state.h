@@ -1,0 +1,113 @@
+// State providers: how an application tells rt-ft what its state is, without copying it.
+// Tensor providers point at host or device memory; object providers serialize small metadata
+// (step, RNG state, LR schedule); composite providers gather many providers and coalesce small
+// tensors into large transfers. The checkpoint engine saves and restores through them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rtft/export.h"
+#include "rtft/status.h"
+
+namespace rtft {
+
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kUInt8 };
+
+RTFT_EXPORT size_t DTypeSize(DType dtype);
+// "float32", "float16", "bfloat16", "int8", "int32", "int64", "uint8".
+RTFT_EXPORT const char* DTypeName(DType dtype);
+RTFT_EXPORT bool ParseDType(const std::string& name, DType* dtype);
+
+enum class MemoryKind : uint8_t { kHost, kDevice };
+
+// Where a shard sits in the global (unsharded) tensor. Empty global_shape: the tensor is whole.
+struct ShardCoords {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offset;  // per dimension, same rank as global_shape
+  bool sharded() const { return !global_shape.empty(); }
+};
+
+struct TensorDesc {
+  std::string name;  // unique within a state; '/' separates groups in the file
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  void* data = nullptr;  // read when saving, written when restoring
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;  // CUDA device ordinal when memory == kDevice
+  ShardCoords shard;
+  // Tensors with the same non-negative group are captured as one transfer (set by
+  // CompositeProvider for small tensors).
+  int coalesce_group = -1;
+
+  uint64_t elements() const;
+  uint64_t bytes() const { return elements() * DTypeSize(dtype); }
+};
+
+struct ObjectDesc {
+  std::string name;
+  // Called during capture (before WaitCaptured returns), so it sees the state of the version.
+  std::function<StatusOr<std::string>()> serialize;
+  // Called on restore with the saved bytes; may be empty for save-only objects.
+  std::function<Status(const std::string&)> deserialize;
+};
+
+struct StateDescription {
+  std::vector<TensorDesc> tensors;
+  std::vector<ObjectDesc> objects;
+};
+
+class RTFT_EXPORT StateProvider {
+ public:
+  virtual ~StateProvider();
+  // Appends this provider's tensors and objects. Must be cheap: no data is copied here.
+  virtual Status Describe(StateDescription* out) const = 0;
+};
+
+class RTFT_EXPORT TensorProvider : public StateProvider {
+ public:
+  explicit TensorProvider(TensorDesc desc) : desc_(std::move(desc)) {}
+  Status Describe(StateDescription* out) const override;
+
+ private:
+  TensorDesc desc_;
+};
+
+class RTFT_EXPORT ObjectProvider : public StateProvider {
+ public:
+  explicit ObjectProvider(ObjectDesc desc) : desc_(std::move(desc)) {}
+  Status Describe(StateDescription* out) const override;
+
+ private:
+  ObjectDesc desc_;
+};
+
+// Gathers providers. Tensors smaller than small_tensor_bytes (default: RTFT_CKPT_SMALL_TENSOR_BYTES)
+// are grouped, in order and per memory kind and device, into transfers of up to group_bytes
+// (default: RTFT_CKPT_CHUNK_BYTES), so thousands of small shards move as a few large copies.
+class RTFT_EXPORT CompositeProvider : public StateProvider {
+ public:
+  CompositeProvider();
+  CompositeProvider(uint64_t small_tensor_bytes, uint64_t group_bytes);
+  ~CompositeProvider() override;
+
+  void Add(std::shared_ptr<StateProvider> provider);
+  void AddTensor(TensorDesc desc);
+  void AddObject(ObjectDesc desc);
+  Status Describe(StateDescription* out) const override;
+
+ private:
+  uint64_t small_tensor_bytes_;
+  uint64_t group_bytes_;
+  std::vector<std::shared_ptr<StateProvider>> providers_;
+};
+
+// Checks names (unique, non-empty, no "//", no leading '/'), shapes, shard coordinates and data
+// pointers; the engine calls it before any copy starts.
+RTFT_EXPORT Status ValidateDescription(const StateDescription& state);
+
+}  // namespace rtft

@@ -1,0 +1,126 @@
+// Status and StatusOr: how every rt-ft call reports failure. The code tells the caller how far
+// to roll back: retry (kUnavailable), rebuild communicators (kAborted), restore state (kDataLoss).
+// No exception crosses the library boundary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "rtft/export.h"
+
+namespace rtft {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument = 1,    // bad input from the caller; fix the call
+  kNotFound = 2,           // a file, version, tensor or key does not exist
+  kAlreadyExists = 3,      // refusing to overwrite
+  kFailedPrecondition = 4, // the system is not in a state for this call
+  kOutOfRange = 5,         // an index or region outside the valid bounds
+  kResourceExhausted = 6,  // disk full, memory pool exhausted, quota
+  kPermissionDenied = 7,   // read-only file system, access refused
+  kDeadlineExceeded = 8,   // a blocking call ran past its timeout
+  kUnavailable = 9,        // transient: retry may succeed
+  kAborted = 10,           // a peer failed: rebuild communicators, then retry
+  kDataLoss = 11,          // corrupt or missing data: restore state from elsewhere
+  kIoError = 12,           // an operating-system I/O error not covered above
+  kUnimplemented = 13,     // not supported by this build or backend
+  kInternal = 14,          // a bug in rt-ft
+};
+
+RTFT_EXPORT const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] RTFT_EXPORT Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message);
+
+  static Status Ok() { return Status(); }
+  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
+  static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
+  static Status FailedPrecondition(std::string msg) { return {StatusCode::kFailedPrecondition, std::move(msg)}; }
+  static Status OutOfRange(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
+  static Status ResourceExhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
+  static Status PermissionDenied(std::string msg) { return {StatusCode::kPermissionDenied, std::move(msg)}; }
+  static Status DeadlineExceeded(std::string msg) { return {StatusCode::kDeadlineExceeded, std::move(msg)}; }
+  static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+  static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
+  static Status DataLoss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
+  static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
+  static Status Unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
+  static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  // Maps an errno value to the code that tells the caller what to do about it.
+  static Status FromErrno(int err, const std::string& context);
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "CODE: message", or "OK".
+  std::string ToString() const;
+  // Prefixes the message with context ("writing rank-0.h5: ..."); no-op on OK.
+  Status Annotate(const std::string& context) const;
+
+  bool operator==(const Status& o) const { return code_ == o.code_ && message_ == o.message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
+
+// A value or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(const Status& status) : status_(status) {  // NOLINT: implicit by design
+    if (status_.ok()) status_ = Status::Internal("StatusOr constructed from an OK status");
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  template <typename U, typename = std::enable_if_t<std::is_convertible<U&&, T>::value &&
+                                                    !std::is_same<std::decay_t<U>, Status>::value &&
+                                                    !std::is_same<std::decay_t<U>, T>::value>>
+  StatusOr(U&& value) : value_(T(std::forward<U>(value))) {}  // NOLINT
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T&& operator*() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace rtft
+
+#define RTFT_STATUS_CONCAT_INNER_(a, b) a##b
+#define RTFT_STATUS_CONCAT_(a, b) RTFT_STATUS_CONCAT_INNER_(a, b)
+
+// Returns the Status of `expr` from the enclosing function when it is not OK.
+#define RTFT_RETURN_IF_ERROR(expr)                          \
+  do {                                                      \
+    ::rtft::Status rtft_status_ = (expr);                   \
+    if (!rtft_status_.ok()) return rtft_status_;            \
+  } while (0)
+
+// `RTFT_ASSIGN_OR_RETURN(auto x, Foo());` assigns the value or returns the Status.
+#define RTFT_ASSIGN_OR_RETURN(lhs, expr) \
+  RTFT_ASSIGN_OR_RETURN_IMPL_(RTFT_STATUS_CONCAT_(rtft_statusor_, __LINE__), lhs, expr)
+#define RTFT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return tmp.status();               \
+  lhs = std::move(tmp).value()

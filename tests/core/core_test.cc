@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <vector>
+
+#include "core/checksum.h"
+#include "core/params.h"
+#include "core/thread_pool.h"
+#include "rtft/status.h"
+
+namespace rtft {
+namespace {
+
+StatusOr<int> Half(int x) {
+  if (x % 2) return Status::InvalidArgument("odd");
+  return x / 2;
+}
+
+Status Quarter(int x, int* out) {
+  RTFT_ASSIGN_OR_RETURN(int h, Half(x));
+  RTFT_ASSIGN_OR_RETURN(*out, Half(h));
+  return Status::Ok();
+}
+
+TEST(Status, CodesAndMacros) {
+  int q = 0;
+  EXPECT_TRUE(Quarter(8, &q).ok());
+  EXPECT_EQ(q, 2);
+  Status s = Quarter(6, &q);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.ToString(), "INVALID_ARGUMENT: odd");
+  EXPECT_EQ(s.Annotate("ctx").message(), "ctx: odd");
+  EXPECT_EQ(Status::FromErrno(ENOSPC, "w").code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(Status::FromErrno(EROFS, "w").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Status::FromErrno(ENOENT, "w").code(), StatusCode::kNotFound);
+  StatusOr<std::vector<int>> v = std::vector<int>{1, 2};
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->size(), 2u);
+}
+
+TEST(Params, BytesParsing) {
+  EXPECT_EQ(*ParseBytes("4096"), 4096u);
+  EXPECT_EQ(*ParseBytes("64K"), 64u * 1024);
+  EXPECT_EQ(*ParseBytes("1.5G"), 1536ull * 1024 * 1024);
+  EXPECT_EQ(*ParseBytes("2GiB"), 2ull << 30);
+  EXPECT_FALSE(ParseBytes("-1").ok());
+  EXPECT_FALSE(ParseBytes("12Q").ok());
+  EXPECT_FALSE(ParseBytes("").ok());
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+}
+
+TEST(Params, EnvironmentAndDefaults) {
+  unsetenv("RTFT_CKPT_FLUSH_THREADS");
+  EXPECT_EQ(*ParamInt(Param::kCkptFlushThreads), 4);
+  setenv("RTFT_CKPT_FLUSH_THREADS", "7", 1);
+  EXPECT_EQ(*ParamInt(Param::kCkptFlushThreads), 7);
+  setenv("RTFT_CKPT_FLUSH_THREADS", "seven", 1);
+  Status bad = ParamInt(Param::kCkptFlushThreads).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("RTFT_CKPT_FLUSH_THREADS"), std::string::npos);
+  unsetenv("RTFT_CKPT_FLUSH_THREADS");
+  for (const ParamInfo& p : AllParams()) {
+    EXPECT_EQ(std::string(p.env).rfind("RTFT_", 0), 0u) << p.env;
+    EXPECT_GT(std::string(p.description).size(), 10u) << p.env;
+  }
+}
+
+TEST(Checksum, MatchesStreamingAndHex) {
+  std::vector<char> data(100000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131);
+  uint64_t whole = Xxh3(data.data(), data.size());
+  Xxh3Hasher h;
+  h.Update(data.data(), 12345);
+  h.Update(data.data() + 12345, data.size() - 12345);
+  EXPECT_EQ(h.Digest(), whole);
+  // Known answer: XXH3-64 of the empty input.
+  EXPECT_EQ(ChecksumToHex(Xxh3("", 0)), "2d06800538d394c2");
+  uint64_t back = 0;
+  ASSERT_TRUE(ChecksumFromHex(ChecksumToHex(whole), &back));
+  EXPECT_EQ(back, whole);
+  EXPECT_FALSE(ChecksumFromHex("xyz", &back));
+}
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.ParallelFor(hits.size(), [&](size_t i) { hits[i]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  std::atomic<int> n{0};
+  for (int i = 0; i < 50; ++i) pool.Submit([&] { n++; });
+  pool.ParallelFor(1, [&](size_t) { n++; });
+  // Destruction drains the queue.
+}
+
+}  // namespace
+}  // namespace rtft
