@@ -86,9 +86,10 @@ class RTFT_EXPORT ObjectProvider : public StateProvider {
   ObjectDesc desc_;
 };
 
-// Gathers providers. Tensors smaller than small_tensor_bytes (default: RTFT_CKPT_SMALL_TENSOR_BYTES)
-// are grouped, in order and per memory kind and device, into transfers of up to group_bytes
-// (default: RTFT_CKPT_CHUNK_BYTES), so thousands of small shards move as a few large copies.
+// Gathers providers. Tensors smaller than small_tensor_bytes (default:
+// RTFT_CKPT_SMALL_TENSOR_BYTES) are grouped, in order and per memory kind and device, into
+// transfers of up to group_bytes (default: RTFT_CKPT_CHUNK_BYTES), so thousands of small shards
+// move as a few large copies.
 class RTFT_EXPORT CompositeProvider : public StateProvider {
  public:
   CompositeProvider();

@@ -17,20 +17,20 @@ namespace rtft {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,    // bad input from the caller; fix the call
-  kNotFound = 2,           // a file, version, tensor or key does not exist
-  kAlreadyExists = 3,      // refusing to overwrite
-  kFailedPrecondition = 4, // the system is not in a state for this call
-  kOutOfRange = 5,         // an index or region outside the valid bounds
-  kResourceExhausted = 6,  // disk full, memory pool exhausted, quota
-  kPermissionDenied = 7,   // read-only file system, access refused
-  kDeadlineExceeded = 8,   // a blocking call ran past its timeout
-  kUnavailable = 9,        // transient: retry may succeed
-  kAborted = 10,           // a peer failed: rebuild communicators, then retry
-  kDataLoss = 11,          // corrupt or missing data: restore state from elsewhere
-  kIoError = 12,           // an operating-system I/O error not covered above
-  kUnimplemented = 13,     // not supported by this build or backend
-  kInternal = 14,          // a bug in rt-ft
+  kInvalidArgument = 1,     // bad input from the caller; fix the call
+  kNotFound = 2,            // a file, version, tensor or key does not exist
+  kAlreadyExists = 3,       // refusing to overwrite
+  kFailedPrecondition = 4,  // the system is not in a state for this call
+  kOutOfRange = 5,          // an index or region outside the valid bounds
+  kResourceExhausted = 6,   // disk full, memory pool exhausted, quota
+  kPermissionDenied = 7,    // read-only file system, access refused
+  kDeadlineExceeded = 8,    // a blocking call ran past its timeout
+  kUnavailable = 9,         // transient: retry may succeed
+  kAborted = 10,            // a peer failed: rebuild communicators, then retry
+  kDataLoss = 11,           // corrupt or missing data: restore state from elsewhere
+  kIoError = 12,            // an operating-system I/O error not covered above
+  kUnimplemented = 13,      // not supported by this build or backend
+  kInternal = 14,           // a bug in rt-ft
 };
 
 RTFT_EXPORT const char* StatusCodeName(StatusCode code);
@@ -41,19 +41,33 @@ class [[nodiscard]] RTFT_EXPORT Status {
   Status(StatusCode code, std::string message);
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-  static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
-  static Status FailedPrecondition(std::string msg) { return {StatusCode::kFailedPrecondition, std::move(msg)}; }
+  static Status AlreadyExists(std::string msg) {
+    return {StatusCode::kAlreadyExists, std::move(msg)};
+  }
+  static Status FailedPrecondition(std::string msg) {
+    return {StatusCode::kFailedPrecondition, std::move(msg)};
+  }
   static Status OutOfRange(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
-  static Status ResourceExhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
-  static Status PermissionDenied(std::string msg) { return {StatusCode::kPermissionDenied, std::move(msg)}; }
-  static Status DeadlineExceeded(std::string msg) { return {StatusCode::kDeadlineExceeded, std::move(msg)}; }
+  static Status ResourceExhausted(std::string msg) {
+    return {StatusCode::kResourceExhausted, std::move(msg)};
+  }
+  static Status PermissionDenied(std::string msg) {
+    return {StatusCode::kPermissionDenied, std::move(msg)};
+  }
+  static Status DeadlineExceeded(std::string msg) {
+    return {StatusCode::kDeadlineExceeded, std::move(msg)};
+  }
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
   static Status DataLoss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
-  static Status Unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
+  static Status Unimplemented(std::string msg) {
+    return {StatusCode::kUnimplemented, std::move(msg)};
+  }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
   // Maps an errno value to the code that tells the caller what to do about it.
   static Status FromErrno(int err, const std::string& context);
@@ -111,10 +125,10 @@ class [[nodiscard]] StatusOr {
 #define RTFT_STATUS_CONCAT_(a, b) RTFT_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is not OK.
-#define RTFT_RETURN_IF_ERROR(expr)                          \
-  do {                                                      \
-    ::rtft::Status rtft_status_ = (expr);                   \
-    if (!rtft_status_.ok()) return rtft_status_;            \
+#define RTFT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::rtft::Status rtft_status_ = (expr);        \
+    if (!rtft_status_.ok()) return rtft_status_; \
   } while (0)
 
 // `RTFT_ASSIGN_OR_RETURN(auto x, Foo());` assigns the value or returns the Status.

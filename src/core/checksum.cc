@@ -22,7 +22,9 @@ Xxh3Hasher::Xxh3Hasher() : state_(new State) {
 }
 Xxh3Hasher::~Xxh3Hasher() = default;
 
-void Xxh3Hasher::Update(const void* data, size_t bytes) { XXH3_64bits_update(state_->s, data, bytes); }
+void Xxh3Hasher::Update(const void* data, size_t bytes) {
+  XXH3_64bits_update(state_->s, data, bytes);
+}
 uint64_t Xxh3Hasher::Digest() const { return XXH3_64bits_digest(state_->s); }
 
 std::string ChecksumToHex(uint64_t checksum) {
@@ -36,10 +38,14 @@ bool ChecksumFromHex(const std::string& hex, uint64_t* checksum) {
   uint64_t v = 0;
   for (char c : hex) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   *checksum = v;

@@ -22,10 +22,12 @@ struct LogConfig {
 };
 
 uint32_t ParseMask(const std::string& text) {
-  static const struct { const char* name; uint32_t bit; } kNames[] = {
-      {"core", kLogCore}, {"ckpt", kLogCkpt},       {"io", kLogIo},
-      {"comm", kLogComm}, {"offload", kLogOffload}, {"ctrl", kLogCtrl},
-      {"runtime", kLogRuntime}, {"launch", kLogLaunch}, {"tool", kLogTool}};
+  static const struct {
+    const char* name;
+    uint32_t bit;
+  } kNames[] = {{"core", kLogCore},       {"ckpt", kLogCkpt},       {"io", kLogIo},
+                {"comm", kLogComm},       {"offload", kLogOffload}, {"ctrl", kLogCtrl},
+                {"runtime", kLogRuntime}, {"launch", kLogLaunch},   {"tool", kLogTool}};
   if (text.empty() || text == "all") return ~0u;
   uint32_t mask = 0;
   size_t start = 0;
@@ -56,26 +58,40 @@ LogConfig& Config() {
 
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kTrace: return "TRACE";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kTrace:
+      return "TRACE";
   }
   return "?";
 }
 
 const char* SubsysName(LogSubsystem s) {
   switch (s) {
-    case kLogCore: return "CORE";
-    case kLogCkpt: return "CKPT";
-    case kLogIo: return "IO";
-    case kLogComm: return "COMM";
-    case kLogOffload: return "OFFLOAD";
-    case kLogCtrl: return "CTRL";
-    case kLogRuntime: return "RUNTIME";
-    case kLogLaunch: return "LAUNCH";
-    case kLogTool: return "TOOL";
+    case kLogCore:
+      return "CORE";
+    case kLogCkpt:
+      return "CKPT";
+    case kLogIo:
+      return "IO";
+    case kLogComm:
+      return "COMM";
+    case kLogOffload:
+      return "OFFLOAD";
+    case kLogCtrl:
+      return "CTRL";
+    case kLogRuntime:
+      return "RUNTIME";
+    case kLogLaunch:
+      return "LAUNCH";
+    case kLogTool:
+      return "TOOL";
   }
   return "?";
 }
@@ -92,9 +108,14 @@ void SetLogLevel(LogLevel level) { Config().level = static_cast<int>(level); }
 void SetLogRank(int rank) { Config().rank = rank; }
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
-  static const struct { const char* name; LogLevel level; } kLevels[] = {
-      {"error", LogLevel::kError}, {"warn", LogLevel::kWarn},   {"info", LogLevel::kInfo},
-      {"debug", LogLevel::kDebug}, {"trace", LogLevel::kTrace}};
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } kLevels[] = {{"error", LogLevel::kError},
+                 {"warn", LogLevel::kWarn},
+                 {"info", LogLevel::kInfo},
+                 {"debug", LogLevel::kDebug},
+                 {"trace", LogLevel::kTrace}};
   for (const auto& l : kLevels) {
     if (text == l.name) {
       *level = l.level;
@@ -129,8 +150,8 @@ LogMessage::~LogMessage() {
 }
 
 void CheckFailed(const char* file, int line, const char* expr, const char* msg) {
-  std::fprintf(stderr, "rt-ft: check failed at %s:%d: %s%s%s\n", file, line, expr,
-               msg ? ": " : "", msg ? msg : "");
+  std::fprintf(stderr, "rt-ft: check failed at %s:%d: %s%s%s\n", file, line, expr, msg ? ": " : "",
+               msg ? msg : "");
   std::fflush(stderr);
   std::abort();
 }

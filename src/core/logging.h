@@ -45,8 +45,8 @@ class LogMessage {
 
 }  // namespace rtft
 
-#define RTFT_LOG(level, subsys)                                                        \
-  if (!::rtft::LogEnabled(::rtft::LogLevel::level, ::rtft::subsys)) {                  \
-  } else                                                                               \
+#define RTFT_LOG(level, subsys)                                                               \
+  if (!::rtft::LogEnabled(::rtft::LogLevel::level, ::rtft::subsys)) {                         \
+  } else                                                                                      \
     ::rtft::internal::LogMessage(::rtft::LogLevel::level, ::rtft::subsys, __FILE__, __LINE__) \
         .stream()

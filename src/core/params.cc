@@ -57,7 +57,8 @@ StatusOr<uint64_t> ParamBytes(Param id) {
 }
 
 StatusOr<uint64_t> ParseBytes(const std::string& text) {
-  if (text.empty() || text[0] == '-') return Status::InvalidArgument("'" + text + "' is not a size");
+  if (text.empty() || text[0] == '-')
+    return Status::InvalidArgument("'" + text + "' is not a size");
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
@@ -73,11 +74,20 @@ StatusOr<uint64_t> ParseBytes(const std::string& text) {
     if (!(rest.empty() || rest == "B" || rest == "iB" || rest == "ib"))
       return Status::InvalidArgument("'" + text + "' has an unknown unit (use K, M, G, T)");
     switch (unit) {
-      case 'K': mult = 1024.0; break;
-      case 'M': mult = 1024.0 * 1024; break;
-      case 'G': mult = 1024.0 * 1024 * 1024; break;
-      case 'T': mult = 1024.0 * 1024 * 1024 * 1024; break;
-      default: return Status::InvalidArgument("'" + text + "' has an unknown unit (use K, M, G, T)");
+      case 'K':
+        mult = 1024.0;
+        break;
+      case 'M':
+        mult = 1024.0 * 1024;
+        break;
+      case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        break;
+      case 'T':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        break;
+      default:
+        return Status::InvalidArgument("'" + text + "' has an unknown unit (use K, M, G, T)");
     }
   }
   double bytes = v * mult;

@@ -7,21 +7,36 @@ namespace rtft {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kAborted: return "ABORTED";
-    case StatusCode::kDataLoss: return "DATA_LOSS";
-    case StatusCode::kIoError: return "IO_ERROR";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case StatusCode::kIoError:
+      return "IO_ERROR";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }
@@ -31,16 +46,36 @@ Status::Status(StatusCode code, std::string message) : code_(code), message_(std
 Status Status::FromErrno(int err, const std::string& context) {
   std::string msg = context + ": " + std::strerror(err);
   switch (err) {
-    case ENOENT: case ENOTDIR: return NotFound(msg);
-    case EEXIST: return AlreadyExists(msg);
-    case ENOSPC: case EDQUOT: case ENOMEM: case EMFILE: case ENFILE:
+    case ENOENT:
+    case ENOTDIR:
+      return NotFound(msg);
+    case EEXIST:
+      return AlreadyExists(msg);
+    case ENOSPC:
+    case EDQUOT:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
       return ResourceExhausted(msg);
-    case EROFS: case EACCES: case EPERM: return PermissionDenied(msg);
-    case EINVAL: case ENAMETOOLONG: case EISDIR: return InvalidArgument(msg);
-    case EAGAIN: case EINTR: case EBUSY: return Unavailable(msg);
-    case ETIMEDOUT: return DeadlineExceeded(msg);
-    case ENOSYS: case EOPNOTSUPP: return Unimplemented(msg);
-    default: return IoError(msg);
+    case EROFS:
+    case EACCES:
+    case EPERM:
+      return PermissionDenied(msg);
+    case EINVAL:
+    case ENAMETOOLONG:
+    case EISDIR:
+      return InvalidArgument(msg);
+    case EAGAIN:
+    case EINTR:
+    case EBUSY:
+      return Unavailable(msg);
+    case ETIMEDOUT:
+      return DeadlineExceeded(msg);
+    case ENOSYS:
+    case EOPNOTSUPP:
+      return Unimplemented(msg);
+    default:
+      return IoError(msg);
   }
 }
 

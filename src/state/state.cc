@@ -11,13 +11,20 @@ namespace rtft {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kBFloat16: return 2;
-    case DType::kInt8: return 1;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kUInt8: return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt8:
+      return 1;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
   }
   return 0;
 }
@@ -68,7 +75,7 @@ CompositeProvider::CompositeProvider()
                               ? *ParamBytes(Param::kCkptSmallTensorBytes)
                               : (1u << 20)),
       group_bytes_(ParamBytes(Param::kCkptChunkBytes).ok() ? *ParamBytes(Param::kCkptChunkBytes)
-                                                            : (64u << 20)) {}
+                                                           : (64u << 20)) {}
 
 CompositeProvider::CompositeProvider(uint64_t small_tensor_bytes, uint64_t group_bytes)
     : small_tensor_bytes_(small_tensor_bytes), group_bytes_(group_bytes) {}
@@ -137,14 +144,16 @@ Status ValidateDescription(const StateDescription& state) {
                                        "': shard coordinates must have the tensor's rank");
       for (size_t d = 0; d < g.size(); ++d) {
         if (t.shard.offset[d] < 0 || t.shard.offset[d] + t.shape[d] > g[d])
-          return Status::InvalidArgument("tensor '" + t.name + "': shard lies outside the global shape");
+          return Status::InvalidArgument("tensor '" + t.name +
+                                         "': shard lies outside the global shape");
       }
     }
   }
   for (const ObjectDesc& o : state.objects) {
     RTFT_RETURN_IF_ERROR(check_name(o.name, "object"));
     if (!o.serialize && !o.deserialize)
-      return Status::InvalidArgument("object '" + o.name + "' has neither serializer nor deserializer");
+      return Status::InvalidArgument("object '" + o.name +
+                                     "' has neither serializer nor deserializer");
   }
   return Status::Ok();
 }
