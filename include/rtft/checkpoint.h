@@ -1,0 +1,113 @@
+// The lazy asynchronous checkpoint engine (DataStates-LLM design). Checkpoint() returns at once;
+// state is copied into a bounded pinned host pool while the caller keeps computing, and flushed
+// to one HDF5 file per rank and version by several threads (io_uring + O_DIRECT where possible).
+// WaitCaptured() is the fence before the optimizer update; WaitPersisted() waits for durability.
+// Restore() reads a version back into host or device memory, resharding if the number of ranks
+// changed. Files and their format: docs/format.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rtft/export.h"
+#include "rtft/state.h"
+#include "rtft/status.h"
+
+namespace rtft {
+
+// Zero / empty fields take their defaults from the RTFT_CKPT_* settings (README, "Settings").
+struct CheckpointOptions {
+  std::string dir;  // checkpoint root; shared by all ranks
+  int rank = 0;
+  int world_size = 1;
+  uint64_t pool_bytes = 0;   // pinned host pool (RTFT_CKPT_POOL_BYTES)
+  uint64_t chunk_bytes = 0;  // capture/write unit (RTFT_CKPT_CHUNK_BYTES)
+  int capture_threads = 0;   // RTFT_CKPT_CAPTURE_THREADS
+  int flush_threads = 0;     // RTFT_CKPT_FLUSH_THREADS
+  std::string io_backend;    // auto | uring | posix (RTFT_CKPT_IO_BACKEND)
+  int io_depth = 0;          // RTFT_CKPT_IO_DEPTH
+  std::optional<bool> direct_io;     // RTFT_CKPT_DIRECT_IO
+  std::optional<int> keep_versions;  // RTFT_CKPT_KEEP_VERSIONS; 0 keeps all
+  std::chrono::milliseconds commit_timeout{0};  // RTFT_CKPT_COMMIT_TIMEOUT_MS
+  std::chrono::milliseconds wait_timeout{0};    // RTFT_CKPT_WAIT_TIMEOUT_MS
+};
+
+// What one version cost; filled in as the version moves through the pipeline.
+struct CheckpointStats {
+  uint64_t version = 0;
+  uint64_t tensor_bytes = 0;
+  uint64_t object_bytes = 0;
+  size_t tensors = 0;
+  double checkpoint_call_s = 0;  // time Checkpoint() held the caller
+  double capture_s = 0;          // Checkpoint() call to last byte in the pool
+  double persist_s = 0;          // Checkpoint() call to durable (file renamed, directory synced)
+  double commit_s = 0;           // Checkpoint() call to LATEST moved (rank 0 only)
+  bool direct_io = false;        // O_DIRECT was granted for the tensor bytes
+  std::string io_backend;
+};
+
+class RTFT_EXPORT CheckpointEngine {
+ public:
+  static StatusOr<std::unique_ptr<CheckpointEngine>> Create(const CheckpointOptions& options);
+  virtual ~CheckpointEngine();  // waits for versions in flight; errors are logged
+
+  // Starts a lazy checkpoint of `state` as `version`. Versions must increase. Returns at once;
+  // the memory that `state` describes must not change until WaitCaptured(version) returns.
+  // Fails at once on an invalid description or when an earlier version failed.
+  virtual Status Checkpoint(uint64_t version, const StateProvider& state) = 0;
+  // Blocks until every byte of `version` is in host memory (the fence before an update).
+  virtual Status WaitCaptured(uint64_t version) = 0;
+  virtual Status WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) = 0;
+  // Blocks until `version` is durable; on rank 0 also until it is committed (LATEST moved).
+  virtual Status WaitPersisted(uint64_t version) = 0;
+  virtual Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) = 0;
+  // The first background error, if any, without blocking.
+  virtual Status PollError() = 0;
+  virtual StatusOr<CheckpointStats> Stats(uint64_t version) = 0;
+  virtual const CheckpointOptions& options() const = 0;
+};
+
+// ---- Reading checkpoints back --------------------------------------------------------------
+
+struct VersionInfo {
+  uint64_t version = 0;
+  int world_size = 0;
+  bool complete = false;  // its global manifest exists and names every rank's file
+  std::string path;       // the version's directory
+};
+
+// Every version directory under `dir`, oldest first, complete or not.
+RTFT_EXPORT StatusOr<std::vector<VersionInfo>> ListVersions(const std::string& dir);
+// The version LATEST points to; NotFound when nothing was committed yet.
+RTFT_EXPORT StatusOr<uint64_t> LatestVersion(const std::string& dir);
+
+struct RestoreOptions {
+  std::optional<uint64_t> version;  // default: LATEST
+  bool verify_checksums = true;
+  // Staging memory for restores into device memory (pinned where CUDA is present).
+  uint64_t staging_bytes = 64ull << 20;
+};
+
+// Fills every tensor that `state` describes from the checkpoint: tensors with shard
+// coordinates are assembled from whichever saved shards overlap them, so a state saved by N
+// ranks restores into M ranks. Objects are handed to their deserializers. A tensor that is
+// missing, has another dtype or shape, or fails its checksum is an error naming it.
+RTFT_EXPORT Status Restore(const std::string& dir, const RestoreOptions& options,
+                           const StateProvider& state);
+
+struct VerifyProgress {
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  std::string current;  // file being checked
+};
+
+// Reads every file of a version and checks every checksum and the global manifest.
+RTFT_EXPORT Status VerifyVersion(const std::string& dir, uint64_t version,
+                                 const std::function<void(const VerifyProgress&)>& progress = {});
+
+}  // namespace rtft

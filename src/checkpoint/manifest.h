@@ -1,0 +1,84 @@
+// Manifests: what a checkpoint file holds (FileManifest, stored as a JSON string dataset written
+// last into the HDF5 file) and what a version holds (GlobalManifest, MANIFEST.json beside the rank
+// files). Parsing is strict: a manifest from a newer format, or one missing a field, is an
+// error that says so. Specified in docs/format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rtft/state.h"
+#include "rtft/status.h"
+
+namespace rtft {
+
+// Bumped on any change a reader must know about; readers refuse newer versions.
+constexpr int kFormatVersion = 1;
+constexpr const char* kFormatName = "rt-ft checkpoint";
+// HDF5 names.
+constexpr const char* kManifestDataset = "/rtft_manifest";  // scalar string dataset, written last
+constexpr const char* kFormatVersionAttribute = "rtft_format_version";
+constexpr const char* kTensorGroup = "/tensors";
+constexpr const char* kObjectGroup = "/objects";
+
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  ShardCoords shard;
+  uint64_t offset = 0;  // of the dataset's bytes in the file
+  uint64_t bytes = 0;
+  // XXH3-64 of each chunk_bytes-sized piece, in order (one entry for a tensor up to chunk_bytes).
+  std::vector<uint64_t> xxh3;
+
+  std::string dataset() const { return std::string(kTensorGroup) + "/" + name; }
+};
+
+struct ObjectEntry {
+  std::string name;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+
+  std::string dataset() const { return std::string(kObjectGroup) + "/" + name; }
+};
+
+struct FileManifest {
+  int format_version = kFormatVersion;
+  uint64_t version = 0;
+  int rank = 0;
+  int world_size = 1;
+  uint64_t chunk_bytes = 0;
+  int64_t created_unix_ms = 0;
+  std::vector<TensorEntry> tensors;
+  std::vector<ObjectEntry> objects;
+
+  std::string ToJson() const;
+  static StatusOr<FileManifest> FromJson(const std::string& json);
+  const TensorEntry* FindTensor(const std::string& name) const;
+  const ObjectEntry* FindObject(const std::string& name) const;
+};
+
+struct GlobalFileEntry {
+  int rank = 0;
+  std::string file;  // relative to the version directory
+  uint64_t bytes = 0;
+  uint64_t manifest_xxh3 = 0;  // XXH3 of that file's manifest JSON
+};
+
+struct GlobalManifest {
+  int format_version = kFormatVersion;
+  uint64_t version = 0;
+  int world_size = 1;
+  int64_t created_unix_ms = 0;
+  std::vector<GlobalFileEntry> files;
+
+  std::string ToJson() const;
+  static StatusOr<GlobalManifest> FromJson(const std::string& json);
+};
+
+// Number of chunks a tensor of `bytes` has at `chunk_bytes` (at least one, even when empty).
+uint64_t ChunkCount(uint64_t bytes, uint64_t chunk_bytes);
+
+}  // namespace rtft
