@@ -44,7 +44,7 @@ struct TensorDesc {
   // CompositeProvider for small tensors).
   int coalesce_group = -1;
 
-  uint64_t elements() const;
+  RTFT_EXPORT uint64_t elements() const;
   uint64_t bytes() const { return elements() * DTypeSize(dtype); }
 };
 

@@ -1,0 +1,94 @@
+# shellcheck shell=bash
+# Shared by scripts/test.sh and scripts/demo.sh: install what is missing (Debian 12, apt-get),
+# configure build/ with Ninja, build. Source it; do not run it.
+#
+# Environment:
+#   RTFT_BUILD_DIR    build directory (default: <repo>/build)
+#   RTFT_BUILD_TYPE   CMake build type (default: RelWithDebInfo)
+#   RTFT_CMAKE_ARGS   extra arguments for the configure step, e.g. "-DRTFT_WITH_CUDA=OFF"
+#   RTFT_JOBS         parallel build jobs (default: all cores)
+#   RTFT_SKIP_DEPS=1  never call apt-get (report missing packages and go on)
+
+set -euo pipefail
+
+RTFT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RTFT_BUILD_DIR="${RTFT_BUILD_DIR:-${RTFT_ROOT}/build}"
+
+# Everything the build, the tests and the tools need. Keep in sync with the README.
+RTFT_APT_PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
+  python3-h5py clang-format
+)
+
+rtft_log() { printf '==> %s\n' "$*" >&2; }
+rtft_die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Prints the packages of RTFT_APT_PACKAGES that are not installed, one per line.
+rtft_missing_packages() {
+  local pkg state
+  for pkg in "${RTFT_APT_PACKAGES[@]}"; do
+    state="$(dpkg-query -W -f='${db:Status-Status}' "${pkg}" 2>/dev/null || true)"
+    [[ "${state}" == "installed" ]] || printf '%s\n' "${pkg}"
+  done
+}
+
+rtft_install_deps() {
+  command -v dpkg-query >/dev/null || rtft_die "dpkg-query not found: scripts/ support Debian 12 only"
+  local missing
+  mapfile -t missing < <(rtft_missing_packages)
+  if ((${#missing[@]} == 0)); then
+    rtft_log "all ${#RTFT_APT_PACKAGES[@]} required packages are installed"
+    return 0
+  fi
+  if [[ "${RTFT_SKIP_DEPS:-0}" == 1 ]]; then
+    rtft_log "RTFT_SKIP_DEPS=1: not installing missing packages: ${missing[*]}"
+    return 0
+  fi
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null ||
+      rtft_die "missing packages (${missing[*]}) and not root; install them or run as root"
+    sudo=(sudo)
+  fi
+  rtft_log "installing missing packages: ${missing[*]}"
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+  mapfile -t missing < <(rtft_missing_packages)
+  ((${#missing[@]} == 0)) || rtft_die "still missing after apt-get install: ${missing[*]}"
+}
+
+rtft_configure() {
+  local cache="${RTFT_BUILD_DIR}/CMakeCache.txt"
+  if [[ -f "${cache}" ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "${cache}"; then
+    rtft_die "${RTFT_BUILD_DIR} was configured with another generator; remove it and rerun"
+  fi
+  local extra=()
+  # Word splitting is intended: RTFT_CMAKE_ARGS holds several -D options.
+  # shellcheck disable=SC2206
+  if [[ -n "${RTFT_CMAKE_ARGS:-}" ]]; then extra=(${RTFT_CMAKE_ARGS}); fi
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    rtft_log "nvcc found: CUDA paths are built (RTFT_WITH_CUDA defaults to ON)"
+  fi
+  rtft_log "configuring ${RTFT_BUILD_DIR}"
+  cmake -S "${RTFT_ROOT}" -B "${RTFT_BUILD_DIR}" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${RTFT_BUILD_TYPE:-RelWithDebInfo}" "${extra[@]}"
+}
+
+rtft_build() {
+  local jobs="${RTFT_JOBS:-$(nproc)}"
+  rtft_log "building with ${jobs} jobs"
+  cmake --build "${RTFT_BUILD_DIR}" --parallel "${jobs}"
+}
+
+# Installs what is missing, configures and builds: the common prefix of test.sh and demo.sh.
+rtft_setup() {
+  rtft_install_deps
+  rtft_configure
+  rtft_build
+}
