@@ -31,8 +31,8 @@ enum class OpenMode {
 
 struct OpenOptions {
   OpenMode mode = OpenMode::kReadOnly;
-  // Ask for O_DIRECT. A file system that refuses it (tmpfs) falls back to buffered I/O;
-  // File::direct() tells which one was granted.
+  // Ask for O_DIRECT. A file system that refuses it (tmpfs before Linux 6.6) falls back to
+  // buffered I/O; File::direct() tells which one was granted.
   bool direct = false;
 };
 
@@ -56,14 +56,14 @@ class IoBackend {
   virtual ~IoBackend() = default;
   virtual const char* name() const = 0;
   virtual StatusOr<std::unique_ptr<File>> Open(const std::string& path, const OpenOptions& options) = 0;
-  // Atomic rename within one file system.
+  // Atomic rename within one file system; replaces `to`.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // fsync of a directory, so that a rename or create in it is durable.
   virtual Status SyncDir(const std::string& dir) = 0;
   // mkdir -p.
   virtual Status CreateDirs(const std::string& dir) = 0;
   virtual Status Remove(const std::string& path) = 0;          // a file; NotFound if absent
-  virtual Status RemoveAll(const std::string& path) = 0;       // a directory tree
+  virtual Status RemoveAll(const std::string& path) = 0;       // a directory tree; OK if absent
 };
 
 struct IoBackendOptions {
