@@ -2,10 +2,10 @@
 // exercised) and running shell commands.
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
 
 #include <string>
 

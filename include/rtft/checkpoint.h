@@ -25,14 +25,14 @@ struct CheckpointOptions {
   std::string dir;  // checkpoint root; shared by all ranks
   int rank = 0;
   int world_size = 1;
-  uint64_t pool_bytes = 0;   // pinned host pool (RTFT_CKPT_POOL_BYTES)
-  uint64_t chunk_bytes = 0;  // capture/write unit (RTFT_CKPT_CHUNK_BYTES)
-  int capture_threads = 0;   // RTFT_CKPT_CAPTURE_THREADS
-  int flush_threads = 0;     // RTFT_CKPT_FLUSH_THREADS
-  std::string io_backend;    // auto | uring | posix (RTFT_CKPT_IO_BACKEND)
-  int io_depth = 0;          // RTFT_CKPT_IO_DEPTH
-  std::optional<bool> direct_io;     // RTFT_CKPT_DIRECT_IO
-  std::optional<int> keep_versions;  // RTFT_CKPT_KEEP_VERSIONS; 0 keeps all
+  uint64_t pool_bytes = 0;                      // pinned host pool (RTFT_CKPT_POOL_BYTES)
+  uint64_t chunk_bytes = 0;                     // capture/write unit (RTFT_CKPT_CHUNK_BYTES)
+  int capture_threads = 0;                      // RTFT_CKPT_CAPTURE_THREADS
+  int flush_threads = 0;                        // RTFT_CKPT_FLUSH_THREADS
+  std::string io_backend;                       // auto | uring | posix (RTFT_CKPT_IO_BACKEND)
+  int io_depth = 0;                             // RTFT_CKPT_IO_DEPTH
+  std::optional<bool> direct_io;                // RTFT_CKPT_DIRECT_IO
+  std::optional<int> keep_versions;             // RTFT_CKPT_KEEP_VERSIONS; 0 keeps all
   std::chrono::milliseconds commit_timeout{0};  // RTFT_CKPT_COMMIT_TIMEOUT_MS
   std::chrono::milliseconds wait_timeout{0};    // RTFT_CKPT_WAIT_TIMEOUT_MS
 };

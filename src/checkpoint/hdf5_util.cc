@@ -43,13 +43,20 @@ H5Handle Float16Type(size_t epos, size_t esize, size_t msize, size_t ebias) {
 
 H5Handle Hdf5FileType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return H5Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
-    case DType::kFloat16: return Float16Type(10, 5, 10, 15);
-    case DType::kBFloat16: return Float16Type(7, 8, 7, 127);
-    case DType::kInt8: return H5Handle(H5Tcopy(H5T_STD_I8LE), H5Tclose);
-    case DType::kInt32: return H5Handle(H5Tcopy(H5T_STD_I32LE), H5Tclose);
-    case DType::kInt64: return H5Handle(H5Tcopy(H5T_STD_I64LE), H5Tclose);
-    case DType::kUInt8: return H5Handle(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+    case DType::kFloat32:
+      return H5Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kFloat16:
+      return Float16Type(10, 5, 10, 15);
+    case DType::kBFloat16:
+      return Float16Type(7, 8, 7, 127);
+    case DType::kInt8:
+      return H5Handle(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kInt32:
+      return H5Handle(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kInt64:
+      return H5Handle(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kUInt8:
+      return H5Handle(H5Tcopy(H5T_STD_U8LE), H5Tclose);
   }
   return H5Handle();
 }

@@ -44,7 +44,7 @@ class File {
   virtual Status Write(const std::vector<IoRequest>& requests) = 0;
   // Reads every request completely; reading past end of file is DataLoss (truncated file).
   virtual Status Read(const std::vector<IoRequest>& requests) = 0;
-  virtual Status Sync() = 0;  // fdatasync
+  virtual Status Sync() = 0;   // fdatasync
   virtual Status Close() = 0;  // idempotent; the destructor closes without reporting
   virtual StatusOr<uint64_t> Size() = 0;
   virtual bool direct() const = 0;
@@ -55,15 +55,16 @@ class IoBackend {
  public:
   virtual ~IoBackend() = default;
   virtual const char* name() const = 0;
-  virtual StatusOr<std::unique_ptr<File>> Open(const std::string& path, const OpenOptions& options) = 0;
+  virtual StatusOr<std::unique_ptr<File>> Open(const std::string& path,
+                                               const OpenOptions& options) = 0;
   // Atomic rename within one file system; replaces `to`.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // fsync of a directory, so that a rename or create in it is durable.
   virtual Status SyncDir(const std::string& dir) = 0;
   // mkdir -p.
   virtual Status CreateDirs(const std::string& dir) = 0;
-  virtual Status Remove(const std::string& path) = 0;          // a file; NotFound if absent
-  virtual Status RemoveAll(const std::string& path) = 0;       // a directory tree; OK if absent
+  virtual Status Remove(const std::string& path) = 0;     // a file; NotFound if absent
+  virtual Status RemoveAll(const std::string& path) = 0;  // a directory tree; OK if absent
 };
 
 struct IoBackendOptions {

@@ -58,8 +58,9 @@ StatusOr<uint64_t> WriteBytesDataset(hid_t file, const std::string& path, const 
   H5Handle space = Dataspace({static_cast<int64_t>(bytes.size())});
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
-  H5Handle ds(H5Dcreate2(file, path.c_str(), H5T_STD_U8LE, space.get(), lcpl, dcpl.get(), H5P_DEFAULT),
-              H5Dclose);
+  H5Handle ds(
+      H5Dcreate2(file, path.c_str(), H5T_STD_U8LE, space.get(), lcpl, dcpl.get(), H5P_DEFAULT),
+      H5Dclose);
   if (!ds.valid()) return Hdf5Error(StatusCode::kIoError, "creating dataset " + path);
   if (bytes.empty()) return uint64_t{0};
   if (H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
@@ -91,10 +92,11 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
     const std::string name = std::string(kTensorGroup) + "/" + t.name;
     H5Handle type = Hdf5FileType(t.dtype);
     H5Handle space = Dataspace(t.shape);
-    H5Handle ds(H5Dcreate2(file.get(), name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(),
-                           H5P_DEFAULT),
+    H5Handle ds(H5Dcreate2(file.get(), name.c_str(), type.get(), space.get(), lcpl.get(),
+                           dcpl.get(), H5P_DEFAULT),
                 H5Dclose);
-    if (!ds.valid()) return Hdf5Error(StatusCode::kIoError, "creating dataset " + name + " in " + path);
+    if (!ds.valid())
+      return Hdf5Error(StatusCode::kIoError, "creating dataset " + name + " in " + path);
     uint64_t elements = 1;
     for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
     haddr_t offset = H5Dget_offset(ds.get());
@@ -129,7 +131,8 @@ Status FinalizeFile(const std::string& path, const std::vector<ObjectBlob>& obje
     e.name = o.name;
     e.bytes = o.bytes.size();
     e.xxh3 = Xxh3(o.bytes.data(), o.bytes.size());
-    RTFT_ASSIGN_OR_RETURN(e.offset, WriteBytesDataset(file.get(), e.dataset(), o.bytes, lcpl.get()));
+    RTFT_ASSIGN_OR_RETURN(e.offset,
+                          WriteBytesDataset(file.get(), e.dataset(), o.bytes, lcpl.get()));
     manifest->objects.push_back(std::move(e));
   }
 

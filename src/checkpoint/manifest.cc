@@ -14,7 +14,8 @@ using nlohmann::json;
 template <typename T>
 Status Get(const json& j, const char* key, T* out) {
   auto it = j.find(key);
-  if (it == j.end()) return Status::DataLoss(std::string("manifest field '") + key + "' is missing");
+  if (it == j.end())
+    return Status::DataLoss(std::string("manifest field '") + key + "' is missing");
   try {
     *out = it->get<T>();
   } catch (const json::exception& e) {

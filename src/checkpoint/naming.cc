@@ -18,7 +18,8 @@ bool AllDigits(const std::string& s, size_t from, size_t count) {
 
 std::string VersionDirName(uint64_t version) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "v%0*llu", kVersionDigits, static_cast<unsigned long long>(version));
+  std::snprintf(buf, sizeof(buf), "v%0*llu", kVersionDigits,
+                static_cast<unsigned long long>(version));
   return buf;
 }
 

@@ -59,7 +59,7 @@ TEST(Layout, BytesWrittenAtOffsetsReadBackThroughH5dump) {
   ASSERT_TRUE(offsets.ok()) << offsets.status();
   float f32[6] = {1.5f, -2, 3, 4, 5, 6.25f};
   uint16_t bf16[4] = {0x3f80, 0xc000, 0x4049, 0x0000};  // 1, -2, 3.140625, 0
-  uint16_t f16[2] = {0x3c00, 0xc100};                    // 1, -2.5
+  uint16_t f16[2] = {0x3c00, 0xc100};                   // 1, -2.5
   int64_t i64[2] = {-7, 1LL << 40};
   PWrite(path, (*offsets)[0], f32, sizeof(f32));
   PWrite(path, (*offsets)[1], bf16, sizeof(bf16));
@@ -68,12 +68,15 @@ TEST(Layout, BytesWrittenAtOffsetsReadBackThroughH5dump) {
   FileManifest m;
   m.version = 3;
   m.chunk_bytes = 1 << 20;
-  ASSERT_TRUE(FinalizeFile(path, {{"step", "42"}, {"rng/state", std::string("\0\1\2", 3)}}, &m).ok());
+  ASSERT_TRUE(
+      FinalizeFile(path, {{"step", "42"}, {"rng/state", std::string("\0\1\2", 3)}}, &m).ok());
   ASSERT_EQ(m.objects.size(), 2u);
   EXPECT_EQ(m.objects[0].bytes, 2u);
 
-  std::string out = RunCommand("h5dump -d /tensors/a/f32 -d /tensors/a/bf16 -d /tensors/a/f16 "
-                               "-d /tensors/i64 -d /objects/step " + path);
+  std::string out = RunCommand(
+      "h5dump -d /tensors/a/f32 -d /tensors/a/bf16 -d /tensors/a/f16 "
+      "-d /tensors/i64 -d /objects/step " +
+      path);
   EXPECT_NE(out.find("1.5, -2, 3,"), std::string::npos) << out;
   EXPECT_NE(out.find("6.25"), std::string::npos) << out;
   EXPECT_NE(out.find("1, -2, 3.14062, 0"), std::string::npos) << out;
@@ -95,7 +98,8 @@ TEST(Layout, RejectsFilesThatAreNotCheckpoints) {
   auto s = ReadFileManifestJson(text);
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("not an HDF5 file"), std::string::npos);
-  EXPECT_EQ(ReadFileManifestJson(dir.path() + "/missing.h5").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadFileManifestJson(dir.path() + "/missing.h5").status().code(),
+            StatusCode::kNotFound);
 
   // A skeleton whose writer died before the manifest was written.
   const std::string unfinished = dir.path() + "/unfinished.h5";

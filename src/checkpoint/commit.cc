@@ -1,0 +1,118 @@
+#include "checkpoint/commit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/naming.h"
+#include "core/checksum.h"
+#include "core/logging.h"
+
+namespace rtft {
+namespace {
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The version directories under root, ascending; unreadable entries are skipped.
+std::vector<uint64_t> VersionsOnDisk(const std::string& root) {
+  std::vector<uint64_t> versions;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    uint64_t v;
+    if (entry.is_directory(ec) && ParseVersionDirName(entry.path().filename().string(), &v))
+      versions.push_back(v);
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+}  // namespace
+
+Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::string& content) {
+  const std::string tmp = TempPath(path);
+  {
+    RTFT_ASSIGN_OR_RETURN(auto file, io->Open(tmp, OpenOptions{OpenMode::kCreate, false}));
+    std::string buf = content;  // File::Write takes mutable buffers
+    if (!buf.empty()) RTFT_RETURN_IF_ERROR(file->Write({IoRequest{0, buf.data(), buf.size()}}));
+    RTFT_RETURN_IF_ERROR(file->Sync());
+    RTFT_RETURN_IF_ERROR(file->Close());
+  }
+  RTFT_RETURN_IF_ERROR(io->Rename(tmp, path));
+  return io->SyncDir(DirName(path));
+}
+
+StatusOr<std::string> ReadSmallFile(IoBackend* io, const std::string& path, uint64_t max_bytes) {
+  RTFT_ASSIGN_OR_RETURN(auto file, io->Open(path, OpenOptions{OpenMode::kReadOnly, false}));
+  RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (size > max_bytes)
+    return Status::DataLoss(path + " is " + std::to_string(size) + " bytes, more than expected");
+  std::string content(size, '\0');
+  if (size > 0) RTFT_RETURN_IF_ERROR(file->Read({IoRequest{0, content.data(), content.size()}}));
+  return content;
+}
+
+Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
+                     std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  GlobalManifest global;
+  global.version = version;
+  global.world_size = world_size;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = RankFilePath(root, version, rank);
+    // A rank's file appears only by rename after it is durable, so existence means done.
+    while (!Exists(path)) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
+                                        std::to_string(rank) + "'s file " + path +
+                                        " did not appear in time; the version is not committed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(path));
+    RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
+    if (m.version != version || m.rank != rank || m.world_size != world_size)
+      return Status::DataLoss(path + " belongs to version " + std::to_string(m.version) +
+                              ", rank " + std::to_string(m.rank) + " of " +
+                              std::to_string(m.world_size) + "; refusing to commit it");
+    std::error_code ec;
+    uint64_t bytes = std::filesystem::file_size(path, ec);
+    if (ec) return Status::FromErrno(ec.value(), "stat " + path);
+    global.files.push_back(
+        GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
+  }
+  global.created_unix_ms = UnixMs();
+  RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
+  RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, LatestPath(root), std::to_string(version) + "\n"));
+  RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version << " (" << world_size << " ranks)";
+  return Status::Ok();
+}
+
+Status PruneVersions(IoBackend* io, const std::string& root, int keep) {
+  if (keep <= 0) return Status::Ok();
+  std::vector<uint64_t> versions = VersionsOnDisk(root);
+  std::vector<uint64_t> complete;
+  for (uint64_t v : versions)
+    if (Exists(GlobalManifestPath(root, v))) complete.push_back(v);
+  if (complete.size() <= static_cast<size_t>(keep)) return Status::Ok();
+  const uint64_t oldest_kept = complete[complete.size() - keep];
+  for (uint64_t v : versions) {
+    if (v >= oldest_kept) break;
+    RTFT_LOG(kDebug, kLogCkpt) << "pruning version " << v;
+    RTFT_RETURN_IF_ERROR(io->RemoveAll(VersionDir(root, v)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace rtft

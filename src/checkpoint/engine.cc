@@ -1,0 +1,292 @@
+#include "checkpoint/engine.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/naming.h"
+#include "core/checksum.h"
+#include "core/logging.h"
+#include "core/params.h"
+
+namespace rtft {
+
+using internal::Clock;
+using internal::Engine;
+using internal::Version;
+
+namespace {
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+constexpr size_t kVersionsRemembered = 64;
+}  // namespace
+
+StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in) {
+  CheckpointOptions o = in;
+  if (o.dir.empty()) return Status::InvalidArgument("checkpoint directory is empty");
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
+    return Status::InvalidArgument("rank " + std::to_string(o.rank) + " of world size " +
+                                   std::to_string(o.world_size) + " is not valid");
+  if (o.pool_bytes == 0) {
+    RTFT_ASSIGN_OR_RETURN(o.pool_bytes, ParamBytes(Param::kCkptPoolBytes));
+  }
+  if (o.chunk_bytes == 0) {
+    RTFT_ASSIGN_OR_RETURN(o.chunk_bytes, ParamBytes(Param::kCkptChunkBytes));
+  }
+  if (o.capture_threads <= 0) {
+    RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptCaptureThreads));
+    o.capture_threads = static_cast<int>(n);
+  }
+  if (o.flush_threads <= 0) {
+    RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptFlushThreads));
+    o.flush_threads = static_cast<int>(n);
+  }
+  if (o.io_backend.empty()) o.io_backend = ParamString(Param::kCkptIoBackend);
+  if (o.io_depth <= 0) {
+    RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptIoDepth));
+    o.io_depth = static_cast<int>(n);
+  }
+  if (!o.direct_io) {
+    RTFT_ASSIGN_OR_RETURN(o.direct_io, ParamBool(Param::kCkptDirectIo));
+  }
+  if (!o.keep_versions) {
+    RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptKeepVersions));
+    o.keep_versions = static_cast<int>(n);
+  }
+  if (o.commit_timeout.count() <= 0) {
+    RTFT_ASSIGN_OR_RETURN(int64_t ms, ParamInt(Param::kCkptCommitTimeoutMs));
+    o.commit_timeout = std::chrono::milliseconds(ms);
+  }
+  if (o.wait_timeout.count() <= 0) {
+    RTFT_ASSIGN_OR_RETURN(int64_t ms, ParamInt(Param::kCkptWaitTimeoutMs));
+    o.wait_timeout = std::chrono::milliseconds(ms);
+  }
+
+  if (o.chunk_bytes < kDirectIoAlignment || o.chunk_bytes % kDirectIoAlignment != 0)
+    return Status::InvalidArgument("chunk size " + std::to_string(o.chunk_bytes) +
+                                   " must be a positive multiple of 4096 (RTFT_CKPT_CHUNK_BYTES)");
+  if (o.pool_bytes < o.chunk_bytes)
+    return Status::InvalidArgument("pinned pool (" + FormatBytes(o.pool_bytes) +
+                                   ", RTFT_CKPT_POOL_BYTES) must hold at least one chunk (" +
+                                   FormatBytes(o.chunk_bytes) + ", RTFT_CKPT_CHUNK_BYTES)");
+  if (o.capture_threads > 256 || o.flush_threads > 256 || o.io_depth > 4096)
+    return Status::InvalidArgument("capture/flush threads or I/O depth out of range");
+  if (*o.keep_versions < 0) return Status::InvalidArgument("keep_versions must be 0 or more");
+  return o;
+}
+
+StatusOr<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Create(
+    const CheckpointOptions& options) {
+  RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(options));
+  IoBackendOptions io_options;
+  io_options.kind = resolved.io_backend;
+  io_options.queue_depth = resolved.io_depth;
+  RTFT_ASSIGN_OR_RETURN(auto io, CreateIoBackend(io_options));
+  return CreateCheckpointEngine(resolved, std::move(io));
+}
+
+CheckpointEngine::~CheckpointEngine() = default;
+
+StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const CheckpointOptions& options,
+                                                                   std::unique_ptr<IoBackend> io) {
+  RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(options));
+  // Fail at start, not at the first flush, when the directory cannot be written.
+  RTFT_RETURN_IF_ERROR(io->CreateDirs(resolved.dir).Annotate("checkpoint directory"));
+  {
+    const std::string probe =
+        JoinPath(resolved.dir,
+                 ".rtft-probe-" + std::to_string(resolved.rank) + "-" + std::to_string(getpid()));
+    auto file = io->Open(probe, OpenOptions{OpenMode::kCreate, false});
+    if (!file.ok())
+      return file.status().Annotate("checkpoint directory " + resolved.dir + " is not writable");
+    (void)(*file)->Close();
+    (void)io->Remove(probe);
+  }
+  RTFT_ASSIGN_OR_RETURN(auto pool,
+                        PinnedPool::Create(resolved.pool_bytes, /*register_with_cuda=*/true));
+  auto engine = std::make_unique<Engine>(resolved, std::move(io), std::move(pool));
+  RTFT_RETURN_IF_ERROR(engine->Start());
+  return std::unique_ptr<CheckpointEngine>(std::move(engine));
+}
+
+namespace internal {
+
+Engine::Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
+               std::unique_ptr<PinnedPool> pool)
+    : options_(std::move(options)), io_(std::move(io)), pool_(std::move(pool)) {}
+
+Status Engine::Start() {
+  capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads);
+  capture_thread_ = std::thread([this] { CaptureLoop(); });
+  completion_thread_ = std::thread([this] { CompletionLoop(); });
+  file_thread_ = std::thread([this] { FileLoop(); });
+  commit_thread_ = std::thread([this] { CommitLoop(); });
+  for (int i = 0; i < options_.flush_threads; ++i)
+    flush_threads_.emplace_back([this] { FlushLoop(); });
+  RTFT_LOG(kInfo, kLogCkpt) << "checkpoint engine: rank " << options_.rank << "/"
+                            << options_.world_size << ", dir " << options_.dir << ", io "
+                            << io_->name() << ", pool " << FormatBytes(pool_->capacity())
+                            << ", chunk " << FormatBytes(options_.chunk_bytes) << ", "
+                            << options_.flush_threads << " flush threads";
+  return Status::Ok();
+}
+
+Engine::~Engine() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] {
+      for (const auto& [n, v] : versions_)
+        if (!v->finished) return false;
+      return true;
+    });
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  pool_->Shutdown();
+  capture_thread_.join();
+  completion_thread_.join();
+  for (auto& t : flush_threads_) t.join();
+  file_thread_.join();
+  commit_thread_.join();
+  capture_pool_.reset();
+}
+
+StatusOr<DeviceCopier*> Engine::Copier(int device) {
+  std::lock_guard<std::mutex> lock(copier_mu_);
+  auto it = copiers_.find(device);
+  if (it == copiers_.end()) {
+    RTFT_ASSIGN_OR_RETURN(auto copier, CreateDeviceCopier(device));
+    it = copiers_.emplace(device, std::move(copier)).first;
+  }
+  return it->second.get();
+}
+
+StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StateProvider& state) {
+  StateDescription desc;
+  RTFT_RETURN_IF_ERROR(state.Describe(&desc));
+  RTFT_RETURN_IF_ERROR(ValidateDescription(desc));
+  auto v = std::make_shared<Version>();
+  v->version = version;
+  v->stats.version = version;
+  v->stats.io_backend = io_->name();
+  for (const ObjectDesc& o : desc.objects) {
+    if (!o.serialize) return Status::InvalidArgument("object '" + o.name + "' has no serializer");
+  }
+  v->objects = std::move(desc.objects);
+  for (TensorDesc& t : desc.tensors) {
+    if (t.memory == MemoryKind::kDevice) RTFT_RETURN_IF_ERROR(Copier(t.device).status());
+    TensorState ts;
+    ts.xxh3.assign(ChunkCount(t.bytes(), options_.chunk_bytes), 0);
+    if (t.bytes() == 0) ts.xxh3[0] = Xxh3("", 0);
+    v->stats.tensor_bytes += t.bytes();
+    ts.desc = std::move(t);
+    v->tensors.push_back(std::move(ts));
+  }
+  v->stats.tensors = v->tensors.size();
+  std::vector<TensorDesc> descs;
+  descs.reserve(v->tensors.size());
+  for (const auto& t : v->tensors) descs.push_back(t.desc);
+  v->units = PlanCaptureUnits(descs, options_.chunk_bytes);
+  v->final_path = RankFilePath(options_.dir, version, options_.rank);
+  v->tmp_path = TempPath(v->final_path);
+  return v;
+}
+
+Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
+  const auto start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::FailedPrecondition("checkpoint engine is shutting down");
+    if (any_version_ && version <= last_version_)
+      return Status::InvalidArgument(
+          "checkpoint versions must increase: " + std::to_string(version) + " after " +
+          std::to_string(last_version_));
+  }
+  RTFT_ASSIGN_OR_RETURN(std::shared_ptr<Version> v, Plan(version, state));
+  v->start = start;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_version_ = version;
+    any_version_ = true;
+    versions_[version] = v;
+    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->finished)
+      versions_.erase(versions_.begin());
+    capture_queue_.push_back(v);
+    file_queue_.emplace_back(FileTask::kCreate, v);
+    v->stats.checkpoint_call_s = Seconds(Clock::now() - start);
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool persisted) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end())
+    return Status::NotFound("version " + std::to_string(version) +
+                            " was not checkpointed by this engine");
+  std::shared_ptr<Version> v = it->second;
+  const bool done = cv_.wait_for(
+      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->finished : v->captured); });
+  if (!v->error.ok()) return v->error;
+  if (!done)
+    return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +
+                                    (persisted ? "persisted" : "captured") + " within " +
+                                    std::to_string(timeout.count()) + " ms");
+  return Status::Ok();
+}
+
+Status Engine::WaitCaptured(uint64_t version) {
+  return WaitFor(version, options_.wait_timeout, false);
+}
+Status Engine::WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) {
+  return WaitFor(version, timeout, false);
+}
+Status Engine::WaitPersisted(uint64_t version) {
+  return WaitFor(version, options_.wait_timeout, true);
+}
+Status Engine::WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) {
+  return WaitFor(version, timeout, true);
+}
+
+Status Engine::PollError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_error_;
+}
+
+StatusOr<CheckpointStats> Engine::Stats(uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = versions_.find(version);
+  if (it == versions_.end())
+    return Status::NotFound("no statistics for version " + std::to_string(version));
+  return it->second->stats;
+}
+
+void Engine::FailLocked(Version* v, const Status& status) {
+  if (!v->error.ok()) return;
+  v->error = status.Annotate("checkpoint version " + std::to_string(v->version));
+  RTFT_LOG(kError, kLogCkpt) << v->error.ToString();
+  if (first_error_.ok()) first_error_ = v->error;
+}
+
+void Engine::AdvanceLocked(const std::shared_ptr<Version>& v) {
+  const size_t n = v->units.size();
+  if (!v->captured && v->error.ok() && v->units_captured == n && v->objects_done) {
+    v->captured = true;
+    v->stats.capture_s = Seconds(Clock::now() - v->start);
+  }
+  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->objects_done &&
+      v->skeleton_done) {
+    v->finalize_queued = true;
+    file_queue_.emplace_back(FileTask::kFinalize, v);
+  }
+  cv_.notify_all();
+}
+
+void Engine::FinishLocked(Version* v) {
+  v->finished = true;
+  cv_.notify_all();
+}
+
+}  // namespace internal
+}  // namespace rtft

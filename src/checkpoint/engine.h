@@ -1,0 +1,156 @@
+// The checkpoint engine's implementation (the public face is rtft::CheckpointEngine in
+// include/rtft/checkpoint.h). Pipeline per version:
+//
+//   Checkpoint() ──> capture thread: pool span per unit ──> host copy (capture pool) or
+//                    D2H copy (CUDA stream, completion thread)
+//                ──> file thread: version dir + HDF5 skeleton (dataset offsets)
+//   captured unit ──> flush threads: XXH3 per piece, write at dataset offset (O_DIRECT body,
+//                     buffered tail), release span
+//   all written   ──> file thread: objects + manifest (HDF5), fsync, rename, dir fsync
+//                ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
+//
+// engine.cc holds the API and bookkeeping, engine_pipeline.cc the background threads.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/capture_plan.h"
+#include "checkpoint/device_copy.h"
+#include "checkpoint/io_backend.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/pinned_pool.h"
+#include "core/thread_pool.h"
+#include "rtft/checkpoint.h"
+
+namespace rtft {
+
+// Options with every default resolved and checked.
+StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& options);
+
+// Lets tests put a fault-injecting backend under the engine.
+StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const CheckpointOptions& options,
+                                                                   std::unique_ptr<IoBackend> io);
+
+namespace internal {
+
+using Clock = std::chrono::steady_clock;
+
+struct TensorState {
+  TensorDesc desc;
+  uint64_t file_offset = 0;
+  std::vector<uint64_t> xxh3;  // one per chunk; filled by the flush threads
+};
+
+struct Version {
+  uint64_t version = 0;
+  std::vector<TensorState> tensors;
+  std::vector<ObjectDesc> objects;
+  std::vector<ObjectBlob> object_blobs;
+  std::vector<PlannedUnit> units;
+  std::string tmp_path;
+  std::string final_path;
+  Clock::time_point start;
+
+  // Guarded by the engine's mutex.
+  Status error;
+  bool skeleton_done = false;  // the file exists with its datasets (or creating it failed)
+  size_t units_captured = 0;   // copied into the pool, or skipped after an error
+  size_t units_released = 0;   // written (or skipped) and their pool span released
+  bool objects_done = false;
+  bool captured = false;
+  bool finalize_queued = false;
+  bool finished = false;  // persisted (and committed on rank 0), or failed
+  CheckpointStats stats;
+};
+
+struct FlushItem {
+  std::shared_ptr<Version> version;
+  size_t unit = 0;
+  PoolSpan span;
+  bool skip = false;  // the version failed: release only
+};
+
+class Engine : public CheckpointEngine {
+ public:
+  Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
+         std::unique_ptr<PinnedPool> pool);
+  ~Engine() override;
+  Status Start();
+
+  Status Checkpoint(uint64_t version, const StateProvider& state) override;
+  Status WaitCaptured(uint64_t version) override;
+  Status WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) override;
+  Status WaitPersisted(uint64_t version) override;
+  Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) override;
+  Status PollError() override;
+  StatusOr<CheckpointStats> Stats(uint64_t version) override;
+  const CheckpointOptions& options() const override { return options_; }
+
+ private:
+  // engine.cc
+  StatusOr<std::shared_ptr<Version>> Plan(uint64_t version, const StateProvider& state);
+  Status WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool persisted);
+  StatusOr<DeviceCopier*> Copier(int device);
+  // Records the version's first error (and the engine's), under mu_.
+  void FailLocked(Version* v, const Status& status);
+  // Moves a version along once its counters say so, under mu_.
+  void AdvanceLocked(const std::shared_ptr<Version>& v);
+  void FinishLocked(Version* v);
+
+  // engine_pipeline.cc
+  void CaptureLoop();
+  void CaptureVersion(const std::shared_ptr<Version>& v);
+  void OnUnitCaptured(const std::shared_ptr<Version>& v, size_t unit, PoolSpan span, Status status);
+  void CompletionLoop();
+  void FlushLoop();
+  Status WriteUnit(
+      Version* v, const PlannedUnit& unit, const PoolSpan& span,
+      std::map<Version*, std::pair<std::unique_ptr<File>, std::unique_ptr<File>>>* files);
+  void FileLoop();
+  Status CreateFile(Version* v);
+  Status FinalizeVersion(Version* v);
+  void CommitLoop();
+
+  const CheckpointOptions options_;
+  std::unique_ptr<IoBackend> io_;
+  std::unique_ptr<PinnedPool> pool_;
+  std::unique_ptr<ThreadPool> capture_pool_;
+  std::map<int, std::unique_ptr<DeviceCopier>> copiers_;  // guarded by copier_mu_
+  std::mutex copier_mu_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;  // any change of version state or queue
+  bool stopping_ = false;
+  uint64_t last_version_ = 0;
+  bool any_version_ = false;
+  Status first_error_;
+  std::map<uint64_t, std::shared_ptr<Version>> versions_;  // recent versions, for Wait/Stats
+  std::deque<std::shared_ptr<Version>> capture_queue_;
+  std::deque<FlushItem> flush_queue_;
+  struct DeviceWait {
+    std::shared_ptr<Version> version;
+    size_t unit;
+    PoolSpan span;
+    std::unique_ptr<CopyTicket> ticket;
+  };
+  std::deque<DeviceWait> device_queue_;
+  enum class FileTask { kCreate, kFinalize };
+  std::deque<std::pair<FileTask, std::shared_ptr<Version>>> file_queue_;
+  std::deque<std::shared_ptr<Version>> commit_queue_;
+
+  std::thread capture_thread_;
+  std::thread completion_thread_;
+  std::thread file_thread_;
+  std::thread commit_thread_;
+  std::vector<std::thread> flush_threads_;
+};
+
+}  // namespace internal
+}  // namespace rtft

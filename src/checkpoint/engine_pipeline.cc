@@ -1,0 +1,313 @@
+// The checkpoint engine's background threads. None of them throws or aborts on an I/O or CUDA
+// error: the first error of a version is recorded and reported by WaitCaptured/WaitPersisted.
+#include <cstring>
+
+#include "checkpoint/commit.h"
+#include "checkpoint/engine.h"
+#include "checkpoint/naming.h"
+#include "core/checksum.h"
+#include "core/logging.h"
+
+namespace rtft::internal {
+namespace {
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+// ---- capture ---------------------------------------------------------------------------------
+
+void Engine::CaptureLoop() {
+  for (;;) {
+    std::shared_ptr<Version> v;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !capture_queue_.empty(); });
+      if (capture_queue_.empty()) return;
+      v = capture_queue_.front();
+      capture_queue_.pop_front();
+    }
+    CaptureVersion(v);
+  }
+}
+
+void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
+  // Objects are serialized on the capture pool while tensor copies run.
+  capture_pool_->Submit([this, v] {
+    std::vector<ObjectBlob> blobs;
+    Status status;
+    for (const ObjectDesc& o : v->objects) {
+      StatusOr<std::string> bytes = o.serialize();
+      if (!bytes.ok()) {
+        status = bytes.status().Annotate("serializing object '" + o.name + "'");
+        break;
+      }
+      v->stats.object_bytes += bytes->size();
+      blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      v->object_blobs = std::move(blobs);
+    } else {
+      FailLocked(v.get(), status);
+    }
+    v->objects_done = true;
+    AdvanceLocked(v);
+  });
+
+  const size_t n = v->units.size();
+  for (size_t i = 0; i < n; ++i) {
+    const PlannedUnit& unit = v->units[i];
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status = v->error;
+    }
+    StatusOr<PoolSpan> span =
+        status.ok() ? pool_->Allocate(unit.span_bytes, options_.wait_timeout) : status;
+    if (!span.ok()) {
+      // Nothing more of this version is copied; the units left count as done.
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked(v.get(), span.status());
+      v->units_captured += n - i;
+      v->units_released += n - i;
+      AdvanceLocked(v);
+      return;
+    }
+    if (unit.memory == MemoryKind::kHost) {
+      capture_pool_->Submit([this, v, i, span = *span] {
+        for (const PlannedPiece& p : v->units[i].pieces) {
+          const char* src =
+              static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
+          std::memcpy(span.data + p.span_offset, src, p.bytes);
+        }
+        OnUnitCaptured(v, i, span, Status::Ok());
+      });
+      continue;
+    }
+    std::vector<CopyPiece> pieces;
+    for (const PlannedPiece& p : unit.pieces) {
+      const char* src = static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
+      pieces.push_back(CopyPiece{span->data + p.span_offset, src, p.bytes});
+    }
+    StatusOr<DeviceCopier*> copier = Copier(unit.device);
+    StatusOr<std::unique_ptr<CopyTicket>> ticket =
+        copier.ok() ? (*copier)->CopyToHost(pieces)
+                    : StatusOr<std::unique_ptr<CopyTicket>>(copier.status());
+    if (!ticket.ok()) {
+      OnUnitCaptured(v, i, *span, ticket.status());
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      device_queue_.push_back(DeviceWait{v, i, *span, std::move(*ticket)});
+    }
+    cv_.notify_all();
+  }
+}
+
+void Engine::OnUnitCaptured(const std::shared_ptr<Version>& v, size_t unit, PoolSpan span,
+                            Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status.ok()) FailLocked(v.get(), status);
+  ++v->units_captured;
+  flush_queue_.push_back(FlushItem{v, unit, span, !v->error.ok()});
+  AdvanceLocked(v);
+}
+
+void Engine::CompletionLoop() {
+  for (;;) {
+    DeviceWait wait;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !device_queue_.empty(); });
+      if (device_queue_.empty()) return;
+      wait = std::move(device_queue_.front());
+      device_queue_.pop_front();
+    }
+    OnUnitCaptured(wait.version, wait.unit, wait.span, wait.ticket->Wait());
+  }
+}
+
+// ---- flush -----------------------------------------------------------------------------------
+
+void Engine::FlushLoop() {
+  // This thread's open files per version: O_DIRECT for aligned bodies, buffered for the rest.
+  std::map<Version*, std::pair<std::unique_ptr<File>, std::unique_ptr<File>>> files;
+  std::map<Version*, std::shared_ptr<Version>> holders;
+  for (;;) {
+    FlushItem item;
+    bool skip = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (auto it = holders.begin(); it != holders.end();) {
+        if (it->second->units_released == it->second->units.size()) {
+          files.erase(it->first);
+          it = holders.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      cv_.wait(lock, [this] { return stopping_ || !flush_queue_.empty(); });
+      if (flush_queue_.empty()) return;
+      item = std::move(flush_queue_.front());
+      flush_queue_.pop_front();
+      Version* v = item.version.get();
+      cv_.wait(lock, [v] { return v->skeleton_done; });
+      skip = item.skip || !v->error.ok();
+    }
+    Version* v = item.version.get();
+    Status status;
+    if (!skip) {
+      holders[v] = item.version;
+      status = WriteUnit(v, v->units[item.unit], item.span, &files);
+    }
+    pool_->Release(item.span);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) FailLocked(v, status);
+    ++v->units_released;
+    AdvanceLocked(item.version);
+  }
+}
+
+Status Engine::WriteUnit(
+    Version* v, const PlannedUnit& unit, const PoolSpan& span,
+    std::map<Version*, std::pair<std::unique_ptr<File>, std::unique_ptr<File>>>* files) {
+  auto& [direct, buffered] = (*files)[v];
+  if (!direct) {
+    RTFT_ASSIGN_OR_RETURN(
+        direct, io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, *options_.direct_io}));
+    if (direct->direct()) {
+      RTFT_ASSIGN_OR_RETURN(buffered,
+                            io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));
+    }
+  }
+  const bool use_direct = direct->direct();
+  std::vector<IoRequest> aligned, rest;
+  for (const PlannedPiece& p : unit.pieces) {
+    TensorState& t = v->tensors[p.tensor];
+    char* buf = span.data + p.span_offset;
+    // Each piece is exactly one checksum chunk of its tensor (capture_plan.h).
+    t.xxh3[p.tensor_offset / options_.chunk_bytes] = Xxh3(buf, p.bytes);
+    const uint64_t offset = t.file_offset + p.tensor_offset;
+    uint64_t body = 0;
+    if (use_direct && offset % kDirectIoAlignment == 0 &&
+        reinterpret_cast<uintptr_t>(buf) % kDirectIoAlignment == 0)
+      body = p.bytes / kDirectIoAlignment * kDirectIoAlignment;
+    if (body > 0) aligned.push_back(IoRequest{offset, buf, body});
+    // The unaligned tail goes through the page cache: O_DIRECT would write past the dataset.
+    if (p.bytes > body) rest.push_back(IoRequest{offset + body, buf + body, p.bytes - body});
+  }
+  if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
+  if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
+  return Status::Ok();
+}
+
+// ---- files and commit ------------------------------------------------------------------------
+
+void Engine::FileLoop() {
+  for (;;) {
+    std::pair<FileTask, std::shared_ptr<Version>> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !file_queue_.empty(); });
+      if (file_queue_.empty()) return;
+      task = file_queue_.front();
+      file_queue_.pop_front();
+    }
+    Version* v = task.second.get();
+    if (task.first == FileTask::kCreate) {
+      Status status = CreateFile(v);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status.ok()) FailLocked(v, status);
+      v->skeleton_done = true;
+      AdvanceLocked(task.second);
+      continue;
+    }
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status = v->error;
+    }
+    if (status.ok()) status = FinalizeVersion(v);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) {
+      FailLocked(v, status);
+      // No partial file is left behind under the final name; the temporary one goes too.
+      (void)io_->Remove(v->tmp_path);
+      FinishLocked(v);
+    } else if (options_.rank == 0) {
+      commit_queue_.push_back(task.second);
+      cv_.notify_all();
+    } else {
+      FinishLocked(v);
+    }
+  }
+}
+
+Status Engine::CreateFile(Version* v) {
+  const std::string dir = VersionDir(options_.dir, v->version);
+  RTFT_RETURN_IF_ERROR(io_->CreateDirs(dir));
+  RTFT_RETURN_IF_ERROR(io_->SyncDir(options_.dir));
+  std::vector<DatasetSpec> specs;
+  specs.reserve(v->tensors.size());
+  for (const TensorState& t : v->tensors)
+    specs.push_back(DatasetSpec{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard});
+  RTFT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, CreateSkeleton(v->tmp_path, specs));
+  for (size_t i = 0; i < offsets.size(); ++i) v->tensors[i].file_offset = offsets[i];
+  return Status::Ok();
+}
+
+Status Engine::FinalizeVersion(Version* v) {
+  FileManifest m;
+  m.version = v->version;
+  m.rank = options_.rank;
+  m.world_size = options_.world_size;
+  m.chunk_bytes = options_.chunk_bytes;
+  m.created_unix_ms = UnixMs();
+  for (const TensorState& t : v->tensors) {
+    m.tensors.push_back(TensorEntry{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard,
+                                    t.file_offset, t.desc.bytes(), t.xxh3});
+  }
+  RTFT_RETURN_IF_ERROR(FinalizeFile(v->tmp_path, v->object_blobs, &m));
+  {
+    RTFT_ASSIGN_OR_RETURN(auto file,
+                          io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));
+    RTFT_RETURN_IF_ERROR(file->Sync());
+    RTFT_RETURN_IF_ERROR(file->Close());
+  }
+  RTFT_RETURN_IF_ERROR(io_->Rename(v->tmp_path, v->final_path));
+  RTFT_RETURN_IF_ERROR(io_->SyncDir(DirName(v->final_path)));
+  std::lock_guard<std::mutex> lock(mu_);
+  v->stats.persist_s = Seconds(Clock::now() - v->start);
+  return Status::Ok();
+}
+
+void Engine::CommitLoop() {
+  for (;;) {
+    std::shared_ptr<Version> v;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !commit_queue_.empty(); });
+      if (commit_queue_.empty()) return;
+      v = commit_queue_.front();
+      commit_queue_.pop_front();
+    }
+    Status status = CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
+                                  options_.commit_timeout);
+    if (status.ok()) {
+      Status pruned = PruneVersions(io_.get(), options_.dir, *options_.keep_versions);
+      if (!pruned.ok()) RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status.ok()) FailLocked(v.get(), status);
+    v->stats.commit_s = Seconds(Clock::now() - v->start);
+    FinishLocked(v.get());
+  }
+}
+
+}  // namespace rtft::internal

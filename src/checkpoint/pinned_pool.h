@@ -1,0 +1,72 @@
+// The pinned host pool: one bounded, pre-allocated circular buffer that captured state waits in
+// until the flush threads have written it. Allocation blocks while the pool is full
+// (back-pressure on capture, never on the caller of Checkpoint()); memory never grows past the
+// bound. Spans may be released in any order; space is reused once everything before it is free.
+// When CUDA is present the buffer is registered with the driver in chunks, so device-to-host
+// copies into it run at full PCIe bandwidth.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "rtft/status.h"
+
+namespace rtft {
+
+struct PoolSpan {
+  uint64_t id = 0;
+  char* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+class PinnedPool {
+ public:
+  // Spans start on this boundary (O_DIRECT needs it).
+  static constexpr uint64_t kAlignment = 4096;
+
+  // `register_with_cuda`: pin the buffer for the CUDA driver when a device is present.
+  static StatusOr<std::unique_ptr<PinnedPool>> Create(uint64_t bytes, bool register_with_cuda);
+  ~PinnedPool();
+
+  // Waits until `bytes` (rounded up to kAlignment) fit, up to `timeout`. InvalidArgument when the
+  // request exceeds the pool; Aborted after Shutdown().
+  StatusOr<PoolSpan> Allocate(uint64_t bytes, std::chrono::milliseconds timeout);
+  void Release(const PoolSpan& span);
+  // Wakes every waiter with Aborted; later allocations fail too.
+  void Shutdown();
+
+  uint64_t capacity() const { return capacity_; }
+  uint64_t in_use() const;
+  bool pinned() const { return pinned_; }
+
+ private:
+  PinnedPool(char* base, uint64_t capacity);
+  // Finds room without changing anything.
+  bool TryAllocateLocked(uint64_t bytes, uint64_t* offset) const;
+
+  struct Block {
+    uint64_t id;
+    uint64_t offset;
+    uint64_t bytes;  // including any wasted space at the end of the buffer before a wrap
+    bool released;
+  };
+
+  char* base_;
+  uint64_t capacity_;
+  bool pinned_ = false;
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::deque<Block> blocks_;  // allocation order; the front is the oldest live block
+  uint64_t head_ = 0;         // start of the oldest live block
+  uint64_t tail_ = 0;         // where the next block goes
+  uint64_t used_ = 0;
+  uint64_t next_id_ = 1;
+  bool shutdown_ = false;
+};
+
+}  // namespace rtft

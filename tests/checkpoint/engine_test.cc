@@ -1,0 +1,283 @@
+#include "checkpoint/engine.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <thread>
+
+#include "checkpoint/io/fault/fault_backend.h"
+#include "checkpoint/naming.h"
+#include "engine_test_util.h"
+#include "test_util.h"
+
+namespace rtft {
+namespace {
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string TestIo() {
+  const char* io = std::getenv("RTFT_TEST_IO");
+  return io && *io ? io : "posix";
+}
+
+CheckpointOptions SmallOptions(const std::string& dir) {
+  CheckpointOptions o;
+  o.dir = dir;
+  o.pool_bytes = 256 << 10;  // four chunks: capture must wait for the flush (back-pressure)
+  o.chunk_bytes = 64 << 10;
+  o.flush_threads = 3;
+  o.capture_threads = 2;
+  // The engine tests run once per backend (tests/checkpoint/CMakeLists.txt sets RTFT_TEST_IO).
+  o.io_backend = TestIo();
+  return o;
+}
+
+std::unique_ptr<CheckpointEngine> MakeEngine(const CheckpointOptions& o) {
+  auto e = CheckpointEngine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// A training-like state: a large tensor split into chunks, many small tensors coalesced, a bf16
+// tensor with an odd byte count, an empty tensor and two objects.
+struct TrainState {
+  std::vector<float> big = Iota(300000, 1);  // 1.2 MB: 19 chunks, odd tail
+  std::vector<std::vector<float>> small;
+  std::vector<uint16_t> bf16 = std::vector<uint16_t>(777, 0x3f80);
+  std::vector<float> empty;
+  int64_t step = 41;
+  CompositeProvider provider{/*small_tensor_bytes=*/8192, /*group_bytes=*/64 << 10};
+
+  TrainState() {
+    provider.AddTensor(HostTensor("model/big", &big));
+    for (int i = 0; i < 50; ++i) {
+      small.push_back(Iota(100 + i, static_cast<float>(i)));
+    }
+    for (int i = 0; i < 50; ++i)
+      provider.AddTensor(HostTensor("model/small" + std::to_string(i), &small[i]));
+    TensorDesc b;
+    b.name = "opt/bf16";
+    b.dtype = DType::kBFloat16;
+    b.shape = {7, 111};
+    b.data = bf16.data();
+    provider.AddTensor(b);
+    TensorDesc e = HostTensor("empty", &empty);
+    e.data = nullptr;
+    provider.AddTensor(e);
+    provider.AddObject(
+        {"step", [this] { return StatusOr<std::string>(std::to_string(step)); }, nullptr});
+    provider.AddObject(
+        {"rng", [] { return StatusOr<std::string>(std::string(5000, 'r')); }, nullptr});
+  }
+};
+
+TEST(Engine, SavesEveryByteAndCommits) {
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  TrainState s;
+  ASSERT_TRUE(engine->Checkpoint(7, s.provider).ok());
+  ASSERT_TRUE(engine->WaitCaptured(7).ok());
+  Status persisted = engine->WaitPersisted(7);
+  ASSERT_TRUE(persisted.ok()) << persisted;
+
+  const std::string file = RankFilePath(dir.path(), 7, 0);
+  ASSERT_TRUE(Exists(file));
+  EXPECT_FALSE(Exists(TempPath(file)));
+  EXPECT_TRUE(Exists(GlobalManifestPath(dir.path(), 7)));
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "7\n");
+
+  std::vector<char> big = StoredBytes(file, "model/big");
+  ASSERT_EQ(big.size(), s.big.size() * 4);
+  EXPECT_EQ(std::memcmp(big.data(), s.big.data(), big.size()), 0);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<char> b = StoredBytes(file, "model/small" + std::to_string(i));
+    ASSERT_EQ(b.size(), s.small[i].size() * 4) << i;
+    EXPECT_EQ(std::memcmp(b.data(), s.small[i].data(), b.size()), 0) << i;
+  }
+  std::vector<char> bf = StoredBytes(file, "opt/bf16");
+  ASSERT_EQ(bf.size(), 777u * 2);
+  EXPECT_EQ(std::memcmp(bf.data(), s.bf16.data(), bf.size()), 0);
+
+  auto m = ReadFileManifest(file);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->tensors.size(), 53u);
+  const TensorEntry* e = m->FindTensor("model/big");
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->xxh3.size(), ChunkCount(e->bytes, 64 << 10));
+  for (size_t c = 0; c < e->xxh3.size(); ++c) {
+    size_t begin = c * (64 << 10), n = std::min<size_t>(64 << 10, big.size() - begin);
+    EXPECT_EQ(e->xxh3[c], Xxh3(big.data() + begin, n)) << "chunk " << c;
+  }
+  EXPECT_EQ(e->offset % 4096, 0u);
+  ASSERT_NE(m->FindObject("step"), nullptr);
+  EXPECT_EQ(m->FindObject("step")->bytes, 2u);
+  EXPECT_EQ(m->FindObject("rng")->bytes, 5000u);
+
+  auto stats = engine->Stats(7);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(
+      stats->tensor_bytes, s.big.size() * 4 + 777 * 2 + [&] {
+        size_t n = 0;
+        for (auto& v : s.small) n += v.size() * 4;
+        return n;
+      }());
+  EXPECT_GT(stats->persist_s, 0);
+  EXPECT_LE(stats->capture_s, stats->persist_s);
+}
+
+TEST(Engine, CapturedStateIsASnapshot) {
+  // After WaitCaptured the caller may update its state; the file holds the state as it was.
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  TrainState s;
+  const std::vector<float> before = s.big;
+  ASSERT_TRUE(engine->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(engine->WaitCaptured(1).ok());
+  for (float& x : s.big) x = -1;
+  s.step = 99;
+  ASSERT_TRUE(engine->WaitPersisted(1).ok());
+  std::vector<char> big = StoredBytes(RankFilePath(dir.path(), 1, 0), "model/big");
+  ASSERT_EQ(big.size(), before.size() * 4);
+  EXPECT_EQ(std::memcmp(big.data(), before.data(), big.size()), 0);
+}
+
+TEST(Engine, ManyVersionsInFlightAndPruning) {
+  TempDir dir;
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.keep_versions = 2;
+  auto engine = MakeEngine(o);
+  ASSERT_TRUE(engine);
+  TrainState s;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(engine->Checkpoint(v, s.provider).ok());
+    ASSERT_TRUE(engine->WaitCaptured(v).ok());
+  }
+  for (uint64_t v = 1; v <= 5; ++v) ASSERT_TRUE(engine->WaitPersisted(v).ok()) << v;
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "5\n");
+  EXPECT_TRUE(Exists(VersionDir(dir.path(), 5)));
+  EXPECT_TRUE(Exists(VersionDir(dir.path(), 4)));
+  EXPECT_FALSE(Exists(VersionDir(dir.path(), 3)));
+  EXPECT_FALSE(Exists(VersionDir(dir.path(), 1)));
+}
+
+TEST(Engine, RejectsBadCallsAndOptions) {
+  TempDir dir;
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.chunk_bytes = 5000;
+  EXPECT_EQ(CheckpointEngine::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o = SmallOptions(dir.path());
+  o.pool_bytes = 4096;
+  Status pool = CheckpointEngine::Create(o).status();
+  EXPECT_EQ(pool.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pool.message().find("RTFT_CKPT_POOL_BYTES"), std::string::npos);
+  o = SmallOptions("");
+  EXPECT_EQ(CheckpointEngine::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o = SmallOptions(dir.path());
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_EQ(CheckpointEngine::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o = SmallOptions("/proc/rtft-cannot-be-here");
+  EXPECT_FALSE(CheckpointEngine::Create(o).ok());
+
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  TrainState s;
+  ASSERT_TRUE(engine->Checkpoint(5, s.provider).ok());
+  Status again = engine->Checkpoint(5, s.provider);
+  EXPECT_EQ(again.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(again.message().find("increase"), std::string::npos);
+  EXPECT_EQ(engine->WaitCaptured(6).code(), StatusCode::kNotFound);
+  std::vector<float> x(4);
+  CompositeProvider dup(1024, 4096);
+  dup.AddTensor(HostTensor("a", &x));
+  dup.AddTensor(HostTensor("a", &x));
+  EXPECT_EQ(engine->Checkpoint(6, dup).code(), StatusCode::kInvalidArgument);
+  TensorDesc dev = HostTensor("d", &x);
+  dev.memory = MemoryKind::kDevice;
+  TensorProvider device_tensor(dev);
+  EXPECT_FALSE(engine->Checkpoint(7, device_tensor).ok());  // no GPU here, or no CUDA build
+  ASSERT_TRUE(engine->WaitPersisted(5).ok());
+}
+
+// Disk full in the middle of a flush: the version fails with a clear error, leaves no file
+// under its final name, and the previous version stays the committed one.
+TEST(Engine, DiskFullMidFlushKeepsThePreviousVersion) {
+  TempDir dir;
+  FaultSpec spec;
+  spec.fail_writes_after_bytes = 1500000;  // the first version (~1.3 MB) fits, the second does not
+  spec.path_substring = ".h5";
+  auto io = CreateFaultBackend(*CreateIoBackend({TestIo(), 16}), spec);
+  auto engine = CreateCheckpointEngine(SmallOptions(dir.path()), std::move(io));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  TrainState s;
+  ASSERT_TRUE((*engine)->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE((*engine)->WaitPersisted(1).ok());
+  ASSERT_TRUE((*engine)->Checkpoint(2, s.provider).ok());
+  Status failed = (*engine)->WaitPersisted(2);
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed;
+  EXPECT_NE(failed.message().find("version 2"), std::string::npos) << failed;
+  EXPECT_EQ((*engine)->PollError().code(), StatusCode::kResourceExhausted);
+  // Let the failed version's cleanup finish before looking at the directory.
+  engine->reset();
+  EXPECT_FALSE(Exists(RankFilePath(dir.path(), 2, 0)));
+  EXPECT_FALSE(Exists(TempPath(RankFilePath(dir.path(), 2, 0))));
+  EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 2)));
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "1\n");
+  std::vector<char> big = StoredBytes(RankFilePath(dir.path(), 1, 0), "model/big");
+  ASSERT_EQ(big.size(), s.big.size() * 4);
+  EXPECT_EQ(std::memcmp(big.data(), s.big.data(), big.size()), 0);
+}
+
+TEST(Engine, ReadOnlyFileSystemAndFailingFsync) {
+  for (const char* text : {"fail_writes_after=0,errno=EROFS,path=.h5", "fail_sync,path=rank-"}) {
+    TempDir dir;
+    auto spec = ParseFaultSpec(text);
+    ASSERT_TRUE(spec.ok());
+    auto engine = CreateCheckpointEngine(
+        SmallOptions(dir.path()), CreateFaultBackend(*CreateIoBackend({TestIo(), 16}), *spec));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainState s;
+    ASSERT_TRUE((*engine)->Checkpoint(1, s.provider).ok());
+    Status st = (*engine)->WaitPersisted(1);
+    EXPECT_FALSE(st.ok()) << text;
+    if (std::string(text).find("EROFS") != std::string::npos)
+      EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st;
+    engine->reset();
+    EXPECT_FALSE(Exists(LatestPath(dir.path()))) << text;
+    EXPECT_FALSE(Exists(RankFilePath(dir.path(), 1, 0))) << text;
+  }
+}
+
+TEST(Engine, CommitWaitsForEveryRank) {
+  TempDir dir;
+  CheckpointOptions o0 = SmallOptions(dir.path());
+  o0.world_size = 2;
+  o0.commit_timeout = std::chrono::milliseconds(300);
+  CheckpointOptions o1 = o0;
+  o1.rank = 1;
+  auto r0 = MakeEngine(o0);
+  auto r1 = MakeEngine(o1);
+  ASSERT_TRUE(r0 && r1);
+  TrainState s;
+  // Rank 1 saves version 1 only: version 1 commits, version 2 times out on rank 0.
+  ASSERT_TRUE(r0->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(r1->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(r1->WaitPersisted(1).ok());
+  ASSERT_TRUE(r0->WaitPersisted(1).ok());
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "1\n");
+  ASSERT_TRUE(r0->Checkpoint(2, s.provider).ok());
+  Status st = r0->WaitPersisted(2);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("rank 1"), std::string::npos) << st;
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "1\n");
+  EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 2)));
+}
+
+}  // namespace
+}  // namespace rtft
