@@ -1,0 +1,69 @@
+// Reading one rank file of a checkpoint back: the manifest through HDF5 (layout.h), then tensor
+// and object bytes through the I/O backend at the manifest's offsets, every chunk checked against
+// its XXH3. Restore, VerifyVersion and rtft-ckpt read files only through this class.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "checkpoint/io_backend.h"
+#include "checkpoint/manifest.h"
+#include "rtft/status.h"
+
+namespace rtft {
+
+class CheckpointFileReader {
+ public:
+  // Called after each verified chunk with the number of bytes it held; may be called from
+  // several threads at once when the caller reads from several.
+  using ChunkCallback = std::function<void(uint64_t bytes)>;
+
+  // Reads and checks the manifest of `path` (InvalidArgument: not an rt-ft checkpoint; DataLoss:
+  // damaged or truncated; Unimplemented: a newer format) and opens the file for reading through
+  // `io`, which must outlive the reader.
+  static StatusOr<std::unique_ptr<CheckpointFileReader>> Open(const std::string& path,
+                                                              IoBackend* io);
+
+  const std::string& path() const { return path_; }
+  const FileManifest& manifest() const { return manifest_; }
+  // The manifest exactly as stored; the global manifest holds its XXH3.
+  const std::string& manifest_json() const { return manifest_json_; }
+  uint64_t file_size() const { return file_size_; }
+  // Bytes of tensor and object data (what VerifyAll reads).
+  uint64_t data_bytes() const;
+
+  // Reads a whole tensor into `dst` (`bytes` must be its size), chunk by chunk; with `verify`,
+  // a chunk whose XXH3 differs is a DataLoss naming the tensor, the file and the byte range.
+  // Safe to call from several threads at once.
+  Status ReadTensor(const std::string& name, void* dst, uint64_t bytes, bool verify = true,
+                    const ChunkCallback& on_chunk = {}) const;
+  Status ReadTensor(const TensorEntry& entry, void* dst, bool verify = true,
+                    const ChunkCallback& on_chunk = {}) const;
+  // Checks a tensor's checksums without keeping its bytes (a chunk_bytes buffer is reused).
+  Status VerifyTensor(const TensorEntry& entry, const ChunkCallback& on_chunk = {}) const;
+  // A serialized object; NotFound when the file has none of that name.
+  StatusOr<std::string> ReadObject(const std::string& name, bool verify = true) const;
+  StatusOr<std::string> ReadObject(const ObjectEntry& entry, bool verify = true) const;
+  // Reads every tensor and object of the file and checks every checksum.
+  Status VerifyAll(const ChunkCallback& on_chunk = {}) const;
+
+ private:
+  CheckpointFileReader(std::string path, std::string json, FileManifest manifest,
+                       std::unique_ptr<File> file, uint64_t file_size);
+  Status CheckExtents() const;
+  Status ReadAt(uint64_t offset, void* dst, uint64_t bytes) const;
+  Status ReadChunk(const TensorEntry& entry, uint64_t chunk, char* dst, bool verify) const;
+
+  std::string path_;
+  std::string manifest_json_;
+  FileManifest manifest_;
+  std::unique_ptr<File> file_;
+  uint64_t file_size_;
+  // A File is not promised to be safe for concurrent calls (an io_uring file owns one ring).
+  mutable std::mutex io_mu_;
+};
+
+}  // namespace rtft

@@ -1,0 +1,129 @@
+// rtft-ckpt cat: a tensor's values as numbers, the last dimension on one line. 16-bit floats are
+// widened to float32 for printing; floats print in the shortest form that reads back exactly.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "checkpoint/reader.h"
+#include "checkpoint/versions.h"
+#include "tools/rtft_ckpt/commands.h"
+
+namespace rtft::tools {
+namespace {
+
+float BFloat16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+float Float16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {  // inf, nan
+    bits = sign | 0x7f800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalize
+    exponent = 113;
+    while (!(mantissa & 0x400)) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+std::string FormatFloat(float f) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), f);
+  return std::string(buf, r.ptr);
+}
+
+std::string Value(DType dtype, const char* p) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return FormatFloat(Load<float>(p));
+    case DType::kFloat16:
+      return FormatFloat(Float16ToFloat(Load<uint16_t>(p)));
+    case DType::kBFloat16:
+      return FormatFloat(BFloat16ToFloat(Load<uint16_t>(p)));
+    case DType::kInt8:
+      return std::to_string(Load<int8_t>(p));
+    case DType::kInt32:
+      return std::to_string(Load<int32_t>(p));
+    case DType::kInt64:
+      return std::to_string(Load<int64_t>(p));
+    case DType::kUInt8:
+      return std::to_string(Load<uint8_t>(p));
+  }
+  return "?";
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "rtft-ckpt: %s\n", s.message().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int CatCommand(const std::string& file, const std::string& tensor, uint64_t limit) {
+  auto io = CreateReadBackend();
+  if (!io.ok()) return Fail(io.status());
+  auto reader = CheckpointFileReader::Open(file, io->get());
+  if (!reader.ok()) return Fail(reader.status());
+  const TensorEntry* entry = (*reader)->manifest().FindTensor(tensor);
+  if (!entry) return Fail(Status::NotFound("tensor '" + tensor + "' is not in " + file));
+  std::vector<char> bytes(entry->bytes);
+  Status s = (*reader)->ReadTensor(*entry, bytes.data());
+  if (!s.ok()) return Fail(s);
+
+  std::string header =
+      "# " + entry->name + " " + DTypeName(entry->dtype) + " " + ShapeText(entry->shape);
+  if (entry->shard.sharded())
+    header +=
+        " at " + ShapeText(entry->shard.offset) + " of " + ShapeText(entry->shard.global_shape);
+  std::printf("%s\n", header.c_str());
+  const size_t size = DTypeSize(entry->dtype);
+  const uint64_t count = entry->bytes / size;
+  const uint64_t row = entry->shape.empty() || entry->shape.back() == 0 ? 1 : entry->shape.back();
+  const uint64_t shown = limit == 0 ? count : std::min(limit, count);
+  std::string line;
+  for (uint64_t i = 0; i < shown; ++i) {
+    line += (line.empty() ? "" : " ") + Value(entry->dtype, bytes.data() + i * size);
+    if ((i + 1) % row == 0 || i + 1 == shown) {
+      std::printf("%s\n", line.c_str());
+      line.clear();
+    }
+  }
+  if (shown < count)
+    std::printf("# ... %llu more values (--limit 0 prints all)\n",
+                static_cast<unsigned long long>(count - shown));
+  return 0;
+}
+
+}  // namespace rtft::tools

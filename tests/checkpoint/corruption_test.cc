@@ -1,0 +1,140 @@
+// Bad input on the read side: flipped bytes, truncated files, files that are not checkpoints, a
+// newer format, missing directories, damaged LATEST. Each one is a Status with a clear message.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "checkpoint/layout.h"
+#include "checkpoint/naming.h"
+#include "checkpoint/reader.h"
+#include "checkpoint_fixture.h"
+#include "rtft/checkpoint.h"
+#include "test_util.h"
+
+namespace rtft {
+namespace {
+
+using testing::MakeTensor;
+
+class Corruption : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(testing::WriteVersion(dir_.path(), 1, 1, {{{w_.desc, b_.desc}, {}}}).ok());
+    path_ = RankFilePath(dir_.path(), 1, 0);
+  }
+
+  Status RestoreW() {
+    auto out = MakeTensor<float>("model/w", DType::kFloat32, {100, 50}, std::vector<float>(5000));
+    return Restore(dir_.path(), {}, TensorProvider(out.desc));
+  }
+
+  TempDir dir_;
+  testing::OwnedTensor<float> w_ =
+      MakeTensor<float>("model/w", DType::kFloat32, {100, 50}, std::vector<float>(5000, 1.5f));
+  testing::OwnedTensor<float> b_ =
+      MakeTensor<float>("model/b", DType::kFloat32, {50}, std::vector<float>(50, 2.0f));
+  std::string path_;
+};
+
+TEST_F(Corruption, FlippedByteInTensorData) {
+  auto m = ReadFileManifest(path_);
+  ASSERT_TRUE(m.ok());
+  std::FILE* f = std::fopen(path_.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::fseek(f, static_cast<long>(m->FindTensor("model/w")->offset + 777), SEEK_SET);
+  std::fputc(0xff, f);
+  std::fclose(f);
+  Status s = RestoreW();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("tensor 'model/w'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s;
+  // Without verification the (damaged) bytes are taken as they are.
+  auto out = MakeTensor<float>("model/w", DType::kFloat32, {100, 50}, std::vector<float>(5000));
+  RestoreOptions trusting;
+  trusting.verify_checksums = false;
+  EXPECT_TRUE(Restore(dir_.path(), trusting, TensorProvider(out.desc)).ok());
+}
+
+TEST_F(Corruption, TruncatedFile) {
+  struct stat st;
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  for (off_t size : {st.st_size - 1, st.st_size / 2, off_t{100}}) {
+    ASSERT_EQ(::truncate(path_.c_str(), size), 0);
+    Status s = RestoreW();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << size << ": " << s;
+    EXPECT_EQ(VerifyVersion(dir_.path(), 1).code(), StatusCode::kDataLoss);
+  }
+}
+
+TEST_F(Corruption, TextFileIsNotACheckpoint) {
+  std::ofstream(path_, std::ios::trunc) << "this is not a checkpoint\n";
+  Status s = RestoreW();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("not an rt-ft checkpoint"), std::string::npos) << s;
+  auto io = CreateIoBackend({});
+  ASSERT_TRUE(io.ok());
+  auto reader = CheckpointFileReader::Open(path_, io->get());
+  EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(Corruption, NewerFormatAsksForAnUpgrade) {
+  hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t attr = H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT);
+  int two = 2;
+  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT, &two), 0);
+  H5Aclose(attr);
+  H5Fclose(file);
+  Status s = RestoreW();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("upgrade"), std::string::npos) << s;
+  EXPECT_EQ(VerifyVersion(dir_.path(), 1).code(), StatusCode::kUnimplemented);
+}
+
+TEST_F(Corruption, MissingDirectory) {
+  const std::string missing = dir_.path() + "/nowhere";
+  Status s = Restore(missing, {}, TensorProvider(w_.desc));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find(missing), std::string::npos) << s;
+  EXPECT_EQ(ListVersions(missing).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(LatestVersion(missing).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(VerifyVersion(missing, 1).code(), StatusCode::kNotFound);
+}
+
+TEST_F(Corruption, DamagedLatest) {
+  std::ofstream(LatestPath(dir_.path()), std::ios::trunc) << "banana";
+  auto latest = LatestVersion(dir_.path());
+  EXPECT_EQ(latest.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(latest.status().message().find("'banana'"), std::string::npos) << latest.status();
+  EXPECT_EQ(RestoreW().code(), StatusCode::kDataLoss);
+
+  std::ofstream(LatestPath(dir_.path()), std::ios::trunc) << "1\n";
+  EXPECT_TRUE(LatestVersion(dir_.path()).ok());
+
+  ASSERT_TRUE(testing::WriteVersion(dir_.path(), 2, 1, {{{w_.desc}, {}}}).ok());
+  ASSERT_EQ(std::remove(GlobalManifestPath(dir_.path(), 2).c_str()), 0);
+  latest = LatestVersion(dir_.path());
+  EXPECT_EQ(latest.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(latest.status().message().find("incomplete"), std::string::npos) << latest.status();
+
+  ASSERT_EQ(std::remove(LatestPath(dir_.path()).c_str()), 0);
+  EXPECT_EQ(LatestVersion(dir_.path()).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(Corruption, DamagedGlobalManifest) {
+  std::ofstream(GlobalManifestPath(dir_.path(), 1), std::ios::trunc) << "{\"format\": ";
+  Status s = VerifyVersion(dir_.path(), 1);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("MANIFEST.json"), std::string::npos) << s;
+  auto versions = ListVersions(dir_.path());
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_FALSE((*versions)[0].complete);
+}
+
+}  // namespace
+}  // namespace rtft

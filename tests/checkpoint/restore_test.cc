@@ -1,0 +1,200 @@
+// Restore into host memory from versions written by the test fixture: values come back exactly,
+// LATEST and explicit versions, objects, and each error names what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#ifdef RTFT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "checkpoint/naming.h"
+#include "checkpoint_fixture.h"
+#include "rtft/checkpoint.h"
+#include "test_util.h"
+
+namespace rtft {
+namespace {
+
+using testing::FixtureOptions;
+using testing::MakeTensor;
+using testing::RankState;
+using testing::WriteVersion;
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + 0.5f * static_cast<float>(i);
+  return v;
+}
+
+// A destination like `t` with zeroed memory of its own.
+template <typename T>
+testing::OwnedTensor<T> Blank(const testing::OwnedTensor<T>& t) {
+  return MakeTensor<T>(t.desc.name, t.desc.dtype, t.desc.shape,
+                       std::vector<T>(t.storage.size(), T{}), t.desc.shard);
+}
+
+struct Fixture {
+  testing::OwnedTensor<float> w =
+      MakeTensor<float>("model/w", DType::kFloat32, {64, 33}, Iota(64 * 33, 1));
+  testing::OwnedTensor<uint16_t> h = MakeTensor<uint16_t>("model/h", DType::kBFloat16, {5},
+                                                          {0x3f80, 0xc000, 0x4049, 0x0000, 0x7f80});
+  testing::OwnedTensor<int64_t> step = MakeTensor<int64_t>("sched/step", DType::kInt64, {}, {42});
+  testing::OwnedTensor<int32_t> none = MakeTensor<int32_t>("empty", DType::kInt32, {0}, {});
+
+  RankState State() const {
+    return {{w.desc, h.desc, step.desc, none.desc}, {{"rng", std::string("\x01\x00\x02", 3)}}};
+  }
+};
+
+TEST(Restore, RoundTripsEveryDtypeAndObjects) {
+  TempDir dir;
+  Fixture f;
+  FixtureOptions small_chunks;
+  small_chunks.chunk_bytes = 4096;  // model/w spans three chunks
+  ASSERT_TRUE(WriteVersion(dir.path(), 7, 1, {f.State()}, small_chunks).ok());
+
+  auto w = Blank(f.w);
+  auto h = Blank(f.h);
+  auto step = Blank(f.step);
+  auto none = Blank(f.none);
+  std::string rng;
+  CompositeProvider state(0, 0);
+  for (const TensorDesc* d : {&w.desc, &h.desc, &step.desc, &none.desc}) state.AddTensor(*d);
+  state.AddObject({"rng", nullptr, [&](const std::string& b) {
+                     rng = b;
+                     return Status::Ok();
+                   }});
+  Status s = Restore(dir.path(), {}, state);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(w.storage, f.w.storage);
+  EXPECT_EQ(h.storage, f.h.storage);
+  EXPECT_EQ(step.storage, f.step.storage);
+  EXPECT_EQ(rng, std::string("\x01\x00\x02", 3));
+}
+
+TEST(Restore, LatestByDefaultOrTheVersionAsked) {
+  TempDir dir;
+  auto v1 = MakeTensor<float>("x", DType::kFloat32, {4}, {1, 2, 3, 4});
+  auto v2 = MakeTensor<float>("x", DType::kFloat32, {4}, {5, 6, 7, 8});
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {{{v1.desc}, {}}}).ok());
+  ASSERT_TRUE(WriteVersion(dir.path(), 2, 1, {{{v2.desc}, {}}}).ok());
+  auto out = Blank(v1);
+  TensorProvider provider(out.desc);
+  ASSERT_TRUE(Restore(dir.path(), {}, provider).ok());
+  EXPECT_EQ(out.storage, v2.storage);
+  RestoreOptions old;
+  old.version = 1;
+  ASSERT_TRUE(Restore(dir.path(), old, provider).ok());
+  EXPECT_EQ(out.storage, v1.storage);
+  auto latest = LatestVersion(dir.path());
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, 2u);
+}
+
+TEST(Restore, ReplicatedTensorSavedByEveryRank) {
+  TempDir dir;
+  auto x = MakeTensor<float>("x", DType::kFloat32, {3}, {1, 2, 3});
+  ASSERT_TRUE(
+      WriteVersion(dir.path(), 1, 3, {{{x.desc}, {}}, {{x.desc}, {}}, {{x.desc}, {}}}).ok());
+  auto out = Blank(x);
+  ASSERT_TRUE(Restore(dir.path(), {}, TensorProvider(out.desc)).ok());
+  EXPECT_EQ(out.storage, x.storage);
+  // A shard of it, too: the three identical copies count once.
+  auto part = MakeTensor<float>("x", DType::kFloat32, {2}, {0, 0}, ShardCoords{{3}, {1}});
+  Status s = Restore(dir.path(), {}, TensorProvider(part.desc));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(part.storage, (std::vector<float>{2, 3}));
+}
+
+TEST(Restore, ErrorsNameTheTensorOrObject) {
+  TempDir dir;
+  Fixture f;
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {f.State()}).ok());
+
+  auto missing = MakeTensor<float>("model/missing", DType::kFloat32, {2}, {0, 0});
+  Status s = Restore(dir.path(), {}, TensorProvider(missing.desc));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("'model/missing'"), std::string::npos) << s;
+
+  auto shape = MakeTensor<float>("model/w", DType::kFloat32, {33, 64}, Iota(33 * 64, 0));
+  s = Restore(dir.path(), {}, TensorProvider(shape.desc));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("'model/w'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[64, 33]"), std::string::npos) << s;
+
+  auto dtype = MakeTensor<uint16_t>("model/h", DType::kFloat16, {5}, std::vector<uint16_t>(5));
+  s = Restore(dir.path(), {}, TensorProvider(dtype.desc));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("bfloat16"), std::string::npos) << s;
+
+  ObjectProvider object(
+      ObjectDesc{"sched/lr", nullptr, [](const std::string&) { return Status::Ok(); }});
+  s = Restore(dir.path(), {}, object);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("'sched/lr'"), std::string::npos) << s;
+
+  ObjectProvider refusing(ObjectDesc{
+      "rng", nullptr, [](const std::string&) { return Status::InvalidArgument("bad rng state"); }});
+  s = Restore(dir.path(), {}, refusing);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("restoring object 'rng'"), std::string::npos) << s;
+
+  RestoreOptions absent;
+  absent.version = 9;
+  s = Restore(dir.path(), absent, TensorProvider(f.w.desc));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+}
+
+TEST(Restore, IncompleteVersionIsRefused) {
+  TempDir dir;
+  auto x = MakeTensor<float>("x", DType::kFloat32, {2}, {1, 2});
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {{{x.desc}, {}}}).ok());
+  FixtureOptions unfinished;
+  unfinished.write_global_manifest = false;
+  ASSERT_TRUE(WriteVersion(dir.path(), 2, 1, {{{x.desc}, {}}}, unfinished).ok());
+  RestoreOptions v2;
+  v2.version = 2;
+  auto out = Blank(x);
+  Status s = Restore(dir.path(), v2, TensorProvider(out.desc));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("incomplete"), std::string::npos) << s;
+  // LATEST still names version 1, which restores.
+  EXPECT_TRUE(Restore(dir.path(), {}, TensorProvider(out.desc)).ok());
+}
+
+#ifdef RTFT_WITH_CUDA
+TEST(Restore, IntoDeviceMemory) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  Fixture f;
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {f.State()}).ok());
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, f.w.storage.size() * sizeof(float)), cudaSuccess);
+  TensorDesc want = f.w.desc;
+  want.memory = MemoryKind::kDevice;
+  want.data = device;
+  Status s = Restore(dir.path(), {}, TensorProvider(want));
+  std::vector<float> back(f.w.storage.size());
+  ASSERT_EQ(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  cudaFree(device);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(back, f.w.storage);
+}
+#else
+TEST(Restore, DeviceMemoryNeedsCuda) {
+  TempDir dir;
+  auto x = MakeTensor<float>("x", DType::kFloat32, {2}, {1, 2});
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {{{x.desc}, {}}}).ok());
+  auto out = Blank(x);
+  out.desc.memory = MemoryKind::kDevice;
+  Status s = Restore(dir.path(), {}, TensorProvider(out.desc));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("without CUDA"), std::string::npos) << s;
+}
+#endif
+
+}  // namespace
+}  // namespace rtft

@@ -1,0 +1,68 @@
+// Test-only: writes a small, known checkpoint directory for the rtft-ckpt script tests, with the
+// reader tests' fixture (no checkpoint engine involved).
+//   make-test-checkpoint DIR            v1 and v2 complete (LATEST = 2), v3 incomplete
+//   make-test-checkpoint DIR --flip T   also flips one byte of tensor T in v2's rank 0 file
+// Every rank holds model/w float32 [2, 3] = 1.5 -2 3 / 4 5 6.25, model/h bfloat16
+// [4] = 1 -2 3.140625 0, model/f16 float16 [2] = 1 -2.5, step int64 scalar 42, opt/m float32
+// [4] at [4 * rank] of [8] with values 4 * rank + i, and an object "rng".
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "checkpoint/layout.h"
+#include "checkpoint/naming.h"
+#include "checkpoint_fixture.h"
+
+namespace rtft {
+namespace {
+
+Status FlipByte(const std::string& path, const std::string& tensor) {
+  RTFT_ASSIGN_OR_RETURN(FileManifest m, ReadFileManifest(path));
+  const TensorEntry* t = m.FindTensor(tensor);
+  if (!t) return Status::NotFound("no tensor " + tensor);
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  if (!f) return Status::IoError("cannot open " + path);
+  std::fseek(f, static_cast<long>(t->offset), SEEK_SET);
+  int c = std::fgetc(f);
+  std::fseek(f, static_cast<long>(t->offset), SEEK_SET);
+  std::fputc(c ^ 0x01, f);
+  std::fclose(f);
+  return Status::Ok();
+}
+
+Status Make(const std::string& dir, const std::string& flip) {
+  using testing::MakeTensor;
+  auto w = MakeTensor<float>("model/w", DType::kFloat32, {2, 3}, {1.5f, -2, 3, 4, 5, 6.25f});
+  auto h = MakeTensor<uint16_t>("model/h", DType::kBFloat16, {4}, {0x3f80, 0xc000, 0x4049, 0});
+  auto f16 = MakeTensor<uint16_t>("model/f16", DType::kFloat16, {2}, {0x3c00, 0xc100});
+  auto step = MakeTensor<int64_t>("step", DType::kInt64, {}, {42});
+  auto m0 = MakeTensor<float>("opt/m", DType::kFloat32, {4}, {0, 1, 2, 3}, ShardCoords{{8}, {0}});
+  auto m1 = MakeTensor<float>("opt/m", DType::kFloat32, {4}, {4, 5, 6, 7}, ShardCoords{{8}, {4}});
+  std::vector<testing::RankState> ranks = {
+      {{w.desc, h.desc, f16.desc, step.desc, m0.desc}, {{"rng", "seed=1"}}},
+      {{w.desc, h.desc, f16.desc, step.desc, m1.desc}, {{"rng", "seed=2"}}}};
+  testing::FixtureOptions options;
+  options.chunk_bytes = 4096;
+  RTFT_RETURN_IF_ERROR(testing::WriteVersion(dir, 1, 2, ranks, options));
+  RTFT_RETURN_IF_ERROR(testing::WriteVersion(dir, 2, 2, ranks, options));
+  options.write_global_manifest = false;
+  RTFT_RETURN_IF_ERROR(testing::WriteVersion(dir, 3, 2, ranks, options));
+  if (!flip.empty()) RTFT_RETURN_IF_ERROR(FlipByte(RankFilePath(dir, 2, 0), flip));
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace rtft
+
+int main(int argc, char** argv) {
+  if (argc != 2 && !(argc == 4 && std::strcmp(argv[2], "--flip") == 0)) {
+    std::fprintf(stderr, "usage: make-test-checkpoint DIR [--flip TENSOR]\n");
+    return 2;
+  }
+  rtft::Status s = rtft::Make(argv[1], argc == 4 ? argv[3] : "");
+  if (!s.ok()) {
+    std::fprintf(stderr, "make-test-checkpoint: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

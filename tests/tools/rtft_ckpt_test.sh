@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# rtft-ckpt end to end: exit codes, ls marking LATEST, verify catching a flipped byte, dump
+# printing JSON, cat printing the saved values. Usage: rtft_ckpt_test.sh RTFT_CKPT MAKE_CHECKPOINT
+set -u
+ckpt=$1
+make=$2
+tmp=$(mktemp -d "${RTFT_TEST_TMPDIR:-/var/tmp}/rtft-ckpt-test-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE PATTERN -- COMMAND...: runs COMMAND, checks its exit status and that its combined
+# output matches the extended regular expression PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code ]]; then fail "'$*' exited $rc, wanted $code; output:"; echo "$out"; return; fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then fail "'$*' output lacks /$pattern/:"; echo "$out"; fi
+}
+
+"$make" "$tmp/good" || { echo "FAIL: make-test-checkpoint"; exit 1; }
+"$make" "$tmp/bad" --flip model/w || { echo "FAIL: make-test-checkpoint --flip"; exit 1; }
+r0=$tmp/good/v000000000002/rank-00000.h5
+r1=$tmp/good/v000000000002/rank-00001.h5
+
+# ls: every version, LATEST on version 2's line, version 3 incomplete.
+expect 0 '^2 +complete +2 .*v000000000002 +<- LATEST$' -- "$ckpt" ls "$tmp/good"
+expect 0 '^1 +complete +2 ' -- "$ckpt" ls "$tmp/good"
+expect 0 '^3 +incomplete +2/\? ' -- "$ckpt" ls "$tmp/good"
+expect 1 '^rtft-ckpt: .*nowhere' -- "$ckpt" ls "$tmp/nowhere"
+
+# verify: 0 only when everything verified.
+expect 0 'version 2 of .*: OK' -- "$ckpt" verify "$tmp/good"
+expect 0 'version 1 of .*: OK' -- "$ckpt" verify "$tmp/good" --version 1
+expect 1 '^rtft-ckpt: .*incomplete' -- "$ckpt" verify "$tmp/good" --version 3
+expect 1 "^rtft-ckpt: tensor 'model/w' in .*rank-00000.h5: checksum mismatch in chunk 0" -- \
+  "$ckpt" verify "$tmp/bad"
+expect 0 'OK' -- "$ckpt" verify "$tmp/bad" --version 1
+expect 1 '^rtft-ckpt: .*does not exist|^rtft-ckpt: .*No such file' -- "$ckpt" verify "$tmp/nowhere"
+expect 2 '' -- "$ckpt" verify
+expect 2 '' -- "$ckpt" frobnicate
+expect 2 '' -- "$ckpt" verify "$tmp/good" --version notanumber
+expect 0 'verify' -- "$ckpt" --help
+
+# dump: the manifest as JSON (checked by a JSON parser where python3 exists).
+expect 0 '"format": "rt-ft checkpoint"' -- "$ckpt" dump "$r0"
+expect 0 '"name": "opt/m"' -- "$ckpt" dump "$r1"
+expect 0 '"world_size": 2' -- "$ckpt" dump "$tmp/good/v000000000002/MANIFEST.json"
+if command -v python3 >/dev/null; then
+  "$ckpt" dump "$r0" | python3 -c 'import json,sys; m=json.load(sys.stdin); assert m["rank"] == 0' ||
+    fail "dump output is not the JSON manifest"
+fi
+printf 'not a checkpoint\n' >"$tmp/text.h5"
+expect 1 '^rtft-ckpt: .*not an rt-ft checkpoint' -- "$ckpt" dump "$tmp/text.h5"
+
+# cat: the values, the last dimension on one line.
+expect 0 '^1.5 -2 3$' -- "$ckpt" cat "$r0" model/w
+expect 0 '^4 5 6.25$' -- "$ckpt" cat "$r0" model/w
+expect 0 '^1 -2 3.140625 0$' -- "$ckpt" cat "$r0" model/h
+expect 0 '^1 -2.5$' -- "$ckpt" cat "$r0" model/f16
+expect 0 '^42$' -- "$ckpt" cat "$r0" step
+expect 0 '^4 5 6 7$' -- "$ckpt" cat "$r1" opt/m
+expect 0 'at \[4\] of \[8\]' -- "$ckpt" cat "$r1" opt/m
+expect 0 '^4 5$' -- "$ckpt" cat "$r1" opt/m --limit 2
+expect 0 '2 more values' -- "$ckpt" cat "$r1" opt/m --limit 2
+expect 1 "^rtft-ckpt: tensor 'nope' is not in" -- "$ckpt" cat "$r0" nope
+expect 1 "checksum mismatch" -- "$ckpt" cat "$tmp/bad/v000000000002/rank-00000.h5" model/w
+
+# config: the settings table.
+expect 0 '^RTFT_CKPT_POOL_BYTES +' -- "$ckpt" config
+RTFT_CKPT_IO_DEPTH=7 expect 0 '^RTFT_CKPT_IO_DEPTH +7 +16 ' -- "$ckpt" config
+
+if [[ $failures -ne 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all rtft-ckpt checks passed"
