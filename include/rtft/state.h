@@ -50,7 +50,8 @@ struct TensorDesc {
 
 struct ObjectDesc {
   std::string name;
-  // Called during capture (before WaitCaptured returns), so it sees the state of the version.
+  // Called inside Checkpoint(), so it sees the state at the moment of the call; keep objects
+  // small (step, RNG state, LR schedule): tensors belong in TensorDesc.
   std::function<StatusOr<std::string>()> serialize;
   // Called on restore with the saved bytes; may be empty for save-only objects.
   std::function<Status(const std::string&)> deserialize;

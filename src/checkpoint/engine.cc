@@ -169,10 +169,15 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
   v->version = version;
   v->stats.version = version;
   v->stats.io_backend = io_->name();
+  // Objects are small and often change during the next forward pass (RNG state), so they are
+  // serialized here, at the moment of the call; their bytes are written with the skeleton.
   for (const ObjectDesc& o : desc.objects) {
     if (!o.serialize) return Status::InvalidArgument("object '" + o.name + "' has no serializer");
+    StatusOr<std::string> bytes = o.serialize();
+    if (!bytes.ok()) return bytes.status().Annotate("serializing object '" + o.name + "'");
+    v->stats.object_bytes += bytes->size();
+    v->object_blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
   }
-  v->objects = std::move(desc.objects);
   for (TensorDesc& t : desc.tensors) {
     if (t.memory == MemoryKind::kDevice) RTFT_RETURN_IF_ERROR(Copier(t.device).status());
     TensorState ts;
@@ -271,12 +276,11 @@ void Engine::FailLocked(Version* v, const Status& status) {
 
 void Engine::AdvanceLocked(const std::shared_ptr<Version>& v) {
   const size_t n = v->units.size();
-  if (!v->captured && v->error.ok() && v->units_captured == n && v->objects_done) {
+  if (!v->captured && v->error.ok() && v->units_captured == n) {
     v->captured = true;
     v->stats.capture_s = Seconds(Clock::now() - v->start);
   }
-  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->objects_done &&
-      v->skeleton_done) {
+  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->skeleton_done) {
     v->finalize_queued = true;
     file_queue_.emplace_back(FileTask::kFinalize, v);
   }

@@ -1,17 +1,19 @@
 // The checkpoint engine's implementation (the public face is rtft::CheckpointEngine in
 // include/rtft/checkpoint.h). Pipeline per version:
 //
-//   Checkpoint() ──> capture thread: pool span per unit ──> host copy (capture pool) or
+//   Checkpoint() ──> objects serialized (small; a consistent snapshot of step, RNG, ...)
+//                ──> capture thread: pool span per unit ──> host copy (capture pool) or
 //                    D2H copy (CUDA stream, completion thread)
-//                ──> file thread: version dir + HDF5 skeleton (dataset offsets)
+//                ──> file thread: version dir + HDF5 skeleton (dataset offsets, objects)
 //   captured unit ──> flush threads: XXH3 per piece, write at dataset offset (O_DIRECT body,
 //                     buffered tail), release span
-//   all written   ──> file thread: objects + manifest (HDF5), fsync, rename, dir fsync
+//   all written   ──> file thread: manifest (HDF5), fsync, rename, dir fsync
 //                ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
 //
 // engine.cc holds the API and bookkeeping, engine_pipeline.cc the background threads.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -51,19 +53,19 @@ struct TensorState {
 struct Version {
   uint64_t version = 0;
   std::vector<TensorState> tensors;
-  std::vector<ObjectDesc> objects;
-  std::vector<ObjectBlob> object_blobs;
+  std::vector<ObjectBlob> object_blobs;     // serialized inside Checkpoint()
+  std::vector<ObjectEntry> object_entries;  // where the skeleton put them
   std::vector<PlannedUnit> units;
   std::string tmp_path;
   std::string final_path;
   Clock::time_point start;
+  std::atomic<bool> direct_io{false};  // some flush thread got O_DIRECT for this file
 
   // Guarded by the engine's mutex.
   Status error;
   bool skeleton_done = false;  // the file exists with its datasets (or creating it failed)
   size_t units_captured = 0;   // copied into the pool, or skipped after an error
   size_t units_released = 0;   // written (or skipped) and their pool span released
-  bool objects_done = false;
   bool captured = false;
   bool finalize_queued = false;
   bool finished = false;  // persisted (and committed on rank 0), or failed

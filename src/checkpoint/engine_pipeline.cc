@@ -36,29 +36,6 @@ void Engine::CaptureLoop() {
 }
 
 void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
-  // Objects are serialized on the capture pool while tensor copies run.
-  capture_pool_->Submit([this, v] {
-    std::vector<ObjectBlob> blobs;
-    Status status;
-    for (const ObjectDesc& o : v->objects) {
-      StatusOr<std::string> bytes = o.serialize();
-      if (!bytes.ok()) {
-        status = bytes.status().Annotate("serializing object '" + o.name + "'");
-        break;
-      }
-      v->stats.object_bytes += bytes->size();
-      blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (status.ok()) {
-      v->object_blobs = std::move(blobs);
-    } else {
-      FailLocked(v.get(), status);
-    }
-    v->objects_done = true;
-    AdvanceLocked(v);
-  });
-
   const size_t n = v->units.size();
   for (size_t i = 0; i < n; ++i) {
     const PlannedUnit& unit = v->units[i];
@@ -187,6 +164,7 @@ Status Engine::WriteUnit(
     }
   }
   const bool use_direct = direct->direct();
+  if (use_direct) v->direct_io = true;
   std::vector<IoRequest> aligned, rest;
   for (const PlannedPiece& p : unit.pieces) {
     TensorState& t = v->tensors[p.tensor];
@@ -257,7 +235,8 @@ Status Engine::CreateFile(Version* v) {
   specs.reserve(v->tensors.size());
   for (const TensorState& t : v->tensors)
     specs.push_back(DatasetSpec{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard});
-  RTFT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, CreateSkeleton(v->tmp_path, specs));
+  RTFT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                        CreateSkeleton(v->tmp_path, specs, v->object_blobs, &v->object_entries));
   for (size_t i = 0; i < offsets.size(); ++i) v->tensors[i].file_offset = offsets[i];
   return Status::Ok();
 }
@@ -273,7 +252,8 @@ Status Engine::FinalizeVersion(Version* v) {
     m.tensors.push_back(TensorEntry{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard,
                                     t.file_offset, t.desc.bytes(), t.xxh3});
   }
-  RTFT_RETURN_IF_ERROR(FinalizeFile(v->tmp_path, v->object_blobs, &m));
+  m.objects = v->object_entries;
+  RTFT_RETURN_IF_ERROR(FinalizeFile(v->tmp_path, {}, &m));
   {
     RTFT_ASSIGN_OR_RETURN(auto file,
                           io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));
@@ -284,6 +264,7 @@ Status Engine::FinalizeVersion(Version* v) {
   RTFT_RETURN_IF_ERROR(io_->SyncDir(DirName(v->final_path)));
   std::lock_guard<std::mutex> lock(mu_);
   v->stats.persist_s = Seconds(Clock::now() - v->start);
+  v->stats.direct_io = v->direct_io;
   return Status::Ok();
 }
 

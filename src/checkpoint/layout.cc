@@ -70,10 +70,26 @@ StatusOr<uint64_t> WriteBytesDataset(hid_t file, const std::string& path, const 
   return static_cast<uint64_t>(offset);
 }
 
+Status WriteObjects(hid_t file, const std::vector<ObjectBlob>& objects,
+                    std::vector<ObjectEntry>* entries) {
+  H5Handle lcpl = LinkCreateProps();
+  for (const ObjectBlob& o : objects) {
+    ObjectEntry e;
+    e.name = o.name;
+    e.bytes = o.bytes.size();
+    e.xxh3 = Xxh3(o.bytes.data(), o.bytes.size());
+    RTFT_ASSIGN_OR_RETURN(e.offset, WriteBytesDataset(file, e.dataset(), o.bytes, lcpl.get()));
+    entries->push_back(std::move(e));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
-                                               const std::vector<DatasetSpec>& tensors) {
+                                               const std::vector<DatasetSpec>& tensors,
+                                               const std::vector<ObjectBlob>& objects,
+                                               std::vector<ObjectEntry>* object_entries) {
   SilenceHdf5Errors();
   H5Handle fapl = Hdf5FileAccess();
   H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
@@ -112,6 +128,9 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
       RTFT_RETURN_IF_ERROR(WriteInt64Attribute(ds.get(), "shard_offset", t.shard.offset));
     }
   }
+  std::vector<ObjectEntry> entries;
+  RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &entries));
+  if (object_entries) *object_entries = std::move(entries);
   // Closing flushes the metadata and extends the file to cover every allocated dataset.
   if (file.Close() < 0) return Hdf5Error(StatusCode::kIoError, "closing " + path);
   return offsets;
@@ -123,18 +142,7 @@ Status FinalizeFile(const std::string& path, const std::vector<ObjectBlob>& obje
   H5Handle fapl = Hdf5FileAccess();
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
   if (!file.valid()) return Hdf5Error(StatusCode::kIoError, "reopening " + path);
-  H5Handle lcpl = LinkCreateProps();
-
-  manifest->objects.clear();
-  for (const ObjectBlob& o : objects) {
-    ObjectEntry e;
-    e.name = o.name;
-    e.bytes = o.bytes.size();
-    e.xxh3 = Xxh3(o.bytes.data(), o.bytes.size());
-    RTFT_ASSIGN_OR_RETURN(e.offset,
-                          WriteBytesDataset(file.get(), e.dataset(), o.bytes, lcpl.get()));
-    manifest->objects.push_back(std::move(e));
-  }
+  RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &manifest->objects));
 
   // The manifest goes last: a file without it was not finished.
   const std::string json = manifest->ToJson();

@@ -2,8 +2,10 @@
 // tensor I/O:
 //   1. CreateSkeleton: one contiguous dataset per tensor under /tensors, allocated early, never
 //      filled, 4 KiB aligned when 4 KiB or larger; returns where each dataset's bytes start, so the
-//      engine writes tensor bytes there directly (O_DIRECT) without HDF5 in the data path.
-//   2. FinalizeFile: reopens the file, appends the serialized objects under /objects and writes the
+//      engine writes tensor bytes there directly (O_DIRECT) without HDF5 in the data path. The
+//      serialized objects are written here too, after the tensors' space, while the engine's
+//      tensor I/O has yet to start or is running.
+//   2. FinalizeFile: reopens the file, appends any further objects under /objects and writes the
 //      manifest dataset last.
 // Readers use ReadFileManifest and then read bytes at the manifest's offsets.
 #pragma once
@@ -28,18 +30,22 @@ struct DatasetSpec {
   ShardCoords shard;  // stored as dataset attributes for h5py users (the manifest is canonical)
 };
 
-// Creates (truncates) `path` as an HDF5 file with the given datasets and returns each dataset's
-// file offset, in order (0 for empty datasets).
-StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
-                                               const std::vector<DatasetSpec>& tensors);
-
 struct ObjectBlob {
   std::string name;
   std::string bytes;
 };
 
-// Appends `objects` to the file and writes `manifest` (after filling its object entries) as the
-// file's last dataset. The caller fsyncs and renames afterwards.
+// Creates (truncates) `path` as an HDF5 file with the given datasets and returns each dataset's
+// file offset, in order (0 for empty datasets). `objects` are written after the tensors' space
+// and described in `object_entries` (offsets, sizes, checksums).
+StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
+                                               const std::vector<DatasetSpec>& tensors,
+                                               const std::vector<ObjectBlob>& objects = {},
+                                               std::vector<ObjectEntry>* object_entries = nullptr);
+
+// Appends `objects` (often none: the skeleton holds them) to the file, adds their entries to
+// manifest->objects, and writes `manifest` as the file's last dataset. The caller fsyncs and
+// renames afterwards.
 Status FinalizeFile(const std::string& path, const std::vector<ObjectBlob>& objects,
                     FileManifest* manifest);
 

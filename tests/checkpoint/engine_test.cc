@@ -127,6 +127,12 @@ TEST(Engine, SavesEveryByteAndCommits) {
         return n;
       }());
   EXPECT_GT(stats->persist_s, 0);
+  // Where the file system grants O_DIRECT, the tensor bytes went through it.
+  auto io = CreateIoBackend({TestIo(), 16});
+  ASSERT_TRUE(io.ok());
+  auto probe = (*io)->Open(dir.path() + "/probe", OpenOptions{OpenMode::kCreate, true});
+  ASSERT_TRUE(probe.ok());
+  EXPECT_EQ(stats->direct_io, (*probe)->direct());
   EXPECT_LE(stats->capture_s, stats->persist_s);
 }
 
