@@ -32,6 +32,10 @@ bool ParseLogLevel(const std::string& text, LogLevel* level);
 void SetLogRank(int rank);
 
 namespace internal {
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
 class LogMessage {
  public:
   LogMessage(LogLevel level, LogSubsystem subsys, const char* file, int line);
@@ -45,8 +49,12 @@ class LogMessage {
 
 }  // namespace rtft
 
-#define RTFT_LOG(level, subsys)                                                               \
-  if (!::rtft::LogEnabled(::rtft::LogLevel::level, ::rtft::subsys)) {                         \
-  } else                                                                                      \
-    ::rtft::internal::LogMessage(::rtft::LogLevel::level, ::rtft::subsys, __FILE__, __LINE__) \
-        .stream()
+// An expression, not an if-statement, so it is safe inside an unbraced if/else. `&` binds more
+// loosely than `<<`, so the whole stream expression is built before it is voided.
+#define RTFT_LOG(level, subsys)                                                                 \
+  !::rtft::LogEnabled(::rtft::LogLevel::level, ::rtft::subsys)                                  \
+      ? (void)0                                                                                 \
+      : ::rtft::internal::LogVoidify() & ::rtft::internal::LogMessage(::rtft::LogLevel::level,  \
+                                                                      ::rtft::subsys, __FILE__, \
+                                                                      __LINE__)                 \
+                                             .stream()
