@@ -45,8 +45,9 @@ TEST(GpuCapture, DeviceTensorsRoundTrip) {
   provider.AddTensor(t);
   for (size_t i = 0; i < small.size(); ++i) {
     d_small.push_back(std::make_unique<DeviceBuffer>(small[i].size() * 4));
-    ASSERT_EQ(cudaMemcpy(d_small[i]->ptr, small[i].data(), d_small[i]->bytes, cudaMemcpyHostToDevice),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(d_small[i]->ptr, small[i].data(), d_small[i]->bytes, cudaMemcpyHostToDevice),
+        cudaSuccess);
     TensorDesc s = t;
     s.name = "small/" + std::to_string(i);
     s.shape = {static_cast<int64_t>(small[i].size())};
