@@ -19,7 +19,7 @@ RTFT_APT_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
-  python3-h5py clang-format
+  python3-h5py python3-xxhash clang-format
 )
 
 rtft_log() { printf '==> %s\n' "$*" >&2; }
