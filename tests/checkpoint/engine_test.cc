@@ -136,6 +136,34 @@ TEST(Engine, SavesEveryByteAndCommits) {
   EXPECT_LE(stats->capture_s, stats->persist_s);
 }
 
+TEST(Engine, StateWithoutTensorBytes) {
+  // Only objects and an empty tensor: no capture units at all, still a complete version.
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  std::vector<float> none;
+  CompositeProvider p(1024, 4096);
+  TensorDesc empty = HostTensor("empty", &none);
+  empty.data = nullptr;
+  p.AddTensor(empty);
+  p.AddObject({"note", [] { return StatusOr<std::string>(std::string("hello")); }, nullptr});
+  ASSERT_TRUE(engine->Checkpoint(3, p).ok());
+  ASSERT_TRUE(engine->WaitPersisted(3).ok());
+  auto m = ReadFileManifest(RankFilePath(dir.path(), 3, 0));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->tensors.size(), 1u);
+  EXPECT_EQ(m->tensors[0].bytes, 0u);
+  ASSERT_NE(m->FindObject("note"), nullptr);
+  EXPECT_EQ(m->FindObject("note")->bytes, 5u);
+  // A failing serializer fails the call itself, before anything is queued.
+  CompositeProvider bad(1024, 4096);
+  bad.AddObject(
+      {"broken", [] { return StatusOr<std::string>(Status::Internal("boom")); }, nullptr});
+  Status st = engine->Checkpoint(4, bad);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("broken"), std::string::npos);
+}
+
 TEST(Engine, CapturedStateIsASnapshot) {
   // After WaitCaptured the caller may update its state; the file holds the state as it was.
   TempDir dir;
