@@ -1,0 +1,75 @@
+// rtft::Runtime: what an application linked with librt-ft sees of the job it runs in under
+// dp-launch. Create() connects to the slot's agent and returns the process's role, logical rank
+// and epoch; a warm spare blocks in Create() until the coordinator gives it a failed slot's rank.
+// Failure events (another rank failed: abort communicators, roll back) reach the application
+// within milliseconds, through a callback and a pollable queue.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rtft/export.h"
+#include "rtft/status.h"
+
+namespace rtft {
+
+enum class RuntimeRole : uint8_t {
+  kInitial = 0,         // started with its logical rank
+  kSpareActivated = 1,  // a warm spare that took over a failed slot's logical rank
+  kRestarted = 2,       // restarted on the same slot after a transient failure
+  kStandalone = 3,      // not started by dp-launch: rank 0 of 1, no failure handling
+};
+RTFT_EXPORT const char* RuntimeRoleName(RuntimeRole role);
+
+struct RuntimeInfo {
+  RuntimeRole role = RuntimeRole::kStandalone;
+  int rank = 0;
+  int world_size = 1;
+  uint64_t epoch = 0;
+  int slot = 0;
+};
+
+struct FailureEvent {
+  uint64_t epoch = 0;             // the new epoch
+  std::vector<int> failed_ranks;  // logical ranks that failed
+  std::string reason;
+  int world_size = 0;     // logical ranks in the new epoch (smaller after a shrink)
+  bool shutdown = false;  // the job is ending: finish (checkpoint first if asked) and exit
+  bool checkpoint_first = false;
+};
+
+struct RuntimeOptions {
+  // How long a warm spare may wait for activation (default: forever).
+  std::chrono::milliseconds standby_timeout = std::chrono::milliseconds::max();
+  std::chrono::milliseconds connect_timeout{10000};
+};
+
+class RTFT_EXPORT Runtime {
+ public:
+  // Under dp-launch (RTFT_AGENT_SOCKET set): attaches to the agent and returns once this process
+  // has a logical rank. Otherwise: a standalone runtime, rank 0 of 1.
+  static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options = {});
+  virtual ~Runtime();
+
+  virtual const RuntimeInfo& info() const = 0;
+  // Called on the runtime's thread for every event, as it arrives. Keep it short: set a flag,
+  // abort communicators.
+  virtual void OnFailure(std::function<void(const FailureEvent&)> callback) = 0;
+  // The next event not yet polled, if any.
+  virtual std::optional<FailureEvent> PollEvent() = 0;
+  // Step progress for the agent's hang watchdog; call once per step.
+  virtual Status ReportStep(uint64_t step) = 0;
+  // A sticky device error: the slot cannot go on; the coordinator swaps in a spare.
+  virtual Status ReportDeviceError(const std::string& detail) = 0;
+  // The key-value store of the job (rendezvous of communicators), through the agent.
+  virtual Status KvPut(const std::string& key, const std::string& value) = 0;
+  virtual StatusOr<std::string> KvGet(const std::string& key,
+                                      std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace rtft

@@ -1,0 +1,75 @@
+// An agent's (dp-launch's) connection to the coordinator: join and receive an assignment,
+// heartbeats on a background thread (carrying the application's step progress), failure and
+// exit reports, events (epoch changes, activation of a spare, shutdown) and the KV store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/keys.h"
+#include "control/types.h"
+#include "rtft/status.h"
+
+namespace rtft::control {
+
+struct AgentInfo {
+  SlotId slot = -1;
+  std::string host;
+  int32_t pid = 0;
+};
+
+struct Assignment {
+  Role role = Role::kSpare;
+  LogicalRank rank = kNoRank;
+  uint64_t epoch = 0;
+  int32_t world_size = 0;
+};
+
+struct ControlEvent {
+  enum class Type : uint8_t {
+    kEpochChange = 0,  // membership changed; this slot's assignment may have changed too
+    kShutdown = 1,     // the job is over (or must checkpoint and exit): stop the application
+  };
+  Type type = Type::kEpochChange;
+  Membership membership;
+  std::vector<LogicalRank> failed_ranks;
+  std::string reason;
+  Assignment assignment;          // this slot's assignment in the new epoch
+  bool checkpoint_first = false;  // kShutdown under checkpoint-and-exit
+  int32_t exit_code = 0;          // kShutdown: the job's exit code
+};
+
+struct AgentClientOptions {
+  std::string endpoint;  // the coordinator's
+  JobKeys keys;
+  AgentInfo me;
+  std::chrono::milliseconds heartbeat_period{100};
+  std::chrono::milliseconds request_timeout{5000};
+};
+
+class AgentClient {
+ public:
+  static StatusOr<std::unique_ptr<AgentClient>> Connect(const AgentClientOptions& options);
+  virtual ~AgentClient() = default;
+
+  // Says hello and waits until every slot has joined; returns this slot's first assignment.
+  virtual StatusOr<Assignment> Join(std::chrono::milliseconds timeout) = 0;
+  // The application failed on this slot; the coordinator answers with an epoch change event.
+  virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;
+  // Latest step the application reported; sent with the next heartbeat.
+  virtual void SetProgress(uint64_t step) = 0;
+  // The application exited for good with `code` (0: finished its work).
+  virtual Status ReportExit(int32_t code) = 0;
+  // The next event for this slot, or nullopt after `timeout`.
+  virtual StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) = 0;
+  virtual Status KvPut(const std::string& key, const std::string& value) = 0;
+  // Blocks until the key exists (or `timeout`: DeadlineExceeded).
+  virtual StatusOr<std::string> KvGet(const std::string& key,
+                                      std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace rtft::control

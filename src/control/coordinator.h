@@ -1,0 +1,44 @@
+// The coordinator: runs inside slot 0's agent (dp-launch) on its own thread. It owns the
+// membership table, epochs, the spare pool, failure classification (DESIGN.md table), the
+// key-value store (Gloo rendezvous, NCCL unique ids) and the broadcast of events to agents.
+// Transport: ZeroMQ ROUTER socket with CURVE; messages as in docs/control-protocol.md.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "control/keys.h"
+#include "control/types.h"
+#include "rtft/status.h"
+
+namespace rtft::control {
+
+struct CoordinatorOptions {
+  std::string bind_host = "*";  // interface to bind; the port is chosen by the kernel
+  std::string advertise_host;   // host name agents use to reach it (default: gethostname)
+  JobKeys keys;
+  int32_t slots = 1;   // dp-launch processes in the job
+  int32_t spares = 0;  // the last `spares` slots start as spares
+  std::chrono::milliseconds heartbeat_timeout{1000};
+  std::chrono::milliseconds join_timeout{60000};  // every slot must say hello within this
+  int32_t max_restarts_per_slot = 3;
+  SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
+};
+
+class Coordinator {
+ public:
+  static StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  virtual ~Coordinator() = default;  // stops the thread
+
+  // "tcp://host:port" for agents.
+  virtual std::string endpoint() const = 0;
+  // A snapshot of the current membership (tests, progress output).
+  virtual Membership membership() const = 0;
+  // Blocks until the job is over and returns its exit code: 0 when every logical rank's
+  // application exited 0 (or the checkpoint-and-exit policy completed), else the first failing
+  // application's code, or 1 when the job could not go on (spares exhausted with `fail`).
+  virtual int WaitJobEnd() = 0;
+};
+
+}  // namespace rtft::control

@@ -1,0 +1,65 @@
+// The link between an agent (dp-launch) and the application process it supervises: a ZeroMQ
+// ipc:// socket in a private (0700) directory. The agent tells the runtime its assignment (a
+// warm spare waits here until it gets one) and forwards events; the runtime reports step
+// progress (for the watchdog) and device errors.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "control/agent_client.h"
+#include "rtft/status.h"
+
+namespace rtft::control {
+
+// Runtime → agent.
+struct RuntimeReport {
+  enum class Type : uint8_t {
+    kProgress = 0,
+    kDeviceError = 1,
+    kDetach = 2,
+    kKvPut = 3,
+    kKvGet = 4
+  };
+  Type type = Type::kProgress;
+  uint64_t step = 0;
+  std::string detail;      // device error text
+  std::string key, value;  // KV requests
+  int64_t timeout_ms = 0;  // kKvGet
+};
+
+// Agent side: one per supervised application process.
+class LocalServer {
+ public:
+  // Binds ipc://<path>.
+  static StatusOr<std::unique_ptr<LocalServer>> Bind(const std::string& path);
+  virtual ~LocalServer() = default;
+  virtual const std::string& path() const = 0;
+  // Waits for the runtime's attach (carrying its pid).
+  virtual StatusOr<int32_t> WaitAttach(std::chrono::milliseconds timeout) = 0;
+  virtual Status SendAssignment(const Assignment& assignment) = 0;
+  virtual Status SendEvent(const ControlEvent& event) = 0;
+  virtual StatusOr<std::optional<RuntimeReport>> PollReport(std::chrono::milliseconds timeout) = 0;
+  // Answers a kKvGet (the agent forwards KV requests to the coordinator).
+  virtual Status SendKvReply(const std::string& key, const StatusOr<std::string>& value) = 0;
+};
+
+// Runtime side.
+class LocalClient {
+ public:
+  static StatusOr<std::unique_ptr<LocalClient>> Connect(const std::string& path);
+  virtual ~LocalClient() = default;
+  virtual Status Attach(int32_t pid) = 0;
+  // Blocks until the agent sends an assignment (a warm spare waits here).
+  virtual StatusOr<Assignment> WaitAssignment(std::chrono::milliseconds timeout) = 0;
+  virtual StatusOr<std::optional<ControlEvent>> PollEvent(std::chrono::milliseconds timeout) = 0;
+  virtual Status Report(const RuntimeReport& report) = 0;
+  virtual Status KvPut(const std::string& key, const std::string& value) = 0;
+  virtual StatusOr<std::string> KvGet(const std::string& key,
+                                      std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace rtft::control
