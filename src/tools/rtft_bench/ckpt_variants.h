@@ -1,0 +1,37 @@
+// The three ways `rtft-bench ckpt` writes the same state to the same disk:
+//   raw   - the disk's own O_DIRECT bandwidth (io_uring via the project's IoBackend), the ceiling;
+//   naive - what torch.save does: copy every tensor to fresh pageable memory, serialize into one
+//           buffered stream, fsync; the caller is blocked for all of it;
+//   rtft  - CheckpointEngine: the caller is blocked for Checkpoint() + WaitCaptured() only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "rtft/status.h"
+#include "tools/rtft_bench/ckpt_state.h"
+
+namespace rtft::bench {
+
+struct VariantConfig {
+  std::string dir;          // scratch directory on the disk under test; files are removed after
+  std::string io = "auto";  // rt-ft's I/O backend: auto | uring | posix
+  uint64_t pool_bytes = 0;  // 0: big enough to hold the whole state
+  int flush_threads = 0;    // 0: RTFT_CKPT_FLUSH_THREADS; also the raw writer's thread count
+};
+
+struct VariantResult {
+  double blocking_s = 0;  // how long the calling (training) thread was held
+  double capture_s = 0;   // until every byte was in host memory; 0 where nothing is captured
+  double persist_s = 0;   // until durable (fsync / rename + directory fsync)
+  double call_s = 0;      // rtft only: the Checkpoint() call itself
+  std::string io;         // backend that did the writing
+  bool direct_io = false;
+};
+
+// Raw writes `bytes` (rounded up to 4 KiB) in 8 MiB blocks, 16 in flight per thread.
+StatusOr<VariantResult> RunRaw(uint64_t bytes, const VariantConfig& config);
+StatusOr<VariantResult> RunNaive(const BenchState& state, const VariantConfig& config);
+StatusOr<VariantResult> RunRtft(const BenchState& state, const VariantConfig& config);
+
+}  // namespace rtft::bench

@@ -1,0 +1,61 @@
+// rtft-bench: the benchmarks behind the performance claims in shared/BENCHMARKS.md. Each
+// subcommand prints one JSON object per line on stdout and human-readable progress on stderr.
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/logging.h"
+#include "tools/rtft_bench/bench_command.h"
+
+namespace {
+
+int Main(int argc, char** argv) {
+  using rtft::bench::BenchCommand;
+  // The explicit list of subcommands; a new benchmark adds one line here.
+  std::vector<std::unique_ptr<BenchCommand>> commands;
+  commands.push_back(rtft::bench::NewCkptCommand());
+
+  CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "rt-ft log level: error|warn|info|debug|trace");
+  std::vector<CLI::App*> subs;
+  for (auto& c : commands) {
+    CLI::App* sub = app.add_subcommand(c->name(), c->help());
+    c->AddFlags(sub);
+    subs.push_back(sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? rtft::bench::kExitOk : rtft::bench::kExitUsage;
+  }
+  if (!log_level.empty()) {
+    rtft::LogLevel level;
+    if (!rtft::ParseLogLevel(log_level, &level)) {
+      std::cerr << "rtft-bench: unknown --log-level '" << log_level << "'\n";
+      return rtft::bench::kExitUsage;
+    }
+    rtft::SetLogLevel(level);
+  }
+  for (size_t i = 0; i < commands.size(); ++i) {
+    if (subs[i]->parsed()) return commands[i]->Run();
+  }
+  return rtft::bench::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Nothing may escape as an exception: the standard library's (bad_alloc) end here.
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "rtft-bench: " << e.what() << "\n";
+    return rtft::bench::kExitFailed;
+  }
+}

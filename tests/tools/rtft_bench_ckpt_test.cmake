@@ -1,0 +1,82 @@
+# rtft-bench ckpt end to end on a tiny state: stdout must be JSON lines, one per variant (raw,
+# naive, rtft) and a summary, each with the keys shared/BENCHMARKS.md promises and measured
+# (positive) bandwidths; --state gpu either runs or exits 2 with a reason; a bad flag exits 2.
+# Run by ctest as: cmake -DBENCH=<rtft-bench> -DWORK_DIR=<dir> -P rtft_bench_ckpt_test.cmake
+cmake_minimum_required(VERSION 3.22)
+
+set(required name variant bytes tensors state blocking_s capture_gbps persist_gbps raw_gbps
+    naive_gbps)
+
+function(fail msg)
+  message(FATAL_ERROR "${msg}")
+endfunction()
+
+# Checks the JSON lines in `out` for a state of `bytes` in `tensors` tensors.
+function(check_lines out bytes tensors)
+  string(REGEX MATCHALL "[^\n]+" lines "${out}")
+  set(seen "")
+  foreach(line IN LISTS lines)
+    string(JSON variant ERROR_VARIABLE err GET "${line}" variant)
+    if(err)
+      fail("not a JSON object with a variant: ${line}")
+    endif()
+    list(APPEND seen ${variant})
+    foreach(key IN LISTS required)
+      string(JSON type ERROR_VARIABLE err TYPE "${line}" ${key})
+      if(err)
+        fail("${variant} line lacks '${key}': ${line}")
+      endif()
+    endforeach()
+    string(JSON name GET "${line}" name)
+    string(JSON b GET "${line}" bytes)
+    string(JSON t GET "${line}" tensors)
+    if(NOT name STREQUAL "ckpt" OR NOT b EQUAL bytes OR NOT t EQUAL tensors)
+      fail("wrong name, bytes or tensors: ${line}")
+    endif()
+    foreach(key persist_gbps raw_gbps naive_gbps blocking_s)
+      string(JSON v GET "${line}" ${key})
+      if(NOT v GREATER 0)
+        fail("${key} is not positive: ${line}")
+      endif()
+    endforeach()
+    if(variant STREQUAL "summary")
+      foreach(key persist_ge_90pct_raw persist_ge_4x_naive blocking_lt_5pct_naive)
+        string(JSON type ERROR_VARIABLE err TYPE "${line}" targets ${key})
+        if(err OR NOT type STREQUAL "BOOLEAN")
+          fail("summary lacks targets.${key}: ${line}")
+        endif()
+      endforeach()
+    endif()
+  endforeach()
+  if(NOT seen STREQUAL "raw;naive;rtft;summary")
+    fail("expected raw, naive, rtft and summary lines, got '${seen}'")
+  endif()
+endfunction()
+
+file(MAKE_DIRECTORY ${WORK_DIR})
+execute_process(COMMAND ${BENCH} ckpt --bytes 8M --tensors 16 --repeat 1 --dir ${WORK_DIR}
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  fail("rtft-bench ckpt exited ${rc}:\n${err}")
+endif()
+check_lines("${out}" 8388608 16)
+
+execute_process(COMMAND ${BENCH} ckpt --state gpu --bytes 8M --tensors 4 --repeat 1
+                        --dir ${WORK_DIR}
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0)
+  check_lines("${out}" 8388608 4)
+elseif(NOT rc EQUAL 2 OR NOT err MATCHES "--state gpu")
+  fail("--state gpu without a usable GPU must exit 2 with a reason; got ${rc}:\n${err}")
+endif()
+
+execute_process(COMMAND ${BENCH} ckpt --no-such-flag
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2)
+  fail("an unknown flag must exit 2; got ${rc}")
+endif()
+
+file(GLOB leftovers ${WORK_DIR}/rtft-bench-*)
+if(leftovers)
+  fail("scratch directories were not removed: ${leftovers}")
+endif()
