@@ -17,6 +17,26 @@ int64_t UnixMs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+// Coalesced small tensors usually sit next to each other both in the pool span and in the file
+// (the layout keeps datasets adjacent): one large write instead of many small ones. Requests
+// merge only when both their file ranges and their buffers touch, so no byte outside a dataset
+// is ever written.
+void MergeAdjacent(std::vector<IoRequest>* requests) {
+  if (requests->size() < 2) return;
+  size_t out = 0;
+  for (size_t i = 1; i < requests->size(); ++i) {
+    IoRequest& last = (*requests)[out];
+    const IoRequest& next = (*requests)[i];
+    if (last.offset + last.length == next.offset &&
+        static_cast<char*>(last.buffer) + last.length == next.buffer) {
+      last.length += next.length;
+    } else {
+      (*requests)[++out] = next;
+    }
+  }
+  requests->resize(out + 1);
+}
+
 }  // namespace
 
 // ---- capture ---------------------------------------------------------------------------------
@@ -180,6 +200,8 @@ Status Engine::WriteUnit(
     // The unaligned tail goes through the page cache: O_DIRECT would write past the dataset.
     if (p.bytes > body) rest.push_back(IoRequest{offset + body, buf + body, p.bytes - body});
   }
+  MergeAdjacent(&aligned);
+  MergeAdjacent(&rest);
   if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
   if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
   return Status::Ok();

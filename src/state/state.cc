@@ -73,7 +73,7 @@ Status ObjectProvider::Describe(StateDescription* out) const {
 CompositeProvider::CompositeProvider()
     : small_tensor_bytes_(ParamBytes(Param::kCkptSmallTensorBytes).ok()
                               ? *ParamBytes(Param::kCkptSmallTensorBytes)
-                              : (1u << 20)),
+                              : (16u << 20)),
       group_bytes_(ParamBytes(Param::kCkptChunkBytes).ok() ? *ParamBytes(Param::kCkptChunkBytes)
                                                            : (64u << 20)) {}
 
