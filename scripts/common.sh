@@ -20,6 +20,8 @@ RTFT_APT_PACKAGES=(
   libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
   python3-h5py python3-xxhash clang-format
+  # The slurm test starts its own munged, slurmctld and slurmd on localhost (tests/slurm/).
+  slurmctld slurmd slurm-client munge
 )
 
 rtft_log() { printf '==> %s\n' "$*" >&2; }
