@@ -49,6 +49,9 @@ struct AgentClientOptions {
   AgentInfo me;
   std::chrono::milliseconds heartbeat_period{100};
   std::chrono::milliseconds request_timeout{5000};
+  // The coordinator answers every heartbeat; silence this long means it is gone (slot 0 lost):
+  // WaitEvent then fails with kUnavailable and the agent should stop its application.
+  std::chrono::milliseconds coordinator_timeout{5000};
 };
 
 class AgentClient {
@@ -64,7 +67,8 @@ class AgentClient {
   virtual void SetProgress(uint64_t step) = 0;
   // The application exited for good with `code` (0: finished its work).
   virtual Status ReportExit(int32_t code) = 0;
-  // The next event for this slot, or nullopt after `timeout`.
+  // The next event for this slot, or nullopt after `timeout`. kUnavailable once the coordinator
+  // is lost.
   virtual StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) = 0;
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "control/keys.h"
@@ -20,11 +21,30 @@ struct CoordinatorOptions {
   JobKeys keys;
   int32_t slots = 1;   // dp-launch processes in the job
   int32_t spares = 0;  // the last `spares` slots start as spares
+  // A slot whose agent sent nothing for this long is lost (permanent failure).
   std::chrono::milliseconds heartbeat_timeout{1000};
-  std::chrono::milliseconds join_timeout{60000};  // every slot must say hello within this
+  // Every slot must say hello within this; slots still missing then are treated as lost.
+  std::chrono::milliseconds join_timeout{60000};
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
 };
+
+// Counters for tests and rtft-bench detect --sim.
+struct CoordinatorStats {
+  uint64_t messages = 0;  // well-formed messages handled
+  uint64_t heartbeats = 0;
+  uint64_t rejected_messages = 0;  // malformed, oversized, or from the wrong sender (logged)
+  uint64_t rejected_peers = 0;     // connections refused: unknown key, failed handshake (logged)
+  uint64_t epoch = 0;
+  // When the current epoch was declared (steady clock), and when its broadcast was queued on
+  // every agent's connection.
+  std::chrono::steady_clock::time_point epoch_declared_at{};
+  std::chrono::steady_clock::time_point epoch_sent_at{};
+  double thread_cpu_seconds = 0;  // the coordinator thread (not libzmq's I/O thread)
+};
+
+// libzmq names the coordinator's I/O thread "<prefix>/ZMQbg/IO/0" (rtft-bench measures its CPU).
+constexpr int kCoordinatorZmqThreadPrefix = 71;
 
 class Coordinator {
  public:
@@ -39,6 +59,9 @@ class Coordinator {
   // application exited 0 (or the checkpoint-and-exit policy completed), else the first failing
   // application's code, or 1 when the job could not go on (spares exhausted with `fail`).
   virtual int WaitJobEnd() = 0;
+  // WaitJobEnd with a deadline: nullopt when the job is still running after `timeout`.
+  virtual std::optional<int> WaitJobEndFor(std::chrono::milliseconds timeout) = 0;
+  virtual CoordinatorStats stats() const = 0;
 };
 
 }  // namespace rtft::control

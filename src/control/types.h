@@ -1,6 +1,6 @@
 // Vocabulary shared by the coordinator, the agents (dp-launch) and the application's runtime:
 // slots, logical ranks, epochs, roles, failures and the policies that answer them
-// (DESIGN.md, "Failure handling"). Plain data only; the wire encoding is in message.h.
+// (DESIGN.md, "Failure handling"). Plain data only; the wire encoding is in messages.h.
 #pragma once
 
 #include <cstdint>
@@ -59,8 +59,16 @@ struct Membership {
   uint64_t epoch = 0;
   int32_t world_size = 0;            // logical ranks in this epoch
   std::vector<SlotId> rank_to_slot;  // index: logical rank
-  std::vector<SlotId> spares;
+  std::vector<SlotId> spares;        // in the order they will be activated
   std::vector<SlotId> retired;
+  std::vector<Role> slot_roles;  // index: slot; every slot's role in this epoch
 };
+
+// This slot's rank and role in `m` (kNoRank for spares and retired slots).
+LogicalRank RankOfSlot(const Membership& m, SlotId slot);
+Role RoleOfSlot(const Membership& m, SlotId slot);
+
+// Wire limits (docs/control-protocol.md).
+constexpr int32_t kMaxSlots = 65536;
 
 }  // namespace rtft::control

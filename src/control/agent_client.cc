@@ -1,0 +1,267 @@
+#include "control/agent_client.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "control/messages.h"
+#include "control/zmq_util.h"
+#include "core/logging.h"
+
+namespace rtft::control {
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+
+class AgentClientImpl final : public AgentClient {
+ public:
+  explicit AgentClientImpl(const AgentClientOptions& o) : options_(o), ctx_(1) {}
+  ~AgentClientImpl() override {
+    stop_ = true;
+    waker_.Notify();
+    if (thread_.joinable()) thread_.join();
+    socket_.set(zmq::sockopt::linger, 0);
+  }
+
+  Status Init() {
+    try {
+      ctx_.set(zmq::ctxopt::max_sockets, 16);
+      socket_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
+      ConfigureSocket(socket_);
+      MakeCurveClient(socket_, options_.keys);
+      socket_.connect(options_.endpoint);
+    } catch (const zmq::error_t& e) {
+      return Status::InvalidArgument("connecting to coordinator " + options_.endpoint + ": " +
+                                     e.what());
+    }
+    thread_ = std::thread([this] { Run(); });
+    return Status::Ok();
+  }
+
+  StatusOr<Assignment> Join(milliseconds timeout) override;
+  Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) override {
+    const uint64_t req = next_req_++;
+    auto reply =
+        Request(req, MsgType::kFailure, FailureBody(req, options_.me.slot, kind, rank, detail),
+                options_.request_timeout);
+    if (!reply.ok()) return reply.status();
+    return StatusFrom(*reply);
+  }
+  void SetProgress(uint64_t step) override { step_ = step; }
+  Status ReportExit(int32_t code) override {
+    const uint64_t req = next_req_++;
+    auto reply = Request(req, MsgType::kExit, ExitBody(req, options_.me.slot, code),
+                         options_.request_timeout);
+    if (!reply.ok()) return reply.status();
+    return StatusFrom(*reply);
+  }
+  StatusOr<std::optional<ControlEvent>> WaitEvent(milliseconds timeout) override;
+  Status KvPut(const std::string& key, const std::string& value) override {
+    if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes)
+      return Status::InvalidArgument("KV key or value too large");
+    const uint64_t req = next_req_++;
+    auto reply =
+        Request(req, MsgType::kKvPut, KvPutBody(req, key, value), options_.request_timeout);
+    if (!reply.ok()) return reply.status();
+    return StatusFrom(*reply);
+  }
+  StatusOr<std::string> KvGet(const std::string& key, milliseconds timeout) override {
+    if (key.size() > kMaxKeyBytes) return Status::InvalidArgument("KV key too large");
+    if (timeout.count() < 0) timeout = milliseconds(0);
+    const uint64_t req = next_req_++;
+    // The coordinator answers at its deadline; ours allows for the round trip.
+    auto reply = Request(req, MsgType::kKvGet, KvGetBody(req, key, timeout.count()),
+                         timeout + options_.request_timeout);
+    if (!reply.ok()) return reply.status();
+    RTFT_RETURN_IF_ERROR(StatusFrom(*reply));
+    if (!reply->contains("value")) return Status::Internal("KV reply without a value");
+    return BytesFrom((*reply)["value"]);
+  }
+
+ private:
+  void Run();
+  void Post(MsgType type, const json& body);
+  StatusOr<json> Request(uint64_t req, MsgType type, const json& body, milliseconds timeout);
+
+  const AgentClientOptions options_;
+  zmq::context_t ctx_;
+  zmq::socket_t socket_;
+  Waker waker_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> step_{0};
+  std::atomic<uint64_t> next_req_{1};
+  LogLimiter log_limit_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> outbox_;
+  bool hello_sent_ = false;
+  std::optional<Assignment> first_;
+  std::deque<ControlEvent> events_;
+  std::unordered_map<uint64_t, std::optional<json>> pending_;
+  Status lost_;  // set once the coordinator is gone
+};
+
+void AgentClientImpl::Post(MsgType type, const json& body) {
+  auto bytes = EncodeMessage(type, body);
+  if (!bytes.ok()) {
+    RTFT_LOG(kError, kLogCtrl) << "not sending " << MsgTypeName(type) << ": " << bytes.status();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.push_back(std::move(*bytes));
+  }
+  waker_.Notify();
+}
+
+StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& body,
+                                        milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_.ok()) return lost_;
+    pending_[req];
+  }
+  Post(type, body);
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool answered =
+      cv_.wait_for(lock, timeout, [&] { return pending_[req].has_value() || !lost_.ok(); });
+  std::optional<json> reply = std::move(pending_[req]);
+  pending_.erase(req);
+  if (reply) return std::move(*reply);
+  if (!answered)
+    return Status::DeadlineExceeded(std::string("no answer from the coordinator to ") +
+                                    MsgTypeName(type) + " within " +
+                                    std::to_string(timeout.count()) + " ms");
+  return lost_;
+}
+
+StatusOr<Assignment> AgentClientImpl::Join(milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hello_sent_) return Status::FailedPrecondition("Join called twice");
+    hello_sent_ = true;
+  }
+  Post(MsgType::kHello, HelloBody(options_.me));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return first_.has_value() || !lost_.ok(); }))
+    return Status::DeadlineExceeded("slot " + std::to_string(options_.me.slot) +
+                                    ": no assignment from the coordinator at " + options_.endpoint +
+                                    " within " + std::to_string(timeout.count()) + " ms");
+  if (first_) return *first_;
+  return lost_;
+}
+
+StatusOr<std::optional<ControlEvent>> AgentClientImpl::WaitEvent(milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty() || !lost_.ok(); });
+  if (!events_.empty()) {
+    ControlEvent e = std::move(events_.front());
+    events_.pop_front();
+    return std::optional<ControlEvent>(std::move(e));
+  }
+  if (!lost_.ok()) return lost_;
+  return std::optional<ControlEvent>();
+}
+
+void AgentClientImpl::Run() {
+  auto next_beat = SteadyClock::now();
+  auto last_heard = SteadyClock::now();
+  uint64_t seq = 0;
+  bool beating = false;
+  while (!stop_) {
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, milliseconds(beating ? MsUntil(next_beat, 100) : 100));
+    } catch (const zmq::error_t&) {
+    }
+    if (items[1].revents & ZMQ_POLLIN) waker_.Drain();
+    std::deque<std::string> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      out.swap(outbox_);
+      if (!beating && hello_sent_) {
+        beating = true;
+        last_heard = SteadyClock::now();
+      }
+    }
+    for (const auto& bytes : out) SendRaw(socket_, nullptr, bytes);
+    if (items[0].revents & ZMQ_POLLIN) {
+      while (true) {
+        auto frames = RecvFrames(socket_);
+        if (!frames) break;
+        last_heard = SteadyClock::now();
+        uint64_t suppressed = 0;
+        if (frames->size() != 1) {
+          if (log_limit_.Allow(&suppressed))
+            RTFT_LOG(kWarn, kLogCtrl) << "rejected a " << frames->size() << "-part message";
+          continue;
+        }
+        auto msg = DecodeMessage((*frames)[0].data(), (*frames)[0].size());
+        if (!msg.ok()) {
+          if (log_limit_.Allow(&suppressed))
+            RTFT_LOG(kWarn, kLogCtrl) << "rejected message from the coordinator: " << msg.status();
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        if (msg->type == MsgType::kEvent) {
+          ControlEvent e = EventFrom(msg->body, options_.me.slot);
+          if (!first_) {
+            first_ = e.assignment;
+            // A first event that already ends the job must still reach WaitEvent.
+            if (e.type == ControlEvent::Type::kShutdown) events_.push_back(std::move(e));
+          } else {
+            events_.push_back(std::move(e));
+          }
+          cv_.notify_all();
+        } else if (msg->type == MsgType::kAck || msg->type == MsgType::kKvValue) {
+          auto it = pending_.find(msg->body["req"].get<uint64_t>());
+          if (it != pending_.end()) {
+            it->second = std::move(msg->body);
+            cv_.notify_all();
+          }
+        } else if (msg->type != MsgType::kHeartbeatAck) {
+          RTFT_LOG(kWarn, kLogCtrl)
+              << "unexpected " << MsgTypeName(msg->type) << " from the coordinator";
+        }
+      }
+    }
+    const auto now = SteadyClock::now();
+    if (beating && now >= next_beat) {
+      SendTo(socket_, nullptr, MsgType::kHeartbeat,
+             HeartbeatBody(options_.me.slot, step_.load(), seq++));
+      next_beat = now + options_.heartbeat_period;
+    }
+    if (beating && now - last_heard > options_.coordinator_timeout) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lost_.ok()) {
+        lost_ = Status::Unavailable("coordinator " + options_.endpoint + " silent for " +
+                                    std::to_string(options_.coordinator_timeout.count()) +
+                                    " ms: slot 0 lost?");
+        RTFT_LOG(kError, kLogCtrl) << lost_.message();
+        cv_.notify_all();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<AgentClient>> AgentClient::Connect(const AgentClientOptions& options) {
+  if (options.endpoint.empty()) return Status::InvalidArgument("no coordinator endpoint");
+  if (options.me.slot < 0 || options.me.slot >= kMaxSlots)
+    return Status::InvalidArgument("slot out of range");
+  if (options.heartbeat_period.count() <= 0)
+    return Status::InvalidArgument("heartbeat period must be positive");
+  auto c = std::make_unique<AgentClientImpl>(options);
+  RTFT_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<AgentClient>(std::move(c));
+}
+
+}  // namespace rtft::control

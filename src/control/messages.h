@@ -1,0 +1,80 @@
+// The control-plane messages (docs/control-protocol.md): their types, schemas, and conversions
+// between the domain structs (types.h, agent_client.h, local_link.h) and message bodies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "control/agent_client.h"
+#include "control/codec.h"
+#include "control/local_link.h"
+#include "control/types.h"
+
+namespace rtft::control {
+
+enum class MsgType : uint8_t {
+  // agent -> coordinator
+  kHello = 1,
+  kHeartbeat = 2,
+  kFailure = 3,
+  kExit = 4,
+  kKvPut = 5,
+  kKvGet = 6,
+  // coordinator -> agent
+  kEvent = 16,
+  kAck = 17,
+  kKvValue = 18,
+  kHeartbeatAck = 19,
+  // runtime -> agent (local link)
+  kAttach = 32,
+  kReport = 33,
+  // agent -> runtime (local link)
+  kAssign = 48,
+  kLocalEvent = 49,
+  kLocalKvReply = 50,
+};
+const char* MsgTypeName(MsgType type);
+// nullptr for a type this version does not know.
+const Schema* SchemaFor(uint8_t type);
+// Checks across fields that a schema cannot express (an event's lists agree with each other).
+Status CheckMessageSemantics(MsgType type, const nlohmann::json& body);
+
+// Limits of variable-size fields.
+constexpr size_t kMaxHostBytes = 255;
+constexpr size_t kMaxTextBytes = 4096;  // reasons, details, error messages
+constexpr size_t kMaxKeyBytes = 256;
+constexpr size_t kMaxValueBytes = 512 * 1024;
+
+// Requests that expect an answer carry a request id; the answer (kAck, kKvValue) repeats it.
+nlohmann::json HelloBody(const AgentInfo& me);
+nlohmann::json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq);
+nlohmann::json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank,
+                           int32_t detail);
+nlohmann::json ExitBody(uint64_t req, SlotId slot, int32_t code);
+nlohmann::json KvPutBody(uint64_t req, const std::string& key, const std::string& value);
+nlohmann::json KvGetBody(uint64_t req, const std::string& key, int64_t timeout_ms);
+nlohmann::json AckBody(uint64_t req, const Status& status);
+nlohmann::json KvValueBody(uint64_t req, const StatusOr<std::string>& value);
+// An event as broadcast: the same bytes for every agent; each derives its own assignment.
+nlohmann::json EventBody(const ControlEvent& event);
+// The same plus the assignment of the receiving slot (local link).
+nlohmann::json LocalEventBody(const ControlEvent& event);
+nlohmann::json AssignBody(const Assignment& a);
+nlohmann::json AttachBody(int32_t pid);
+nlohmann::json ReportBody(const RuntimeReport& report);
+nlohmann::json LocalKvReplyBody(const std::string& key, const StatusOr<std::string>& value);
+
+// Readers of validated bodies (they do not check again).
+Membership MembershipFrom(const nlohmann::json& body);
+ControlEvent EventFrom(const nlohmann::json& body, SlotId me);  // fills the assignment of `me`
+ControlEvent LocalEventFrom(const nlohmann::json& body);
+Assignment AssignmentFrom(const nlohmann::json& body);
+RuntimeReport ReportFrom(const nlohmann::json& body);
+Status StatusFrom(const nlohmann::json& body);  // from "code" and "msg"
+std::string BytesFrom(const nlohmann::json& value);
+nlohmann::json BytesValue(const std::string& bytes);
+
+}  // namespace rtft::control

@@ -1,0 +1,40 @@
+// The coordinator's gatekeeper: the ZAP handler (RFC 27) that admits only CURVE clients holding
+// the job's client key, and a socket monitor that logs failed handshakes (wrong server key,
+// garbage on the port). Both run on the coordinator's thread; it polls them with its router.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "rtft/status.h"
+
+namespace rtft::control {
+
+class ZapHandler {
+ public:
+  // Binds inproc://zeromq.zap.01 in `ctx`; there can be one per context.
+  static StatusOr<std::unique_ptr<ZapHandler>> Create(zmq::context_t& ctx,
+                                                      const std::string& client_public_z85);
+  // Watches `socket`'s handshakes; call before it binds.
+  Status Monitor(zmq::socket_t& socket);
+  void AddPollItems(std::vector<zmq::pollitem_t>* items);
+  // Answers the ZAP requests and monitor events flagged in items[first..]; returns how many
+  // peers were refused.
+  uint64_t Service(const std::vector<zmq::pollitem_t>& items, size_t first);
+
+ private:
+  ZapHandler(zmq::context_t& ctx) : ctx_(ctx) {}
+  uint64_t AnswerZap();
+  uint64_t ReadMonitor();
+
+  zmq::context_t& ctx_;
+  zmq::socket_t zap_;
+  zmq::socket_t monitor_;
+  std::string client_key_;  // 32 raw bytes
+};
+
+}  // namespace rtft::control

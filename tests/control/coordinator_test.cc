@@ -1,0 +1,231 @@
+// Coordinator and agent clients on threads over real tcp://127.0.0.1 CURVE sockets.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "control/control_test_util.h"
+
+namespace rtft::control {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::JobConfig;
+using testing::TestJob;
+using Clock = std::chrono::steady_clock;
+
+TEST(Coordinator, JoinAssignsRanksToActivesAndNoneToSpares) {
+  TestJob job(JobConfig{5, 2});
+  ASSERT_TRUE(job.JoinAll());
+  for (SlotId s = 0; s < 3; ++s) {
+    EXPECT_EQ(job.first(s).rank, s);
+    EXPECT_EQ(job.first(s).role, Role::kActive);
+    EXPECT_EQ(job.first(s).world_size, 3);
+    EXPECT_EQ(job.first(s).epoch, 1u);
+  }
+  for (SlotId s = 3; s < 5; ++s) {
+    EXPECT_EQ(job.first(s).rank, kNoRank);
+    EXPECT_EQ(job.first(s).role, Role::kSpare);
+  }
+  Membership m = job.coord().membership();
+  EXPECT_EQ(m.rank_to_slot, (std::vector<SlotId>{0, 1, 2}));
+  EXPECT_EQ(m.spares, (std::vector<SlotId>{3, 4}));
+}
+
+TEST(Coordinator, ProcessCrashRestartsOnTheSameSlot) {
+  TestJob job(JobConfig{4, 1, /*max_restarts=*/2});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(1).ReportFailure(FailureKind::kProcessCrash, 1, 9).ok());
+  for (SlotId s = 0; s < 4; ++s) {
+    ControlEvent e = job.NextEvent(s);
+    EXPECT_EQ(e.type, ControlEvent::Type::kEpochChange);
+    EXPECT_EQ(e.membership.epoch, 2u);
+    EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{1});
+    EXPECT_EQ(e.membership.rank_to_slot, (std::vector<SlotId>{0, 1, 2}));
+    if (s == 1) {
+      EXPECT_EQ(e.assignment.role, Role::kRestarted);
+      EXPECT_EQ(e.assignment.rank, 1);
+    }
+  }
+}
+
+TEST(Coordinator, TooManyRestartsActivateASpare) {
+  TestJob job(JobConfig{4, 1, /*max_restarts=*/1});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(2).ReportFailure(FailureKind::kProcessCrash, 2, 0).ok());
+  EXPECT_EQ(job.NextEvent(2).assignment.role, Role::kRestarted);
+  ASSERT_TRUE(job.agent(2).ReportFailure(FailureKind::kHang, 2, 0).ok());
+  ControlEvent e = job.EventAtLeast(3, 3);
+  EXPECT_EQ(e.membership.epoch, 3u);
+  EXPECT_EQ(e.assignment.role, Role::kActivated);
+  EXPECT_EQ(e.assignment.rank, 2);
+  EXPECT_EQ(e.membership.rank_to_slot, (std::vector<SlotId>{0, 1, 3}));
+  EXPECT_EQ(e.membership.retired, std::vector<SlotId>{2});
+  EXPECT_TRUE(e.membership.spares.empty());
+  ControlEvent r = job.EventAtLeast(2, 3);
+  EXPECT_EQ(r.assignment.role, Role::kRetired);
+  EXPECT_EQ(r.assignment.rank, kNoRank);
+}
+
+TEST(Coordinator, DeviceErrorIsPermanent) {
+  TestJob job(JobConfig{3, 1, 5});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(0).ReportFailure(FailureKind::kDeviceError, 0, 0).ok());
+  ControlEvent e = job.NextEvent(2);
+  EXPECT_EQ(e.assignment.role, Role::kActivated);
+  EXPECT_EQ(e.assignment.rank, 0);
+  EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{0});
+}
+
+TEST(Coordinator, HeartbeatLossIsDetectedAndASpareTakesOver) {
+  JobConfig cfg{4, 1};
+  cfg.heartbeat_timeout = milliseconds(400);
+  TestJob job(cfg);
+  ASSERT_TRUE(job.JoinAll());
+  const auto killed = Clock::now();
+  job.Kill(1);
+  ControlEvent e = job.NextEvent(3, milliseconds(5000));
+  const auto seen = Clock::now();
+  EXPECT_EQ(e.assignment.role, Role::kActivated);
+  EXPECT_EQ(e.assignment.rank, 1);
+  EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{1});
+  const auto declared = job.coord().stats().epoch_declared_at;
+  const double detect_ms = std::chrono::duration<double, std::milli>(declared - killed).count();
+  EXPECT_GE(detect_ms, 400 - 25);  // not before the timeout (minus one heartbeat period)
+  EXPECT_LE(detect_ms, 1.5 * 400) << "detection took " << detect_ms << " ms";
+  const double seen_ms = std::chrono::duration<double, std::milli>(seen - killed).count();
+  EXPECT_LE(seen_ms, 1.5 * 400 + 200);
+}
+
+TEST(Coordinator, TwoSlotsLostTogetherBothRanksReassigned) {
+  TestJob job(JobConfig{5, 2});
+  ASSERT_TRUE(job.JoinAll());
+  job.Kill(0);
+  job.Kill(2);
+  // One or two epochs; after them, both ranks live on the spares.
+  ControlEvent e = job.NextEvent(1, milliseconds(5000));
+  if (e.membership.retired.size() < 2) e = job.NextEvent(1, milliseconds(5000));
+  EXPECT_LE(e.membership.epoch, 3u);
+  EXPECT_EQ(e.membership.world_size, 3);
+  EXPECT_EQ(e.membership.rank_to_slot[1], 1);
+  std::vector<SlotId> moved = {e.membership.rank_to_slot[0], e.membership.rank_to_slot[2]};
+  std::sort(moved.begin(), moved.end());
+  EXPECT_EQ(moved, (std::vector<SlotId>{3, 4}));
+  EXPECT_TRUE(e.membership.spares.empty());
+  EXPECT_EQ(job.coord().membership().rank_to_slot, e.membership.rank_to_slot);
+}
+
+TEST(Coordinator, LostSpareLeavesThePool) {
+  TestJob job(JobConfig{4, 2});
+  ASSERT_TRUE(job.JoinAll());
+  job.Kill(3);
+  ControlEvent e = job.NextEvent(0, milliseconds(5000));
+  EXPECT_EQ(e.type, ControlEvent::Type::kEpochChange);
+  EXPECT_EQ(e.membership.epoch, 2u);  // a spare pool change is an epoch too
+  EXPECT_TRUE(e.failed_ranks.empty());
+  EXPECT_EQ(e.membership.rank_to_slot, (std::vector<SlotId>{0, 1}));
+  EXPECT_EQ(e.membership.spares, std::vector<SlotId>{2});
+  EXPECT_EQ(e.membership.retired, std::vector<SlotId>{3});
+}
+
+TEST(Coordinator, SparesExhaustedShrink) {
+  JobConfig cfg{4, 1, 0, SparesExhaustedPolicy::kShrink};
+  TestJob job(cfg);
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(0).ReportFailure(FailureKind::kDeviceError, 0, 0).ok());
+  EXPECT_EQ(job.NextEvent(3).assignment.rank, 0);  // the spare took rank 0
+  ASSERT_TRUE(job.agent(1).ReportFailure(FailureKind::kProcessCrash, 1, 0).ok());
+  ControlEvent e = job.EventAtLeast(2, 3);
+  EXPECT_EQ(e.type, ControlEvent::Type::kEpochChange);
+  EXPECT_EQ(e.membership.world_size, 2);
+  EXPECT_EQ(e.membership.rank_to_slot, (std::vector<SlotId>{3, 2}));
+  EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{1});
+  EXPECT_EQ(e.assignment.rank, 1);  // slot 2 was rank 2, now rank 1
+  EXPECT_EQ(job.EventAtLeast(3, 3).assignment.rank, 0);
+}
+
+TEST(Coordinator, SparesExhaustedCheckpointAndExit) {
+  JobConfig cfg{3, 0, 0, SparesExhaustedPolicy::kCheckpointAndExit};
+  TestJob job(cfg);
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(1).ReportFailure(FailureKind::kDeviceError, 1, 0).ok());
+  for (SlotId s : {0, 2}) {
+    ControlEvent e = job.NextEvent(s);
+    EXPECT_EQ(e.type, ControlEvent::Type::kShutdown);
+    EXPECT_TRUE(e.checkpoint_first);
+    EXPECT_EQ(e.exit_code, 0);
+  }
+  EXPECT_FALSE(job.coord().WaitJobEndFor(milliseconds(50)).has_value());
+  ASSERT_TRUE(job.agent(0).ReportExit(0).ok());
+  EXPECT_FALSE(job.coord().WaitJobEndFor(milliseconds(50)).has_value());
+  ASSERT_TRUE(job.agent(2).ReportExit(0).ok());
+  EXPECT_EQ(job.coord().WaitJobEndFor(milliseconds(3000)), std::optional<int>(0));
+}
+
+TEST(Coordinator, SparesExhaustedFail) {
+  JobConfig cfg{3, 0, 0, SparesExhaustedPolicy::kFail};
+  TestJob job(cfg);
+  ASSERT_TRUE(job.JoinAll());
+  job.Kill(2);
+  ControlEvent e = job.NextEvent(0, milliseconds(5000));
+  EXPECT_EQ(e.type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_EQ(job.coord().WaitJobEndFor(milliseconds(3000)), std::optional<int>(1));
+}
+
+TEST(Coordinator, JobEndsWithZeroWhenEveryRankFinished) {
+  TestJob job(JobConfig{3, 1});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(0).ReportExit(0).ok());
+  EXPECT_FALSE(job.coord().WaitJobEndFor(milliseconds(50)).has_value());
+  ASSERT_TRUE(job.agent(1).ReportExit(0).ok());
+  EXPECT_EQ(job.coord().WaitJobEndFor(milliseconds(3000)), std::optional<int>(0));
+  for (SlotId s = 0; s < 3; ++s) {  // the spare too
+    ControlEvent e = job.NextEvent(s);
+    EXPECT_EQ(e.type, ControlEvent::Type::kShutdown);
+    EXPECT_EQ(e.exit_code, 0);
+    EXPECT_FALSE(e.checkpoint_first);
+  }
+}
+
+TEST(Coordinator, JobEndsWithTheApplicationsNonZeroCode) {
+  TestJob job(JobConfig{3, 1});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(1).ReportExit(7).ok());
+  EXPECT_EQ(job.coord().WaitJobEndFor(milliseconds(3000)), std::optional<int>(7));
+  ControlEvent e = job.NextEvent(2);
+  EXPECT_EQ(e.type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(e.exit_code, 7);
+}
+
+TEST(Coordinator, KvPutGetBlockingGetAndTimeout) {
+  TestJob job(JobConfig{2, 0});
+  ASSERT_TRUE(job.JoinAll());
+  const std::string binary("nccl\0id\xff", 8);
+  ASSERT_TRUE(job.agent(0).KvPut("epoch1/nccl", binary).ok());
+  auto got = job.agent(1).KvGet("epoch1/nccl", milliseconds(1000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, binary);
+
+  // A get that waits for a later put.
+  std::thread putter([&] {
+    std::this_thread::sleep_for(milliseconds(150));
+    EXPECT_TRUE(job.agent(0).KvPut("late", "v").ok());
+  });
+  const auto start = Clock::now();
+  auto late = job.agent(1).KvGet("late", milliseconds(3000));
+  putter.join();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, "v");
+  EXPECT_GE(Clock::now() - start, milliseconds(100));
+
+  // A get that times out, on time.
+  const auto t0 = Clock::now();
+  auto missing = job.agent(0).KvGet("never", milliseconds(200));
+  const auto waited = Clock::now() - t0;
+  EXPECT_EQ(missing.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GE(waited, milliseconds(190));
+  EXPECT_LE(waited, milliseconds(1500));
+}
+
+}  // namespace
+}  // namespace rtft::control

@@ -1,0 +1,107 @@
+// A process without the job's keys can neither join nor inject messages, and the coordinator
+// logs every refusal. Malformed input from a peer that has the keys is rejected and logged too.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "control/codec.h"
+#include "control/control_test_util.h"
+#include "control/messages.h"
+#include "control/zmq_util.h"
+
+namespace rtft::control {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::JobConfig;
+using testing::TestJob;
+
+// Waits until `pred` holds or two seconds pass.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (int i = 0; i < 200; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return pred();
+}
+
+TEST(ControlSecurity, ClientWithAnotherKeyPairCannotJoinOrInject) {
+  JobConfig cfg{2, 0};
+  TestJob job(cfg);
+  ::testing::internal::CaptureStderr();
+  // An impostor that knows the server's public key but not the job's client key pair.
+  auto other = GenerateJobKeys();
+  ASSERT_TRUE(other.ok());
+  AgentClientOptions o = job.ClientOptions(0);
+  o.keys.client_public = other->client_public;
+  o.keys.client_secret = other->client_secret;
+  o.request_timeout = milliseconds(300);
+  auto impostor = AgentClient::Connect(o);
+  ASSERT_TRUE(impostor.ok());
+  auto joined = (*impostor)->Join(milliseconds(400));
+  EXPECT_EQ(joined.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*impostor)->KvPut("k", "forged").code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*impostor)->ReportFailure(FailureKind::kDeviceError, 0, 0).code(),
+            StatusCode::kDeadlineExceeded);
+
+  // An outsider with entirely different keys (wrong server key too).
+  AgentClientOptions w = job.ClientOptions(1);
+  w.keys = *other;
+  w.request_timeout = milliseconds(300);
+  auto outsider = AgentClient::Connect(w);
+  ASSERT_TRUE(outsider.ok());
+  EXPECT_EQ((*outsider)->Join(milliseconds(400)).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(Eventually([&] { return job.coord().stats().rejected_peers >= 2; }));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("refused connection"), std::string::npos) << log;
+  EXPECT_NE(log.find(other->client_public), std::string::npos) << log;
+  EXPECT_EQ(job.coord().stats().messages, 0u);
+
+  // Nothing the impostors sent had an effect: the real job starts at epoch 1 without the key.
+  impostor->reset();
+  outsider->reset();
+  ASSERT_TRUE(job.JoinAll());
+  EXPECT_EQ(job.first(0).epoch, 1u);
+  EXPECT_EQ(job.agent(0).KvGet("k", milliseconds(100)).status().code(),
+            StatusCode::kDeadlineExceeded);
+}
+
+TEST(ControlSecurity, MalformedMessagesAreRejectedAndLogged) {
+  TestJob job(JobConfig{2, 0});
+  ASSERT_TRUE(job.JoinAll());
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  ConfigureSocket(raw);
+  MakeCurveClient(raw, job.keys());
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(job.coord().endpoint());
+  ::testing::internal::CaptureStderr();
+  // Garbage, a truncated header, a newer version, a 1.5 MiB frame, a wrong field type, a
+  // heartbeat for a slot this peer never said hello for.
+  std::string newer = *EncodeMessage(MsgType::kHeartbeat, HeartbeatBody(0, 1, 1));
+  newer[4] = 9;
+  std::string wrong_type = *EncodeMessage(MsgType::kHeartbeat, HeartbeatBody(0, 1, 1));
+  wrong_type[wrong_type.size() - 1] = '\xc3';  // step: true instead of an integer
+  const std::vector<std::string> bad = {
+      "hello? this is not rt-ft",
+      "RTFC",
+      newer,
+      std::string(1536 * 1024, 'x'),
+      wrong_type,
+      *EncodeMessage(MsgType::kHeartbeat, HeartbeatBody(1, 1, 1))};
+  for (const auto& b : bad) ASSERT_TRUE(SendRaw(raw, nullptr, b));
+  EXPECT_TRUE(Eventually([&] { return job.coord().stats().rejected_messages >= bad.size(); }));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("bad magic"), std::string::npos) << log;
+  EXPECT_NE(log.find("newer than this build"), std::string::npos) << log;
+  EXPECT_NE(log.find("exceeds the limit"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not say hello"), std::string::npos) << log;
+  // The coordinator is unharmed.
+  ASSERT_TRUE(job.agent(0).KvPut("still", "alive").ok());
+  EXPECT_EQ(*job.agent(1).KvGet("still", milliseconds(1000)), "alive");
+  EXPECT_EQ(job.coord().membership().epoch, 1u);
+}
+
+}  // namespace
+}  // namespace rtft::control
