@@ -65,6 +65,10 @@ StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in
   if (o.chunk_bytes < kDirectIoAlignment || o.chunk_bytes % kDirectIoAlignment != 0)
     return Status::InvalidArgument("chunk size " + std::to_string(o.chunk_bytes) +
                                    " must be a positive multiple of 4096 (RTFT_CKPT_CHUNK_BYTES)");
+  if (o.chunk_bytes > PinnedPool::kSegmentBytes)
+    return Status::InvalidArgument("chunk size " + FormatBytes(o.chunk_bytes) + " exceeds " +
+                                   FormatBytes(PinnedPool::kSegmentBytes) +
+                                   " (RTFT_CKPT_CHUNK_BYTES)");
   if (o.pool_bytes < o.chunk_bytes)
     return Status::InvalidArgument("pinned pool (" + FormatBytes(o.pool_bytes) +
                                    ", RTFT_CKPT_POOL_BYTES) must hold at least one chunk (" +

@@ -11,12 +11,14 @@
 
 namespace rtft {
 namespace {
-constexpr uint64_t kRegisterPiece = 1ull << 30;  // drivers refuse very large single registrations
 
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
-StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(uint64_t bytes, bool register_with_cuda) {
+StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(uint64_t bytes, bool register_with_cuda,
+                                                         uint64_t segment_bytes) {
+  if (segment_bytes < kAlignment || segment_bytes % kAlignment != 0)
+    return Status::InvalidArgument("pool segment size must be a multiple of 4096");
   if (bytes < kAlignment)
     return Status::InvalidArgument("pinned pool of " + FormatBytes(bytes) + " is too small");
   bytes = RoundUp(bytes, kAlignment);
@@ -26,41 +28,50 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(uint64_t bytes, bool re
   // Touch every page now: the pool is pre-allocated, and first-touch faults during a capture
   // would show up as capture time.
   std::memset(base, 0, bytes);
-  std::unique_ptr<PinnedPool> pool(new PinnedPool(static_cast<char*>(base), bytes));
-  if (register_with_cuda) pool->pinned_ = RegisterHostMemory(base, bytes, kRegisterPiece);
+  std::unique_ptr<PinnedPool> pool(
+      new PinnedPool(static_cast<char*>(base), bytes, std::min(bytes, segment_bytes)));
+  if (register_with_cuda) pool->pinned_ = RegisterHostMemory(base, bytes, pool->segment_);
   RTFT_LOG(kInfo, kLogCkpt) << "pinned pool: " << FormatBytes(bytes)
                             << (pool->pinned_ ? ", registered with CUDA"
                                               : ", not registered with CUDA");
   return pool;
 }
 
-PinnedPool::PinnedPool(char* base, uint64_t capacity) : base_(base), capacity_(capacity) {}
+PinnedPool::PinnedPool(char* base, uint64_t capacity, uint64_t segment)
+    : base_(base), capacity_(capacity), segment_(segment) {}
 
 PinnedPool::~PinnedPool() {
-  if (pinned_) UnregisterHostMemory(base_, capacity_, kRegisterPiece);
+  if (pinned_) UnregisterHostMemory(base_, capacity_, segment_);
   ::munmap(base_, capacity_);
+}
+
+uint64_t PinnedPool::FitInSegment(uint64_t at, uint64_t bytes) const {
+  const uint64_t segment_end = (at / segment_ + 1) * segment_;
+  return at + bytes <= segment_end ? at : segment_end;
 }
 
 bool PinnedPool::TryAllocateLocked(uint64_t bytes, uint64_t* offset) const {
   if (blocks_.empty()) {
     *offset = 0;
-    return bytes <= capacity_;
+    return bytes <= segment_;
   }
   if (tail_ > head_) {
     // Live blocks occupy [head_, tail_); free space is [tail_, capacity_) and then [0, head_).
-    if (capacity_ - tail_ >= bytes) {
-      *offset = tail_;
+    const uint64_t at = FitInSegment(tail_, bytes);
+    if (at + bytes <= capacity_) {
+      *offset = at;
       return true;
     }
     if (head_ >= bytes) {
-      *offset = 0;  // wrap; Allocate charges the skipped end to the newest block
+      *offset = 0;  // wrap around
       return true;
     }
     return false;
   }
   // Wrapped: live blocks occupy [head_, capacity_) and [0, tail_); free space is [tail_, head_).
-  if (head_ - tail_ >= bytes) {
-    *offset = tail_;
+  const uint64_t at = FitInSegment(tail_, bytes);
+  if (at + bytes <= head_) {
+    *offset = at;
     return true;
   }
   return false;
@@ -68,9 +79,10 @@ bool PinnedPool::TryAllocateLocked(uint64_t bytes, uint64_t* offset) const {
 
 StatusOr<PoolSpan> PinnedPool::Allocate(uint64_t bytes, std::chrono::milliseconds timeout) {
   const uint64_t need = RoundUp(bytes == 0 ? 1 : bytes, kAlignment);
-  if (need > capacity_)
+  if (need > segment_)
     return Status::InvalidArgument("a capture unit of " + FormatBytes(bytes) +
-                                   " exceeds the pinned pool of " + FormatBytes(capacity_));
+                                   " exceeds the pinned pool's largest span of " +
+                                   FormatBytes(segment_));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t offset = 0;
@@ -85,10 +97,12 @@ StatusOr<PoolSpan> PinnedPool::Allocate(uint64_t bytes, std::chrono::millisecond
   }
   if (blocks_.empty()) {
     head_ = offset;
-  } else if (offset < tail_) {
-    // Wrapped: the space skipped at the end is charged to the newest block and freed with it.
-    blocks_.back().bytes += capacity_ - tail_;
-    used_ += capacity_ - tail_;
+  } else if (offset != tail_) {
+    // Space skipped before `offset` (the end of a segment, or of the buffer before a wrap) is
+    // charged to the newest block and freed with it.
+    const uint64_t skipped = (offset > tail_ ? offset : capacity_) - tail_;
+    blocks_.back().bytes += skipped;
+    used_ += skipped;
   }
   blocks_.push_back(Block{next_id_++, offset, need, false});
   tail_ = offset + need;

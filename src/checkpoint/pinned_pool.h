@@ -28,9 +28,14 @@ class PinnedPool {
  public:
   // Spans start on this boundary (O_DIRECT needs it).
   static constexpr uint64_t kAlignment = 4096;
+  // The buffer is registered with CUDA in segments of this size (drivers refuse very large
+  // single registrations), and no span crosses a segment boundary, so every device copy lands in
+  // one registration. It bounds the largest span.
+  static constexpr uint64_t kSegmentBytes = 1ull << 30;
 
   // `register_with_cuda`: pin the buffer for the CUDA driver when a device is present.
-  static StatusOr<std::unique_ptr<PinnedPool>> Create(uint64_t bytes, bool register_with_cuda);
+  static StatusOr<std::unique_ptr<PinnedPool>> Create(uint64_t bytes, bool register_with_cuda,
+                                                      uint64_t segment_bytes = kSegmentBytes);
   ~PinnedPool();
 
   // Waits until `bytes` (rounded up to kAlignment) fit, up to `timeout`. InvalidArgument when the
@@ -45,9 +50,11 @@ class PinnedPool {
   bool pinned() const { return pinned_; }
 
  private:
-  PinnedPool(char* base, uint64_t capacity);
+  PinnedPool(char* base, uint64_t capacity, uint64_t segment);
   // Finds room without changing anything.
   bool TryAllocateLocked(uint64_t bytes, uint64_t* offset) const;
+  // `at`, or the start of the next segment when [at, at + bytes) would cross a boundary.
+  uint64_t FitInSegment(uint64_t at, uint64_t bytes) const;
 
   struct Block {
     uint64_t id;
@@ -58,6 +65,7 @@ class PinnedPool {
 
   char* base_;
   uint64_t capacity_;
+  uint64_t segment_;
   bool pinned_ = false;
   mutable std::mutex mu_;
   std::condition_variable freed_;

@@ -53,6 +53,26 @@ TEST(PinnedPool, BlocksWhenFullAndWrapsAround) {
   EXPECT_EQ((*pool)->in_use(), 0u);
 }
 
+TEST(PinnedPool, SpansNeverCrossASegment) {
+  // Four 16 KiB segments (CUDA registrations): 12 KiB spans start at segment boundaries.
+  auto pool = PinnedPool::Create(64 << 10, false, 16 << 10);
+  ASSERT_TRUE(pool.ok());
+  std::vector<PoolSpan> spans;
+  for (int i = 0; i < 4; ++i) {
+    auto s = (*pool)->Allocate(12 << 10, milliseconds(10));
+    ASSERT_TRUE(s.ok()) << i << s.status();
+    spans.push_back(*s);
+  }
+  char* base = spans[0].data;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(spans[i].data - base, i * (16 << 10));
+  // The ends skipped before the second to fourth spans count as used.
+  EXPECT_EQ((*pool)->in_use(), 4u * (12 << 10) + 3u * (4 << 10));
+  EXPECT_EQ((*pool)->Allocate(17 << 10, milliseconds(1)).status().code(),
+            StatusCode::kInvalidArgument);
+  for (auto& s : spans) (*pool)->Release(s);
+  EXPECT_EQ((*pool)->in_use(), 0u);
+}
+
 TEST(PinnedPool, RefusesOversizeAndWakesOnShutdown) {
   auto pool = PinnedPool::Create(8 << 10, false);
   ASSERT_TRUE(pool.ok());
@@ -73,7 +93,7 @@ TEST(PinnedPool, RefusesOversizeAndWakesOnShutdown) {
 // never hands out overlapping live spans and never exceeds its bound.
 TEST(PinnedPool, StressNeverOverlapsOrExceedsTheBound) {
   const uint64_t capacity = 256 << 10;
-  auto created = PinnedPool::Create(capacity, false);
+  auto created = PinnedPool::Create(capacity, false, /*segment_bytes=*/64 << 10);
   ASSERT_TRUE(created.ok());
   PinnedPool& pool = **created;
   std::mutex mu;
