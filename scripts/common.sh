@@ -20,6 +20,8 @@ RTFT_APT_PACKAGES=(
   libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
   python3-h5py python3-xxhash clang-format
+  # The control-plane decoder's libFuzzer target (scripts/fuzz.sh, the `fuzz` ctest).
+  clang libclang-rt-14-dev
   # The slurm test starts its own munged, slurmctld and slurmd on localhost (tests/slurm/).
   slurmctld slurmd slurm-client munge
 )

@@ -1,0 +1,209 @@
+// The wire format: round trips of every message type, and rejection (never a crash) of
+// malformed, oversized and newer-version input.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "control/codec.h"
+#include "control/messages.h"
+
+namespace rtft::control {
+namespace {
+
+using json = nlohmann::json;
+
+Message RoundTrip(MsgType type, const json& body) {
+  auto bytes = EncodeMessage(type, body);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  if (!bytes.ok()) return Message{type, json()};
+  EXPECT_EQ(bytes->substr(0, 4), "RTFC");
+  EXPECT_EQ(static_cast<uint8_t>((*bytes)[4]), kProtocolVersion);
+  auto msg = DecodeMessage(bytes->data(), bytes->size());
+  EXPECT_TRUE(msg.ok()) << msg.status();
+  if (!msg.ok()) return Message{type, json()};
+  EXPECT_EQ(msg->type, type);
+  EXPECT_EQ(msg->body, body);
+  return *msg;
+}
+
+ControlEvent SampleEvent() {
+  ControlEvent e;
+  e.type = ControlEvent::Type::kEpochChange;
+  e.membership.epoch = 5;
+  e.membership.world_size = 3;
+  e.membership.rank_to_slot = {0, 4, 2};
+  e.membership.spares = {3};
+  e.membership.retired = {1};
+  e.membership.slot_roles = {Role::kActive, Role::kRetired, Role::kRestarted, Role::kSpare,
+                             Role::kActivated};
+  e.failed_ranks = {1};
+  e.reason = "slot 1 lost";
+  e.exit_code = -3;
+  return e;
+}
+
+std::string Encoded(MsgType type, const json& body) { return *EncodeMessage(type, body); }
+
+std::string Decode(const std::string& bytes) {
+  auto m = DecodeMessage(bytes.data(), bytes.size());
+  return m.ok() ? "OK" : m.status().message();
+}
+
+TEST(Codec, EveryMessageTypeRoundTrips) {
+  RoundTrip(MsgType::kHello, HelloBody({7, "node-a", 1234}));
+  RoundTrip(MsgType::kHeartbeat, HeartbeatBody(7, uint64_t{1} << 40, 99));
+  RoundTrip(MsgType::kFailure, FailureBody(3, 7, FailureKind::kHang, 2, -9));
+  RoundTrip(MsgType::kExit, ExitBody(4, 7, 137));
+  RoundTrip(MsgType::kKvPut, KvPutBody(5, "k", std::string("\0\1\2", 3)));
+  RoundTrip(MsgType::kKvGet, KvGetBody(6, "k", 1000));
+  RoundTrip(MsgType::kAck, AckBody(7, Status::NotFound("x")));
+  RoundTrip(MsgType::kKvValue, KvValueBody(8, std::string("v")));
+  RoundTrip(MsgType::kKvValue, KvValueBody(8, Status::DeadlineExceeded("late")));
+  RoundTrip(MsgType::kHeartbeatAck, json{{"epoch", 3}});
+  RoundTrip(MsgType::kAttach, AttachBody(42));
+  RoundTrip(MsgType::kAssign, AssignBody({Role::kActivated, 2, 9, 4}));
+  RuntimeReport r;
+  r.type = RuntimeReport::Type::kKvGet;
+  r.key = "nccl/1";
+  r.timeout_ms = 50;
+  RoundTrip(MsgType::kReport, ReportBody(r));
+  RoundTrip(MsgType::kLocalKvReply, LocalKvReplyBody("k", std::string("v")));
+
+  Message ev = RoundTrip(MsgType::kEvent, EventBody(SampleEvent()));
+  ControlEvent back = EventFrom(ev.body, 4);
+  EXPECT_EQ(back.membership.rank_to_slot, SampleEvent().membership.rank_to_slot);
+  EXPECT_EQ(back.membership.slot_roles, SampleEvent().membership.slot_roles);
+  EXPECT_EQ(back.exit_code, -3);
+  EXPECT_EQ(back.assignment.rank, 1);  // slot 4 holds rank 1
+  EXPECT_EQ(back.assignment.role, Role::kActivated);
+  EXPECT_EQ(EventFrom(ev.body, 3).assignment.rank, kNoRank);
+
+  ControlEvent local = SampleEvent();
+  local.assignment = {Role::kRestarted, 2, 5, 3};
+  Message lev = RoundTrip(MsgType::kLocalEvent, LocalEventBody(local));
+  EXPECT_EQ(LocalEventFrom(lev.body).assignment.role, Role::kRestarted);
+}
+
+TEST(Codec, RejectsBadHeaders) {
+  const std::string good = Encoded(MsgType::kAttach, AttachBody(1));
+  EXPECT_EQ(Decode(good), "OK");
+  EXPECT_NE(Decode(good.substr(0, 11)).find("shorter than the header"), std::string::npos);
+  EXPECT_NE(Decode(""), "OK");
+  std::string bad = good;
+  bad[0] = 'X';
+  EXPECT_NE(Decode(bad).find("bad magic"), std::string::npos);
+  bad = good;
+  bad[4] = kProtocolVersion + 1;
+  EXPECT_NE(Decode(bad).find("newer than this build"), std::string::npos);
+  bad[4] = 0;
+  EXPECT_NE(Decode(bad).find("not supported"), std::string::npos);
+  bad = good;
+  bad[5] = 99;
+  EXPECT_NE(Decode(bad).find("unknown message type"), std::string::npos);
+  bad = good;
+  bad[6] = 1;
+  EXPECT_NE(Decode(bad).find("reserved"), std::string::npos);
+  EXPECT_NE(Decode(good + "x").find("header says"), std::string::npos);
+  EXPECT_NE(Decode(good.substr(0, good.size() - 1)).find("header says"), std::string::npos);
+}
+
+TEST(Codec, RejectsOversizedMessages) {
+  std::string huge(kMaxMessageBytes + 1, '\0');
+  std::memcpy(huge.data(), kMagic, 4);
+  huge[4] = kProtocolVersion;
+  EXPECT_NE(Decode(huge).find("exceeds the limit"), std::string::npos);
+  // The encoder refuses a value beyond the field limit before it reaches the wire.
+  auto too_big =
+      EncodeMessage(MsgType::kKvPut, KvPutBody(1, "k", std::string(kMaxValueBytes + 1, 'v')));
+  EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Frames an arbitrary MessagePack body under a valid header.
+std::string Frame(MsgType type, const std::vector<uint8_t>& body) {
+  std::string out(kHeaderBytes, '\0');
+  std::memcpy(out.data(), kMagic, 4);
+  out[4] = kProtocolVersion;
+  out[5] = static_cast<char>(type);
+  const uint32_t n = body.size();
+  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out.append(body.begin(), body.end());
+  return out;
+}
+std::string FrameJson(MsgType type, const json& body) {
+  return Frame(type, json::to_msgpack(body));
+}
+
+TEST(Codec, RejectsFieldsOfTheWrongTypeRangeOrSize) {
+  auto hb = [](json slot, json step) { return json{{"slot", slot}, {"step", step}, {"seq", 0}}; };
+  EXPECT_EQ(Decode(FrameJson(MsgType::kHeartbeat, hb(1, 2))), "OK");
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, hb("1", 2))).find("field 'slot'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, hb(-1, 2))).find("field 'slot'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, hb(kMaxSlots, 2))).find("field 'slot'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, hb(1, 2.5))).find("field 'step'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, hb(1, UINT64_MAX))).find("field 'step'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, json{{"slot", 1}, {"step", 1}}))
+                .find("missing field 'seq'"),
+            std::string::npos);
+  json extra = hb(1, 2);
+  extra["evil"] = 1;
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, extra)).find("unknown field"), std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, json::array({1, 2, 3}))).find("not a map"),
+            std::string::npos);
+  // Strings and byte strings: type and length.
+  EXPECT_NE(Decode(FrameJson(MsgType::kHello,
+                             json{{"slot", 0}, {"host", std::string(300, 'h')}, {"pid", 1}}))
+                .find("field 'host'"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kKvPut, json{{"req", 1}, {"key", "k"}, {"value", "text"}}))
+                .find("not a byte string"),
+            std::string::npos);
+  EXPECT_NE(Decode(FrameJson(MsgType::kKvPut,
+                             json{{"req", 1},
+                                  {"key", "k"},
+                                  {"value", json::binary({1, 2}, 7)}}))  // msgpack ext type
+                .find("not a byte string"),
+            std::string::npos);
+  // Events: list elements, and lists that disagree with each other.
+  json ev = EventBody(SampleEvent());
+  ev["r2s"] = json::array({0, "x", 2});
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, ev)).find("field 'r2s'"), std::string::npos);
+  ev = EventBody(SampleEvent());
+  ev["ws"] = 7;
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, ev)).find("'ws' differs"), std::string::npos);
+  ev = EventBody(SampleEvent());
+  ev["spares"] = json::array({40});
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, ev)).find("beyond 'roles'"), std::string::npos);
+}
+
+TEST(Codec, RejectsHostileMessagePack) {
+  // Truncated body, trailing garbage, an invalid byte.
+  std::vector<uint8_t> body = json::to_msgpack(json{{"pid", 5}});
+  EXPECT_EQ(Decode(Frame(MsgType::kAttach, body)), "OK");
+  std::vector<uint8_t> truncated(body.begin(), body.end() - 1);
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, truncated)), "OK");
+  std::vector<uint8_t> trailing = body;
+  trailing.push_back(0x00);
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, trailing)), "OK");
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, {0xc1})), "OK");
+  // Deep nesting: 100000 one-element arrays would overflow a recursive parser's stack.
+  std::vector<uint8_t> deep(100000, 0x91);
+  deep.push_back(0x01);
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, deep)).find("nesting deeper"), std::string::npos);
+  // A container that claims 2^32-1 elements in a few bytes.
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, {0xdd, 0xff, 0xff, 0xff, 0xff})).find("claims"),
+            std::string::npos);
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, {0xdf, 0xff, 0xff, 0xff, 0xff})).find("claims"),
+            std::string::npos);
+  // A string that claims more bytes than there are.
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, {0x81, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'})), "OK");
+  // Non-string map keys.
+  EXPECT_NE(Decode(Frame(MsgType::kAttach, {0x81, 0x01, 0x02})), "OK");
+}
+
+}  // namespace
+}  // namespace rtft::control

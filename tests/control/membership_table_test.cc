@@ -1,0 +1,137 @@
+// The coordinator's decisions without sockets: classification, spares, policies, job end.
+#include <gtest/gtest.h>
+
+#include "control/membership_table.h"
+
+namespace rtft::control {
+namespace {
+
+TableOptions Opts(int slots, int spares, int restarts, SparesExhaustedPolicy p) {
+  return {slots, spares, restarts, p};
+}
+constexpr auto kCkpt = SparesExhaustedPolicy::kCheckpointAndExit;
+
+TEST(MembershipTable, InitialAssignment) {
+  MembershipTable t(Opts(6, 2, 3, kCkpt));
+  const Membership& m = t.membership();
+  EXPECT_EQ(m.epoch, 1u);
+  EXPECT_EQ(m.world_size, 4);
+  EXPECT_EQ(m.rank_to_slot, (std::vector<SlotId>{0, 1, 2, 3}));
+  EXPECT_EQ(m.spares, (std::vector<SlotId>{4, 5}));
+  EXPECT_EQ(RoleOfSlot(m, 4), Role::kSpare);
+  EXPECT_EQ(RankOfSlot(m, 2), 2);
+  EXPECT_EQ(RankOfSlot(m, 5), kNoRank);
+}
+
+TEST(MembershipTable, CrashesAreTransientUntilTheLimit) {
+  MembershipTable t(Opts(3, 1, 2, kCkpt));
+  for (int i = 1; i <= 2; ++i) {
+    Decision d = t.Fail({{1, FailureKind::kProcessCrash, 11}});
+    ASSERT_TRUE(d.event);
+    EXPECT_EQ(d.event->membership.epoch, 1u + i);
+    EXPECT_EQ(RoleOfSlot(d.event->membership, 1), Role::kRestarted);
+    EXPECT_EQ(t.member(1).restarts, i);
+  }
+  Decision d = t.Fail({{1, FailureKind::kHang, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 2}));
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 2), Role::kActivated);
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 1), Role::kRetired);
+  EXPECT_NE(d.event->reason.find("repeated"), std::string::npos);
+  // A retired slot's later reports change nothing.
+  EXPECT_FALSE(t.Fail({{1, FailureKind::kProcessCrash, 0}}).event);
+}
+
+TEST(MembershipTable, SpareFailures) {
+  MembershipTable t(Opts(4, 2, 1, kCkpt));
+  Decision d = t.Fail({{3, FailureKind::kProcessCrash, 0}});
+  ASSERT_TRUE(d.event);  // restarted in standby; still a spare
+  EXPECT_EQ(d.event->membership.spares, (std::vector<SlotId>{2, 3}));
+  EXPECT_TRUE(d.event->failed_ranks.empty());
+  d = t.Fail({{2, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.spares, std::vector<SlotId>{3});
+  EXPECT_EQ(d.event->membership.epoch, 3u);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1}));
+}
+
+TEST(MembershipTable, SimultaneousFailuresShareOneEpoch) {
+  MembershipTable t(Opts(6, 2, 0, kCkpt));
+  Decision d = t.Fail({{3, FailureKind::kSlotLost, 0},
+                       {0, FailureKind::kDeviceError, 0},
+                       {3, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.epoch, 2u);
+  EXPECT_EQ(d.event->failed_ranks, (std::vector<LogicalRank>{0, 3}));
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{4, 1, 2, 5}));
+}
+
+TEST(MembershipTable, ShrinkRenumbersDensely) {
+  MembershipTable t(Opts(4, 0, 0, SparesExhaustedPolicy::kShrink));
+  Decision d = t.Fail({{1, FailureKind::kSlotLost, 0}, {2, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kEpochChange);
+  EXPECT_EQ(d.event->membership.world_size, 2);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 3}));
+  EXPECT_EQ(d.event->failed_ranks, (std::vector<LogicalRank>{1, 2}));
+  EXPECT_EQ(t.member(3).rank, 1);
+  // The last two go: nothing left to run.
+  d = t.Fail({{0, FailureKind::kSlotLost, 0}, {3, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(1));
+}
+
+TEST(MembershipTable, CheckpointAndExitWaitsForEveryRank) {
+  MembershipTable t(Opts(3, 0, 0, kCkpt));
+  Decision d = t.Fail({{0, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kShutdown);
+  EXPECT_TRUE(d.event->checkpoint_first);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{-1, 1, 2}));
+  EXPECT_FALSE(t.Exit(1, 0).job_exit_code);
+  d = t.Exit(2, 0);
+  EXPECT_FALSE(d.event);  // the shutdown was already announced
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(0));
+  EXPECT_TRUE(t.over());
+}
+
+TEST(MembershipTable, CheckpointAndExitFailsWhenAnotherRankIsLostMeanwhile) {
+  MembershipTable t(Opts(3, 0, 3, kCkpt));
+  ASSERT_TRUE(t.Fail({{0, FailureKind::kDeviceError, 0}}).event);
+  EXPECT_FALSE(t.Exit(1, 0).job_exit_code);
+  // A crash while draining is not restarted; the job ends with an error.
+  Decision d = t.Fail({{2, FailureKind::kProcessCrash, 0}});
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(1));
+}
+
+TEST(MembershipTable, FailPolicy) {
+  MembershipTable t(Opts(2, 0, 0, SparesExhaustedPolicy::kFail));
+  Decision d = t.Fail({{1, FailureKind::kDeviceError, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(d.event->exit_code, 1);
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(1));
+  EXPECT_FALSE(t.Fail({{0, FailureKind::kDeviceError, 0}}).event);  // over: nothing more
+}
+
+TEST(MembershipTable, JobEnd) {
+  MembershipTable t(Opts(3, 1, 0, kCkpt));
+  EXPECT_FALSE(t.Exit(2, 0).job_exit_code);  // a spare's exit is not the job's
+  EXPECT_FALSE(t.Exit(0, 0).job_exit_code);
+  // A finished slot that goes silent is not a failure.
+  EXPECT_FALSE(t.Fail({{0, FailureKind::kSlotLost, 0}}).event);
+  Decision d = t.Exit(1, 0);
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(0));
+
+  MembershipTable u(Opts(3, 1, 0, kCkpt));
+  d = u.Exit(1, 42);
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->exit_code, 42);
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(42));
+}
+
+}  // namespace
+}  // namespace rtft::control
