@@ -37,6 +37,21 @@ void MergeAdjacent(std::vector<IoRequest>* requests) {
   requests->resize(out + 1);
 }
 
+// Large O_DIRECT writes go out as several requests, so an io_uring backend keeps many in flight
+// from one flush thread (the disk's best depth), instead of one huge request at a time.
+constexpr uint64_t kWriteRequestBytes = 8ull << 20;
+
+void SplitLarge(std::vector<IoRequest>* requests) {
+  std::vector<IoRequest> out;
+  for (const IoRequest& r : *requests) {
+    for (uint64_t done = 0; done < r.length; done += kWriteRequestBytes) {
+      out.push_back(IoRequest{r.offset + done, static_cast<char*>(r.buffer) + done,
+                              std::min(kWriteRequestBytes, r.length - done)});
+    }
+  }
+  requests->swap(out);
+}
+
 }  // namespace
 
 // ---- capture ---------------------------------------------------------------------------------
@@ -202,6 +217,7 @@ Status Engine::WriteUnit(
   }
   MergeAdjacent(&aligned);
   MergeAdjacent(&rest);
+  SplitLarge(&aligned);
   if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
   if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
   return Status::Ok();
