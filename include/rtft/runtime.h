@@ -36,6 +36,7 @@ struct RuntimeInfo {
 
 struct FailureEvent {
   uint64_t epoch = 0;             // the new epoch
+  int rank = -1;                  // this process's logical rank in the new epoch (shrink renumbers)
   std::vector<int> failed_ranks;  // logical ranks that failed
   std::string reason;
   int world_size = 0;     // logical ranks in the new epoch (smaller after a shrink)

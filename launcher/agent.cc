@@ -1,0 +1,285 @@
+#include "launcher/agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+
+#include "core/logging.h"
+
+namespace rtft::launch {
+namespace {
+
+std::atomic<pid_t> g_child_pid{0};
+std::atomic<int> g_signal{0};
+
+void OnSignal(int sig) {
+  int expected = 0;
+  g_signal.compare_exchange_strong(expected, sig);
+  pid_t child = g_child_pid.load();
+  if (child > 0) kill(child, sig);
+}
+
+// Longest sleep of Run()'s thread: the watchdog, deadlines and signals are checked this often.
+constexpr std::chrono::milliseconds kTick{20};
+// How long a listener blocks before it looks at the stop flag.
+constexpr std::chrono::milliseconds kListen{100};
+
+}  // namespace
+
+void InstallAgentSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void SetForwardedChild(pid_t pid) { g_child_pid.store(pid); }
+int AgentPendingSignal() { return g_signal.load(); }
+
+Agent::Agent(AgentConfig config) : config_(std::move(config)) {}
+
+Agent::~Agent() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.stop = true;
+  }
+  if (coordinator_listener_.joinable()) coordinator_listener_.join();
+  if (link_listener_.joinable()) link_listener_.join();
+  SetForwardedChild(0);
+  app_ = App();  // kills a child still running
+  link_.reset();
+  if (!link_dir_.empty()) rmdir(link_dir_.c_str());
+}
+
+Status Agent::Join() {
+  control::AgentClientOptions o;
+  o.endpoint = config_.endpoint;
+  o.keys = config_.keys;
+  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid())};
+  o.heartbeat_period = config_.options.heartbeat;
+  o.coordinator_timeout =
+      std::max(std::chrono::milliseconds(5000), 3 * config_.options.heartbeat_timeout);
+  auto client = control::AgentClient::Connect(o);
+  if (!client.ok()) return client.status().Annotate("connecting to the coordinator " + o.endpoint);
+  client_ = std::move(*client);
+  auto a = client_->Join(
+      std::chrono::duration_cast<std::chrono::milliseconds>(config_.options.join_timeout));
+  if (!a.ok())
+    return a.status().Annotate("slot " + std::to_string(config_.slot) +
+                               " could not join the job (the coordinator refuses, without an " +
+                               "answer, an agent whose job key differs from slot 0's: check " +
+                               "--job-key-file)");
+  assignment_ = *a;
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot
+                              << " joined: " << control::RoleName(assignment_.role) << " rank "
+                              << assignment_.rank << " epoch " << assignment_.epoch;
+  return Status::Ok();
+}
+
+Status Agent::OpenLink() {
+  RTFT_ASSIGN_OR_RETURN(link_dir_, control::MakeLocalLinkDir());
+  RTFT_ASSIGN_OR_RETURN(link_, control::LocalServer::Bind(link_dir_ + "/link"));
+  coordinator_listener_ = std::thread([this] { ListenCoordinator(); });
+  link_listener_ = std::thread([this] { ListenLink(); });
+  return Status::Ok();
+}
+
+void Agent::ListenCoordinator() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(inbox_.mu);
+      if (inbox_.stop) return;
+    }
+    auto ev = client_->WaitEvent(kListen);
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    if (!ev.ok()) {
+      inbox_.coordinator_lost = ev.status();
+      inbox_.cv.notify_all();
+      return;
+    }
+    if (!ev->has_value()) continue;
+    inbox_.events.push_back(std::move(**ev));
+    inbox_.cv.notify_all();
+  }
+}
+
+void Agent::ListenLink() {
+  while (true) {
+    bool expect_attach;
+    {
+      std::lock_guard<std::mutex> lock(inbox_.mu);
+      if (inbox_.stop) return;
+      expect_attach = inbox_.expect_attach;
+    }
+    if (expect_attach) {
+      // Reports come only after the attach, so waiting for the attach alone loses nothing.
+      auto pid = link_->WaitAttach(std::chrono::milliseconds(10));
+      if (!pid.ok()) continue;
+      std::lock_guard<std::mutex> lock(inbox_.mu);
+      ++inbox_.attaches;
+      inbox_.expect_attach = false;
+      inbox_.cv.notify_all();
+      continue;
+    }
+    auto report = link_->PollReport(kListen);
+    if (!report.ok() || !report->has_value()) continue;
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.reports.push_back(std::move(**report));
+    inbox_.cv.notify_all();
+  }
+}
+
+int Agent::Run() {
+  Status s = Join();
+  if (s.ok()) s = OpenLink();
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogLaunch) << s;
+    return 1;
+  }
+  if (assignment_.role == control::Role::kRetired) return 0;
+  s = StartApp();
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogLaunch) << s;
+    (void)client_->ReportExit(127);
+    return 127;
+  }
+  while (!done_) WaitAndHandle();
+  return exit_code_;
+}
+
+void Agent::WaitAndHandle() {
+  std::deque<control::ControlEvent> events;
+  std::deque<control::RuntimeReport> reports;
+  int attaches;
+  std::optional<Status> lost;
+  {
+    std::unique_lock<std::mutex> lock(inbox_.mu);
+    inbox_.cv.wait_for(lock, kTick, [&] {
+      return !inbox_.events.empty() || !inbox_.reports.empty() || inbox_.attaches > 0 ||
+             inbox_.child_exited || inbox_.coordinator_lost;
+    });
+    events.swap(inbox_.events);
+    reports.swap(inbox_.reports);
+    attaches = inbox_.attaches;
+    inbox_.attaches = 0;
+    inbox_.child_exited = false;
+    lost = inbox_.coordinator_lost;
+  }
+  if (attaches > 0 && state_ == AppState::kRunning) OnAttach();
+  for (const auto& r : reports)
+    if (state_ == AppState::kRunning) HandleReport(r);
+  // The child's exit first: an event that answers its failure report may already be queued.
+  if (state_ == AppState::kRunning && app_.child)
+    if (auto exit = app_.child->exited()) OnChildExit(*exit);
+  for (const auto& e : events) {
+    if (done_) break;
+    HandleEvent(e);
+  }
+  if (lost && !done_) {
+    if (app_.child) app_.child->Signal(SIGKILL);
+    return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
+  }
+  CheckWatchdog();
+  PollKvGets();
+  CheckSignalsAndDeadlines();
+  Fence();
+}
+
+void Agent::HandleEvent(const control::ControlEvent& event) {
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": epoch " << event.membership.epoch
+                              << (event.type == control::ControlEvent::Type::kShutdown
+                                      ? " shutdown: "
+                                      : " change: ")
+                              << event.reason;
+  ScheduleFencing(event.membership);
+  if (event.type == control::ControlEvent::Type::kShutdown) return HandleShutdown(event);
+  const bool was_spare = is_spare();
+  assignment_ = event.assignment;
+  if (assignment_.role == control::Role::kRetired) {
+    if (app_.child) app_.child->Signal(SIGKILL);
+    return Finish(0, "slot retired: " + event.reason);
+  }
+  if (state_ == AppState::kAwaitingDecision) {
+    // Our failure report is answered by the event that lists our rank.
+    const auto& f = event.failed_ranks;
+    if (std::find(f.begin(), f.end(), rank_at_failure_) == f.end()) return;
+    Status s = StartApp();
+    if (!s.ok()) {
+      RTFT_LOG(kError, kLogLaunch) << s;
+      (void)client_->ReportExit(127);
+      Finish(127, "cannot restart the application");
+    }
+    return;
+  }
+  if (state_ != AppState::kRunning || !app_.attached) return;
+  if (was_spare && !is_spare()) {
+    // This spare was activated: release its runtime from standby.
+    Status s = link_->SendAssignment(assignment_);
+    if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "activating the spare's application: " << s;
+    app_.assigned = true;
+    return;
+  }
+  if (app_.assigned) {
+    Status s = link_->SendEvent(event);
+    if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding an event to the application: " << s;
+  }
+}
+
+void Agent::HandleShutdown(const control::ControlEvent& event) {
+  shutting_down_ = true;
+  exit_code_ = event.exit_code;
+  if (state_ != AppState::kRunning || !app_.child) return Finish(event.exit_code, event.reason);
+  if (!app_.assigned) {
+    app_.child->Signal(SIGKILL);  // a spare in standby has nothing to finish
+    return;
+  }
+  Status s = app_.attached ? link_->SendEvent(event) : Status::Ok();
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding the shutdown: " << s;
+  const auto now = Clock::now();
+  if (event.checkpoint_first) {
+    // The application checkpoints and exits by itself; SIGTERM only after the grace period.
+    term_deadline_ = now + config_.options.shutdown_grace;
+  } else {
+    app_.child->Signal(SIGTERM);
+    kill_deadline_ = now + config_.options.shutdown_grace;
+  }
+}
+
+void Agent::ScheduleFencing(const control::Membership& m) {
+  // A retired slot whose agent still runs on this host (stopped, or cut off) would keep a rank's
+  // application alive next to its replacement: kill it once it had time to go by itself.
+  for (control::SlotId s : m.retired) {
+    if (s == config_.slot || s < 0 || static_cast<size_t>(s) >= config_.peers.size()) continue;
+    if (config_.peers[s].host != config_.host || fence_at_.count(s)) continue;
+    fence_at_[s] = Clock::now() + config_.options.heartbeat_timeout;
+  }
+}
+
+void Agent::Fence() {
+  const auto now = Clock::now();
+  for (auto& [slot, at] : fence_at_) {
+    if (at == Clock::time_point::max() || now < at) continue;
+    at = Clock::time_point::max();
+    const int pid = config_.peers[slot].pid;
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    if (!(comm >> name) || name != "dp-launch") continue;
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " was retired but its dp-launch (pid " << pid
+                                << ") still runs here: killing it and its application";
+    kill(pid, SIGKILL);
+  }
+}
+
+void Agent::Finish(int code, const std::string& why) {
+  if (done_) return;
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << " done (exit " << code << "): " << why;
+  done_ = true;
+  exit_code_ = code;
+}
+
+}  // namespace rtft::launch

@@ -1,0 +1,128 @@
+// The agent of one slot (dp-launch after bootstrap): joins the coordinator, starts the
+// application (a warm spare's waits in Runtime::Create until activated), supervises it (exit,
+// watchdog, signals), reports failures and exits, and carries out the coordinator's decisions:
+// restart on this slot, activate this spare, retire, shut down. Decisions are taken on Run()'s
+// thread only; two listener threads (coordinator events, the application's link) and the
+// child's reaper only queue what arrives and wake it, so nothing waits on a poll interval.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/agent_client.h"
+#include "control/local_link.h"
+#include "launcher/bootstrap.h"
+#include "launcher/child_process.h"
+#include "launcher/launch_options.h"
+
+namespace rtft::launch {
+
+// An application exit code that asks for a restart, like a crash (EX_TEMPFAIL). Any other
+// non-zero code is the application's final word and ends the job with that code.
+constexpr int kRestartExitCode = 75;
+
+// SIGINT/SIGTERM/SIGHUP: forwarded at once to the current application, then the agent winds
+// down. Call once, before any thread starts.
+void InstallAgentSignalHandlers();
+// Internal, shared by agent.cc and agent_app.cc: the pid signals are forwarded to, and the
+// first signal received (0: none).
+void SetForwardedChild(pid_t pid);
+int AgentPendingSignal();
+
+struct AgentConfig {
+  LaunchOptions options;
+  int slot = 0;
+  int slots = 1;
+  std::string host;
+  std::vector<Peer> peers;
+  std::string endpoint;
+  control::JobKeys keys;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig config);
+  ~Agent();
+  // Until the job ends for this slot; returns dp-launch's exit code.
+  int Run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  enum class AppState { kNone, kRunning, kAwaitingDecision, kFinished };
+
+  // What the listener threads hand to Run()'s thread.
+  struct Inbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<control::ControlEvent> events;
+    std::deque<control::RuntimeReport> reports;
+    int attaches = 0;
+    bool child_exited = false;
+    std::optional<Status> coordinator_lost;
+    bool expect_attach = false;
+    bool stop = false;
+  };
+  struct App {
+    std::unique_ptr<ChildProcess> child;
+    bool attached = false;
+    bool assigned = false;  // the runtime has its logical rank
+    bool progress_seen = false;
+    Clock::time_point last_progress;
+    bool watchdog_killed = false;
+  };
+  struct PendingGet {
+    std::string key;
+    Clock::time_point deadline;
+  };
+
+  Status Join();
+  Status OpenLink();
+  void ListenCoordinator();
+  void ListenLink();
+  void WaitAndHandle();
+  void HandleEvent(const control::ControlEvent& event);
+  void HandleShutdown(const control::ControlEvent& event);
+  void ScheduleFencing(const control::Membership& m);
+  void Fence();
+
+  Status StartApp();
+  void OnAttach();
+  void HandleReport(const control::RuntimeReport& report);
+  void PollKvGets();
+  void OnChildExit(const ChildExit& exit);
+  void CheckWatchdog();
+  void CheckSignalsAndDeadlines();
+  void Finish(int code, const std::string& why);
+  bool is_spare() const { return assignment_.rank == control::kNoRank; }
+
+  AgentConfig config_;
+  std::unique_ptr<control::AgentClient> client_;
+  std::unique_ptr<control::LocalServer> link_;
+  std::string link_dir_;
+  Inbox inbox_;
+  std::thread coordinator_listener_, link_listener_;
+  control::Assignment assignment_;
+  App app_;
+  AppState state_ = AppState::kNone;
+  int starts_ = 0;
+  control::LogicalRank rank_at_failure_ = control::kNoRank;
+  bool shutting_down_ = false;
+  bool signal_seen_ = false;
+  std::optional<Clock::time_point> term_deadline_, kill_deadline_;
+  std::vector<PendingGet> gets_;
+  std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
+  bool done_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace rtft::launch

@@ -1,0 +1,198 @@
+// The application side of the agent: start, local link (attach, reports, KV), exit handling,
+// watchdog, signals and shutdown deadlines.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "core/logging.h"
+#include "launcher/agent.h"
+#include "runtime/app_env.h"
+
+namespace rtft::launch {
+namespace {
+
+const char* RoleEnvName(control::Role role) {
+  switch (role) {
+    case control::Role::kActive:
+      return "initial";
+    case control::Role::kSpare:
+      return "spare";
+    case control::Role::kActivated:
+      return "activated";
+    case control::Role::kRestarted:
+      return "restarted";
+    case control::Role::kRetired:
+      return "retired";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status Agent::StartApp() {
+  ChildSpec spec;
+  spec.argv = config_.options.command;
+  spec.env = {{runtime::kEnvAgentSocket, link_->path()},
+              {runtime::kEnvRank, std::to_string(assignment_.rank)},
+              {runtime::kEnvWorldSize, std::to_string(assignment_.world_size)},
+              {runtime::kEnvEpoch, std::to_string(assignment_.epoch)},
+              {runtime::kEnvSlot, std::to_string(config_.slot)},
+              {runtime::kEnvRole, RoleEnvName(assignment_.role)},
+              {runtime::kEnvRestartCount, std::to_string(starts_)}};
+  ++starts_;
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.expect_attach = true;
+    inbox_.child_exited = false;
+  }
+  App app;
+  auto wake = [this] {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.child_exited = true;
+    inbox_.cv.notify_all();
+  };
+  RTFT_ASSIGN_OR_RETURN(app.child, ChildProcess::Start(spec, wake));
+  SetForwardedChild(app.child->pid());
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": started " << spec.argv[0] << " (pid "
+                              << app.child->pid() << ") as " << RoleEnvName(assignment_.role)
+                              << " rank " << assignment_.rank;
+  app_ = std::move(app);
+  state_ = AppState::kRunning;
+  return Status::Ok();
+}
+
+void Agent::OnAttach() {
+  app_.attached = true;
+  if (is_spare() || shutting_down_) return;  // a spare waits in standby for its activation
+  Status s = link_->SendAssignment(assignment_);
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "sending the assignment: " << s;
+  app_.assigned = true;
+}
+
+void Agent::HandleReport(const control::RuntimeReport& r) {
+  using Type = control::RuntimeReport::Type;
+  switch (r.type) {
+    case Type::kProgress:
+      app_.progress_seen = true;
+      app_.last_progress = Clock::now();
+      client_->SetProgress(r.step);
+      break;
+    case Type::kDeviceError: {
+      RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << ": device error: " << r.detail;
+      Status s = client_->ReportFailure(control::FailureKind::kDeviceError, assignment_.rank, 0);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting a device error: " << s;
+      break;
+    }
+    case Type::kDetach:
+      break;
+    case Type::kKvPut: {
+      Status s = client_->KvPut(r.key, r.value);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "KV put '" << r.key << "': " << s;
+      break;
+    }
+    case Type::kKvGet:
+      gets_.push_back({r.key, Clock::now() + std::chrono::milliseconds(r.timeout_ms)});
+      break;
+  }
+}
+
+void Agent::PollKvGets() {
+  // Each pending get asks the coordinator without waiting, once per tick, so a long get never
+  // holds up the agent.
+  const auto now = Clock::now();
+  for (auto it = gets_.begin(); it != gets_.end();) {
+    auto v = client_->KvGet(it->key, std::chrono::milliseconds(0));
+    const bool waiting = !v.ok() && v.status().code() == StatusCode::kDeadlineExceeded;
+    if (waiting && now < it->deadline) {
+      ++it;
+      continue;
+    }
+    if (state_ == AppState::kRunning) {
+      Status s = link_->SendKvReply(it->key, v);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "KV reply: " << s;
+    }
+    it = gets_.erase(it);
+  }
+}
+
+void Agent::OnChildExit(const ChildExit& exit) {
+  SetForwardedChild(0);
+  gets_.clear();
+  const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - exit.at);
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": application pid "
+                              << app_.child->pid() << " " << exit.ToString() << " (handled "
+                              << delay.count() << " us after the reaper saw it)";
+  if (shutting_down_) {
+    if (app_.assigned) (void)client_->ReportExit(exit.code());
+    state_ = AppState::kFinished;
+    return Finish(signal_seen_ ? exit.code() : exit_code_, "application ended at shutdown");
+  }
+  if (is_spare()) {
+    // A spare's application is restarted at once; the coordinator counts the crash and may
+    // retire the slot (the next event then says so).
+    Status s =
+        client_->ReportFailure(control::FailureKind::kProcessCrash, control::kNoRank, exit.code());
+    if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the spare's crash: " << s;
+    s = StartApp();
+    if (!s.ok()) Finish(127, s.ToString());
+    return;
+  }
+  const bool crashed = exit.signaled() || exit.code() == kRestartExitCode;
+  if (!app_.watchdog_killed && !crashed) {
+    state_ = AppState::kFinished;  // wait for the job's end
+    Status s = client_->ReportExit(exit.code());
+    if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the exit: " << s;
+    return;
+  }
+  const auto kind =
+      app_.watchdog_killed ? control::FailureKind::kHang : control::FailureKind::kProcessCrash;
+  rank_at_failure_ = assignment_.rank;
+  state_ = AppState::kAwaitingDecision;
+  Status s = client_->ReportFailure(kind, assignment_.rank, exit.code());
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the failure: " << s;
+}
+
+void Agent::CheckWatchdog() {
+  const auto limit = config_.options.watchdog;
+  if (limit.count() == 0 || state_ != AppState::kRunning || !app_.progress_seen ||
+      app_.watchdog_killed || shutting_down_)
+    return;
+  if (Clock::now() - app_.last_progress < limit) return;
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": no step progress for "
+                              << limit.count() << " s: killing application pid "
+                              << app_.child->pid();
+  app_.watchdog_killed = true;
+  app_.child->Signal(SIGKILL);
+}
+
+void Agent::CheckSignalsAndDeadlines() {
+  const auto now = Clock::now();
+  if (!signal_seen_) {
+    if (int sig = AgentPendingSignal()) {
+      // The handler already forwarded it to the application.
+      RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": signal " << sig;
+      signal_seen_ = true;
+      shutting_down_ = true;
+      exit_code_ = 128 + sig;
+      if (state_ != AppState::kRunning) return Finish(exit_code_, "signal");
+      if (app_.assigned)
+        kill_deadline_ = now + config_.options.shutdown_grace;
+      else
+        app_.child->Signal(SIGKILL);
+    }
+  }
+  if (state_ != AppState::kRunning || !app_.child) return;
+  if (term_deadline_ && now >= *term_deadline_) {
+    term_deadline_.reset();
+    app_.child->Signal(SIGTERM);
+    kill_deadline_ = now + std::chrono::seconds(5);
+  }
+  if (kill_deadline_ && now >= *kill_deadline_) {
+    kill_deadline_.reset();
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
+                                << ": application did not exit in time: SIGKILL";
+    app_.child->Signal(SIGKILL);
+  }
+}
+
+}  // namespace rtft::launch

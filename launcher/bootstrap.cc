@@ -1,0 +1,63 @@
+#include "launcher/bootstrap.h"
+
+#include <unistd.h>
+
+#include "core/logging.h"
+
+namespace rtft::launch {
+
+StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
+                                                                 const control::JobKeys& keys,
+                                                                 int slots) {
+  if (options.spares >= slots)
+    return Status::InvalidArgument("--spares " + std::to_string(options.spares) + " leaves no " +
+                                   "active slot among " + std::to_string(slots));
+  control::CoordinatorOptions c;
+  c.keys = keys;
+  c.slots = slots;
+  c.spares = options.spares;
+  c.heartbeat_timeout = options.heartbeat_timeout;
+  c.join_timeout = options.join_timeout;
+  c.max_restarts_per_slot = options.max_restarts_per_slot;
+  c.on_spares_exhausted = options.on_spares_exhausted;
+  return control::Coordinator::Start(c);
+}
+
+namespace {
+
+std::string HostName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
+  BootstrapResult r;
+  r.host = HostName();
+  r.peers.push_back({r.host, static_cast<int>(getpid())});
+  if (!options.job_key_file.empty()) {
+    RTFT_ASSIGN_OR_RETURN(r.keys, control::LoadJobKeys(options.job_key_file));
+  } else {
+    RTFT_ASSIGN_OR_RETURN(r.keys, control::GenerateJobKeys());
+  }
+  RTFT_ASSIGN_OR_RETURN(r.coordinator, StartCoordinator(options, r.keys, 1));
+  r.endpoint = r.coordinator->endpoint();
+  return r;
+}
+
+}  // namespace
+
+StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options) {
+  switch (env.kind) {
+    case LauncherKind::kOpenMpi:
+    case LauncherKind::kMpich:
+      return BootstrapMpi(options);
+    case LauncherKind::kSlurm:
+      return BootstrapSlurm(options);
+    case LauncherKind::kNone:
+      return BootstrapLocal(options);
+  }
+  return Status::Internal("unknown launcher");
+}
+
+}  // namespace rtft::launch

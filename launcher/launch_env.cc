@@ -1,0 +1,96 @@
+#include "launcher/launch_env.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace rtft::launch {
+namespace {
+
+const char* Env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+bool Truthy(const char* v) {
+  return v && (!std::strcmp(v, "1") || !std::strcmp(v, "true") || !std::strcmp(v, "yes") ||
+               !std::strcmp(v, "on"));
+}
+
+}  // namespace
+
+const char* LauncherName(LauncherKind kind) {
+  switch (kind) {
+    case LauncherKind::kNone:
+      return "none";
+    case LauncherKind::kOpenMpi:
+      return "Open MPI mpirun";
+    case LauncherKind::kMpich:
+      return "MPICH mpiexec (Hydra)";
+    case LauncherKind::kSlurm:
+      return "srun";
+  }
+  return "?";
+}
+
+LaunchEnv DetectLaunchEnv() {
+  LaunchEnv env;
+  if (Env("OMPI_COMM_WORLD_RANK")) {
+    env.kind = LauncherKind::kOpenMpi;
+    // mpirun --enable-recovery exports its MCA setting to every process it starts.
+    env.survives_slot_loss = Truthy(Env("OMPI_MCA_orte_enable_recovery"));
+    if (!env.survives_slot_loss)
+      env.warnings.push_back(
+          "mpirun was started without --enable-recovery (OMPI_MCA_orte_enable_recovery is not "
+          "set): Open MPI will kill every slot when one dies, so no failure can be survived. "
+          "Run: mpirun --enable-recovery ... dp-launch ...");
+    else
+      env.warnings.push_back(
+          "note: under mpirun --enable-recovery, Open MPI 4.1 exits 0 whatever the processes "
+          "return; the job's exit code is in the last line of slot 0 and in "
+          "--exit-code-file/RTFT_EXIT_CODE_FILE");
+  } else if (Env("SLURM_PROCID") && Env("SLURM_NTASKS")) {
+    env.kind = LauncherKind::kSlurm;
+    // srun exports the variable when it was given in the environment; the option
+    // --kill-on-bad-exit and the cluster's KillOnBadExit are not visible to the task.
+    const char* kill = Env("SLURM_KILL_BAD_EXIT");
+    env.survives_slot_loss = kill && !Truthy(kill);
+    if (Truthy(kill))
+      env.warnings.push_back(
+          "SLURM_KILL_BAD_EXIT=1: srun kills every task when one exits with an error, so no "
+          "failure can be survived. Run: srun --kill-on-bad-exit=0 dp-launch ...");
+    else if (!kill)
+      env.warnings.push_back(
+          "cannot tell whether srun runs with --kill-on-bad-exit=0 (the option is not visible "
+          "to the tasks); with KillOnBadExit=1 a lost slot ends the job. Run srun "
+          "--kill-on-bad-exit=0 with SLURM_KILL_BAD_EXIT=0 exported to silence this");
+    if (!Env("SLURM_NO_KILL") && Env("SLURM_JOB_NUM_NODES") &&
+        std::strcmp(Env("SLURM_JOB_NUM_NODES"), "1") != 0)
+      env.warnings.push_back(
+          "the allocation was not made with --no-kill (SLURM_NO_KILL unset): Slurm ends the "
+          "whole job when a node fails; allocate with sbatch/salloc --no-kill to survive it");
+  } else if (Env("PMI_RANK") || Env("PMIX_RANK") || Env("MPI_LOCALRANKID")) {
+    env.kind = LauncherKind::kMpich;
+    env.warnings.push_back(
+        "MPICH: survivors stay alive only under mpiexec -disable-auto-cleanup, which dp-launch "
+        "cannot see from here; without it the first lost slot ends the job");
+  }
+  return env;
+}
+
+const char* LauncherSupportText() {
+  return "Launchers and what survives:\n"
+         "  mpirun --enable-recovery (Open MPI 4.1): application crash/hang restarts, slot loss\n"
+         "      (spare swap), spares-exhausted policies. mpirun itself exits 0: read the job's\n"
+         "      exit code from --exit-code-file or slot 0's last line. Without\n"
+         "      --enable-recovery a lost slot ends the job (dp-launch warns).\n"
+         "  mpiexec -disable-auto-cleanup (MPICH Hydra; dp-launch built against MPICH; untested):\n"
+         "      as above; without the flag a lost slot ends the job (not detectable: always "
+         "warned).\n"
+         "  srun --kill-on-bad-exit=0 (no MPI; allocation with --no-kill): as mpirun; needs\n"
+         "      --job-key-file on a path every node reads; srun exits with the job's code.\n"
+         "  no launcher: one slot; application restarts only.\n"
+         "Slot 0 hosts the coordinator: losing slot 0 ends the job.\n";
+}
+
+}  // namespace rtft::launch

@@ -1,0 +1,26 @@
+// Which launcher started this dp-launch (mpirun of Open MPI or MPICH, srun, or none), read from
+// the environment the launcher sets, and whether that launch can survive the loss of a slot.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rtft::launch {
+
+enum class LauncherKind { kNone, kOpenMpi, kMpich, kSlurm };
+const char* LauncherName(LauncherKind kind);
+
+struct LaunchEnv {
+  LauncherKind kind = LauncherKind::kNone;
+  // Known to keep the survivors alive when a slot dies (false: known not to, or cannot tell).
+  bool survives_slot_loss = false;
+  // Warnings to print at start (slot 0 prints them once).
+  std::vector<std::string> warnings;
+};
+
+LaunchEnv DetectLaunchEnv();
+
+// The recovery features per launcher, for --help and the README.
+const char* LauncherSupportText();
+
+}  // namespace rtft::launch

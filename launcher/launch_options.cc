@@ -1,0 +1,121 @@
+#include "launcher/launch_options.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/params.h"
+
+namespace rtft::launch {
+namespace {
+
+// The flag's text when given, else the variable's (or its default).
+StatusOr<int64_t> IntSetting(const std::string& flag, Param param, const char* name) {
+  if (flag.empty()) return ParamInt(param);
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(flag.c_str(), &end, 10);
+  if (errno != 0 || end == flag.c_str() || *end != '\0')
+    return Status::InvalidArgument(std::string("--") + name + " '" + flag + "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+std::string StringSetting(const std::string& flag, Param param) {
+  return flag.empty() ? ParamString(param) : flag;
+}
+
+// A path setting; "none" (the default) means unset.
+std::string PathSetting(const std::string& flag, Param param) {
+  std::string path = StringSetting(flag, param);
+  return path == "none" ? "" : path;
+}
+
+Status CheckRange(int64_t v, int64_t lo, int64_t hi, const char* name) {
+  if (v < lo || v > hi)
+    return Status::InvalidArgument(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                                   std::to_string(hi) + "], got " + std::to_string(v));
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
+  app->add_option("--spares", f->spares,
+                  "slots (the last ones) that start as warm spares [RTFT_SPARES, 0]");
+  app->add_option("--heartbeat-ms", f->heartbeat_ms,
+                  "agent heartbeat period [RTFT_HEARTBEAT_MS, 100]");
+  app->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
+                  "a slot silent this long is lost [RTFT_HEARTBEAT_TIMEOUT_MS, 1000]");
+  app->add_option("--max-restarts-per-slot", f->max_restarts_per_slot,
+                  "restarts on the same slot before it is retired [RTFT_MAX_RESTARTS_PER_SLOT, 3]");
+  app->add_option("--on-spares-exhausted", f->on_spares_exhausted,
+                  "shrink | checkpoint-and-exit | fail [RTFT_ON_SPARES_EXHAUSTED, "
+                  "checkpoint-and-exit]");
+  app->add_option("--watchdog-s", f->watchdog_s,
+                  "kill an application without step progress this long, 0: off [RTFT_WATCHDOG_S, "
+                  "300]");
+  app->add_option("--log-level", f->log_level,
+                  "error | warn | info | debug | trace [RTFT_LOG_LEVEL, warn]");
+  app->add_option("--job-key-file", f->job_key_file,
+                  "the job's CURVE keys (0600); required under srun [RTFT_JOB_KEY_FILE]");
+  app->add_option("--join-timeout-s", f->join_timeout_s,
+                  "every slot must join within this [RTFT_JOIN_TIMEOUT_S, 60]");
+  app->add_option("--shutdown-grace-s", f->shutdown_grace_s,
+                  "time an application gets to exit after SIGTERM/shutdown [RTFT_SHUTDOWN_GRACE_S, "
+                  "30]");
+  app->add_option("--exit-code-file", f->exit_code_file,
+                  "slot 0 writes the job's exit code here [RTFT_EXIT_CODE_FILE]");
+  app->add_flag("--print-config", f->print_config,
+                "list every RTFT_* setting with its default and current value, then exit");
+  app->add_option("command", f->command, "the application and its arguments (after --)");
+}
+
+StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
+  LaunchOptions o;
+  RTFT_ASSIGN_OR_RETURN(int64_t spares, IntSetting(f.spares, Param::kSpares, "spares"));
+  RTFT_RETURN_IF_ERROR(CheckRange(spares, 0, control::kMaxSlots - 1, "--spares"));
+  o.spares = static_cast<int32_t>(spares);
+  RTFT_ASSIGN_OR_RETURN(int64_t hb,
+                        IntSetting(f.heartbeat_ms, Param::kHeartbeatMs, "heartbeat-ms"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hb, 1, 600000, "--heartbeat-ms"));
+  o.heartbeat = std::chrono::milliseconds(hb);
+  RTFT_ASSIGN_OR_RETURN(int64_t hbt, IntSetting(f.heartbeat_timeout_ms, Param::kHeartbeatTimeoutMs,
+                                                "heartbeat-timeout-ms"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hbt, 2 * hb, 3600000, "--heartbeat-timeout-ms (>= 2 periods)"));
+  o.heartbeat_timeout = std::chrono::milliseconds(hbt);
+  RTFT_ASSIGN_OR_RETURN(int64_t mr, IntSetting(f.max_restarts_per_slot, Param::kMaxRestartsPerSlot,
+                                               "max-restarts-per-slot"));
+  RTFT_RETURN_IF_ERROR(CheckRange(mr, 0, 1000000, "--max-restarts-per-slot"));
+  o.max_restarts_per_slot = static_cast<int32_t>(mr);
+  const std::string policy = StringSetting(f.on_spares_exhausted, Param::kOnSparesExhausted);
+  if (!control::ParsePolicy(policy, &o.on_spares_exhausted))
+    return Status::InvalidArgument("--on-spares-exhausted '" + policy +
+                                   "': use shrink, checkpoint-and-exit or fail");
+  RTFT_ASSIGN_OR_RETURN(int64_t wd, IntSetting(f.watchdog_s, Param::kWatchdogS, "watchdog-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(wd, 0, 7 * 24 * 3600, "--watchdog-s"));
+  o.watchdog = std::chrono::seconds(wd);
+  o.log_level = StringSetting(f.log_level, Param::kLogLevel);
+  o.job_key_file = PathSetting(f.job_key_file, Param::kJobKeyFile);
+  RTFT_ASSIGN_OR_RETURN(int64_t jt,
+                        IntSetting(f.join_timeout_s, Param::kJoinTimeoutS, "join-timeout-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(jt, 1, 24 * 3600, "--join-timeout-s"));
+  o.join_timeout = std::chrono::seconds(jt);
+  RTFT_ASSIGN_OR_RETURN(int64_t grace,
+                        IntSetting(f.shutdown_grace_s, Param::kShutdownGraceS, "shutdown-grace-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(grace, 0, 24 * 3600, "--shutdown-grace-s"));
+  o.shutdown_grace = std::chrono::seconds(grace);
+  o.exit_code_file = PathSetting(f.exit_code_file, Param::kExitCodeFile);
+  o.command = f.command;
+  return o;
+}
+
+std::string FormatConfig() {
+  std::ostringstream out;
+  for (const ParamInfo& p : AllParams()) {
+    const char* env = std::getenv(p.env);
+    out << p.env << "=" << ParamString(p.id) << "  (default '" << p.default_value << "'"
+        << (env && *env ? ", from the environment" : "") << ")\n    " << p.description << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace rtft::launch

@@ -1,0 +1,49 @@
+// dp-launch's settings: each command-line option is also an RTFT_* variable (core/param_list.h);
+// a flag wins over the variable, the variable over the default. Used by main.cc and the agent.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "control/types.h"
+#include "rtft/status.h"
+
+namespace rtft::launch {
+
+struct LaunchOptions {
+  int32_t spares = 0;
+  std::chrono::milliseconds heartbeat{100};
+  std::chrono::milliseconds heartbeat_timeout{1000};
+  int32_t max_restarts_per_slot = 3;
+  control::SparesExhaustedPolicy on_spares_exhausted =
+      control::SparesExhaustedPolicy::kCheckpointAndExit;
+  std::chrono::seconds watchdog{300};  // 0: off
+  std::string log_level;
+  std::string job_key_file;
+  std::chrono::seconds join_timeout{60};
+  std::chrono::seconds shutdown_grace{30};
+  std::string exit_code_file;
+  std::vector<std::string> command;  // APP [ARGS]
+};
+
+// Raw text of the flags as CLI11 fills them; empty means "not given".
+struct LaunchFlags {
+  std::string spares, heartbeat_ms, heartbeat_timeout_ms, max_restarts_per_slot;
+  std::string on_spares_exhausted, watchdog_s, log_level, job_key_file, join_timeout_s;
+  std::string shutdown_grace_s, exit_code_file;
+  bool print_config = false;
+  std::vector<std::string> command;
+};
+
+void AddLaunchFlags(CLI::App* app, LaunchFlags* flags);
+// Flags over RTFT_* variables over defaults; checks ranges. The command may be empty here
+// (--print-config); main.cc requires it otherwise.
+StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& flags);
+// Every RTFT_* parameter with its default and current value (--print-config).
+std::string FormatConfig();
+
+}  // namespace rtft::launch

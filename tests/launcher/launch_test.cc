@@ -1,0 +1,307 @@
+// dp-launch under real mpirun (--enable-recovery), with real processes killed and stopped:
+// the roles, ranks, epochs and events each application sees, and the job's exit code.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "launcher/launch_job.h"
+
+namespace rtft::launch::test {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rtft-launch-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    job_ = std::make_unique<Job>(dir_);
+  }
+  void TearDown() override {
+    job_.reset();
+    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // Common settings: short heartbeats so a lost slot is noticed in about a second.
+  JobSpec Spec(int slots, int spares, std::vector<std::string> extra = {}) {
+    JobSpec spec;
+    spec.slots = slots;
+    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
+                    "100",      "--heartbeat-timeout-ms", "1000"};
+    spec.dp_args.insert(spec.dp_args.end(), extra.begin(), extra.end());
+    spec.env = {{"RTFT_TEST_STEPS", "40"}, {"RTFT_TEST_STEP_MS", "100"}};
+    return spec;
+  }
+  // Waits until `rank` logged a step >= `step`.
+  void WaitStep(int rank, long step) {
+    ASSERT_TRUE(WaitFor([&] { return job_->LastStep(rank) >= step; }, seconds(30)))
+        << "rank " << rank << " never reached step " << step << "\n"
+        << job_->Dump();
+  }
+  int Finish() {
+    auto rc = job_->Wait(seconds(60));
+    EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job_->Dump();
+    // Open MPI 4.1 under --enable-recovery exits 0 whatever happened; slot 0 writes the code.
+    if (rc) EXPECT_EQ(*rc, 0) << job_->Dump();
+    return job_->JobExitCode();
+  }
+  std::vector<LogLine> Starts(int slot) { return LinesOf(dir_, slot, "start"); }
+  std::vector<LogLine> Events(int slot) { return LinesOf(dir_, slot, "event"); }
+  void Command(int rank, const std::string& cmd) {
+    const std::string path = dir_ + "/cmd-rank" + std::to_string(rank);
+    FILE* f = std::fopen((path + ".tmp").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "%s\n", cmd.c_str());
+    std::fclose(f);
+    ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Job> job_;
+};
+
+TEST_F(LaunchTest, CleanRunGivesEveryRankItsRoleAndEndsWithZero) {
+  job_->Start(Spec(3, 1));
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  for (int slot = 0; slot < 2; ++slot) {
+    auto starts = Starts(slot);
+    ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+    EXPECT_EQ(starts[0].Get("role"), "initial");
+    EXPECT_EQ(starts[0].Int("rank"), slot);
+    EXPECT_EQ(starts[0].Int("world"), 2);
+    EXPECT_EQ(starts[0].Int("epoch"), 1);
+    EXPECT_EQ(LinesOf(dir_, slot, "exit").back().Get("why"), "done");
+  }
+  // The spare started (warm) but never got a rank.
+  EXPECT_EQ(LinesOf(dir_, 2, "launched").size(), 1u) << job_->Dump();
+  EXPECT_TRUE(Starts(2).empty()) << job_->Dump();
+}
+
+TEST_F(LaunchTest, KilledApplicationRestartsOnItsSlot) {
+  job_->Start(Spec(3, 1));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto starts = Starts(1);
+  ASSERT_EQ(starts.size(), 2u) << job_->Dump();
+  EXPECT_EQ(starts[1].Get("role"), "restarted");
+  EXPECT_EQ(starts[1].Int("rank"), 1);
+  EXPECT_EQ(starts[1].Int("epoch"), 2);
+  EXPECT_EQ(starts[1].Int("ppid"), agent) << "restarted by the same agent";
+  // The restarted rank resumed from the step it had published in the KV store.
+  auto resume = LinesOf(dir_, 1, "resume");
+  ASSERT_EQ(resume.size(), 1u);
+  EXPECT_EQ(resume[0].Get("kv"), "ok");
+  EXPECT_GE(resume[0].Int("step"), 3);
+  // Rank 0 heard of the new epoch; the spare was not needed.
+  auto events = Events(0);
+  ASSERT_FALSE(events.empty()) << job_->Dump();
+  EXPECT_EQ(events[0].Int("epoch"), 2);
+  EXPECT_EQ(events[0].Get("failed"), "1");
+  EXPECT_EQ(events[0].Int("world"), 2);
+  EXPECT_TRUE(Starts(2).empty());
+}
+
+TEST_F(LaunchTest, LostSlotIsTakenOverByTheSpare) {
+  job_->Start(Spec(3, 1));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto starts = Starts(2);
+  ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+  EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+  EXPECT_EQ(starts[0].Int("rank"), 1);
+  EXPECT_EQ(starts[0].Int("epoch"), 2);
+  EXPECT_EQ(starts[0].Int("world"), 2);
+  auto events = Events(0);
+  ASSERT_FALSE(events.empty()) << job_->Dump();
+  EXPECT_EQ(events[0].Int("epoch"), 2);
+  EXPECT_EQ(events[0].Get("failed"), "1");
+}
+
+TEST_F(LaunchTest, StoppedApplicationIsKilledByTheWatchdogAndRestarted) {
+  job_->Start(Spec(2, 0, {"--watchdog-s", "1"}));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(app, SIGSTOP), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto starts = Starts(1);
+  ASSERT_EQ(starts.size(), 2u) << job_->Dump();
+  EXPECT_EQ(starts[1].Get("role"), "restarted");
+  EXPECT_EQ(starts[1].Int("epoch"), 2);
+  EXPECT_NE(job_->Output().find("no step progress"), std::string::npos) << job_->Output();
+}
+
+TEST_F(LaunchTest, StoppedAgentIsDeclaredLostAndReplaced) {
+  job_->Start(Spec(3, 1));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(agent, SIGSTOP), 0);
+  // The heartbeat timeout retires the slot; the other agents on this host then kill the stopped
+  // one (and with it its application), so the job can end.
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto starts = Starts(2);
+  ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+  EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+  EXPECT_EQ(starts[0].Int("rank"), 1);
+  EXPECT_EQ(starts[0].Int("epoch"), 2);
+  EXPECT_EQ(Events(0).at(0).Get("failed"), "1");
+}
+
+TEST_F(LaunchTest, KilledSpareLeavesTheRanksRunning) {
+  job_->Start(Spec(3, 1));
+  WaitStep(0, 2);
+  pid_t app, agent;
+  ASSERT_TRUE(WaitFor([&] { return job_->FindSpare(2, &app, &agent); }, seconds(10)));
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  // A new epoch without failed ranks; nobody restarted.
+  auto events = Events(0);
+  ASSERT_FALSE(events.empty()) << job_->Dump();
+  EXPECT_EQ(events[0].Int("epoch"), 2);
+  EXPECT_EQ(events[0].Get("failed"), "-");
+  EXPECT_EQ(events[0].Int("world"), 2);
+  EXPECT_EQ(Starts(0).size(), 1u);
+  EXPECT_EQ(Starts(1).size(), 1u);
+}
+
+TEST_F(LaunchTest, TwoSlotsLostAtOnceTakeBothSpares) {
+  job_->Start(Spec(5, 2));
+  WaitStep(2, 3);
+  pid_t app1, agent1, app2, agent2;
+  ASSERT_TRUE(job_->FindRank(1, &app1, &agent1));
+  ASSERT_TRUE(job_->FindRank(2, &app2, &agent2));
+  for (pid_t p : {agent1, app1, agent2, app2}) ASSERT_EQ(kill(p, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  std::map<long, std::string> taken;  // rank -> role of the spare that took it
+  for (int slot : {3, 4}) {
+    auto starts = Starts(slot);
+    ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+    EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+    taken[starts[0].Int("rank")] = starts[0].Get("role");
+  }
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_TRUE(taken.count(1) && taken.count(2)) << job_->Dump();
+  // Rank 0 ends in an epoch where both are replaced.
+  auto events = Events(0);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().Int("world"), 3);
+}
+
+TEST_F(LaunchTest, SparesExhaustedShrink) {
+  job_->Start(Spec(3, 0, {"--on-spares-exhausted", "shrink"}));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto e0 = Events(0), e2 = Events(2);
+  ASSERT_FALSE(e0.empty() || e2.empty()) << job_->Dump();
+  EXPECT_EQ(e0[0].Int("world"), 2);
+  EXPECT_EQ(e0[0].Int("rank"), 0);
+  EXPECT_EQ(e2[0].Int("world"), 2);
+  EXPECT_EQ(e2[0].Int("rank"), 1) << "slot 2's rank 2 becomes rank 1";
+  EXPECT_EQ(LinesOf(dir_, 2, "exit").back().Get("why"), "done");
+}
+
+TEST_F(LaunchTest, SparesExhaustedCheckpointAndExit) {
+  job_->Start(Spec(3, 0, {"--on-spares-exhausted", "checkpoint-and-exit"}));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  for (int slot : {0, 2}) {
+    EXPECT_EQ(LinesOf(dir_, slot, "checkpoint").size(), 1u) << job_->Dump();
+    EXPECT_EQ(LinesOf(dir_, slot, "exit").back().Get("why"), "shutdown");
+    EXPECT_LT(job_->LastStep(slot), 39);
+  }
+}
+
+TEST_F(LaunchTest, SparesExhaustedFail) {
+  job_->Start(Spec(3, 0, {"--on-spares-exhausted", "fail"}));
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 1) << job_->Dump();
+  EXPECT_EQ(Events(0).back().Get("shutdown"), "1");
+  EXPECT_TRUE(LinesOf(dir_, 0, "checkpoint").empty());
+}
+
+TEST_F(LaunchTest, RepeatedCrashesRetireTheSlot) {
+  job_->Start(Spec(3, 1, {"--max-restarts-per-slot", "1"}));
+  WaitStep(1, 3);
+  Command(1, "crash");
+  ASSERT_TRUE(WaitFor([&] { return Starts(1).size() == 2; }, seconds(20))) << job_->Dump();
+  Command(1, "crash");
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  auto starts = Starts(2);
+  ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+  EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+  EXPECT_EQ(starts[0].Int("rank"), 1);
+  EXPECT_EQ(starts[0].Int("epoch"), 3);
+}
+
+TEST_F(LaunchTest, ApplicationExitCodeEndsTheJob) {
+  job_->Start(Spec(2, 0));
+  WaitStep(1, 2);
+  Command(1, "exit 3");
+  EXPECT_EQ(Finish(), 3) << job_->Dump();
+  EXPECT_NE(job_->Output().find("job exit code 3"), std::string::npos) << job_->Output();
+  EXPECT_EQ(Events(0).back().Get("shutdown"), "1");
+}
+
+TEST_F(LaunchTest, WithoutEnableRecoveryWarnsAndPassesTheExitCode) {
+  JobSpec spec = Spec(2, 0);
+  spec.recovery = false;
+  job_->Start(spec);
+  WaitStep(1, 2);
+  Command(1, "exit 4");
+  auto rc = job_->Wait(seconds(60));
+  ASSERT_TRUE(rc.has_value()) << job_->Dump();
+  EXPECT_EQ(*rc, 4) << job_->Dump();
+  EXPECT_NE(job_->Output().find("without --enable-recovery"), std::string::npos) << job_->Output();
+}
+
+TEST_F(LaunchTest, AgentWithAnotherJobKeyCannotJoin) {
+  const std::string good = dir_ + "/good.key", bad = dir_ + "/bad.key";
+  for (const auto& f : {good, bad})
+    ASSERT_EQ(std::system((std::string(RTFT_DP_LAUNCH) + " --new-key-file " + f).c_str()), 0);
+  JobSpec spec = Spec(4, 1, {"--join-timeout-s", "4"});
+  spec.per_slot_args = {{"--job-key-file", good},
+                        {"--job-key-file", bad},
+                        {"--job-key-file", good},
+                        {"--job-key-file", good}};
+  job_->Start(spec);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  // Slot 1 never joined: its application never started; the spare took rank 1 once the join
+  // deadline passed.
+  EXPECT_TRUE(ReadSlotLog(dir_, 1).empty()) << job_->Dump();
+  EXPECT_NE(job_->Output().find("could not join"), std::string::npos) << job_->Output();
+  auto starts = Starts(3);
+  ASSERT_EQ(starts.size(), 1u) << job_->Dump();
+  EXPECT_EQ(starts[0].Int("rank"), 1);
+  EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+}
+
+}  // namespace
+}  // namespace rtft::launch::test

@@ -1,0 +1,152 @@
+// A small application for the launcher tests and `rtft-bench detect`: it runs under dp-launch
+// with rtft::Runtime and writes what it sees as `key=value` lines to <RTFT_TEST_DIR>/slot-<S>.log
+// (one file per slot, appended by every process started on it), so a test can assert roles,
+// ranks, epochs and events. Settings (environment):
+//   RTFT_TEST_DIR       log and command directory (required)
+//   RTFT_TEST_STEPS     steps to run (default 20); RTFT_TEST_STEP_MS: sleep per step (100)
+//   RTFT_TEST_EXIT_CODE exit code after the last step (0)
+// Commands: a file <dir>/cmd-rank<R> holding `crash`, `hang`, `exit N` or `device-error` is
+// consumed at the next step by the process holding logical rank R.
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "rtft/runtime.h"
+
+namespace {
+
+std::mutex g_log_mu;
+FILE* g_log = stdout;
+std::atomic<bool> g_term{false};
+
+long long NowUs() {
+  timeval tv{};
+  gettimeofday(&tv, nullptr);
+  return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
+}
+
+void Log(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(g_log, "%s t=%lld\n", line.c_str(), NowUs());
+  std::fflush(g_log);
+}
+
+long EnvLong(const char* name, long def) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atol(v) : def;
+}
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s.empty() ? "-" : s;
+}
+
+std::string EventLine(const rtft::FailureEvent& e) {
+  std::ostringstream o;
+  o << "event epoch=" << e.epoch << " rank=" << e.rank << " world=" << e.world_size
+    << " failed=" << Join(e.failed_ranks) << " shutdown=" << e.shutdown
+    << " checkpoint=" << e.checkpoint_first << " pid=" << getpid();
+  return o.str();
+}
+
+// The command for `rank`, consumed; empty when there is none.
+std::string TakeCommand(const std::string& dir, int rank) {
+  const std::string path = dir + "/cmd-rank" + std::to_string(rank);
+  const std::string taken = path + ".taken." + std::to_string(getpid());
+  if (std::rename(path.c_str(), taken.c_str()) != 0) return "";
+  std::ifstream in(taken);
+  std::string cmd;
+  std::getline(in, cmd);
+  return cmd;
+}
+
+}  // namespace
+
+int main() {
+  const char* dir_env = std::getenv("RTFT_TEST_DIR");
+  if (!dir_env) {
+    std::fprintf(stderr, "rtft_test_app: set RTFT_TEST_DIR\n");
+    return 2;
+  }
+  const std::string dir = dir_env;
+  const char* slot_env = std::getenv("RTFT_SLOT");
+  const std::string log_path = dir + "/slot-" + (slot_env ? slot_env : "0") + ".log";
+  g_log = std::fopen(log_path.c_str(), "a");
+  if (!g_log) return 2;
+  signal(SIGTERM, [](int) { g_term = true; });
+  const char* role_env = std::getenv("RTFT_ROLE");
+  Log("launched pid=" + std::to_string(getpid()) + " ppid=" + std::to_string(getppid()) +
+      " env_role=" + (role_env ? role_env : "-") +
+      " env_rank=" + std::to_string(EnvLong("RTFT_RANK", -1)));
+
+  auto rt = rtft::Runtime::Create();
+  if (!rt.ok()) {
+    Log("error create " + rt.status().ToString());
+    return 3;
+  }
+  const rtft::RuntimeInfo info = (*rt)->info();
+  int rank = info.rank;
+  std::ostringstream start;
+  start << "start pid=" << getpid() << " ppid=" << getppid() << " slot=" << info.slot
+        << " role=" << rtft::RuntimeRoleName(info.role) << " rank=" << info.rank
+        << " world=" << info.world_size << " epoch=" << info.epoch;
+  Log(start.str());
+  (*rt)->OnFailure([](const rtft::FailureEvent& e) { Log(EventLine(e)); });
+
+  // A restarted or activated rank resumes from the step its predecessor last published.
+  long step = 0;
+  if (info.role != rtft::RuntimeRole::kInitial && info.role != rtft::RuntimeRole::kStandalone) {
+    auto v = (*rt)->KvGet("step/" + std::to_string(rank), std::chrono::milliseconds(2000));
+    if (v.ok()) step = std::atol(v->c_str());
+    Log("resume rank=" + std::to_string(rank) + " step=" + std::to_string(step) +
+        " kv=" + (v.ok() ? "ok" : v.status().ToString()));
+  }
+  const long steps = EnvLong("RTFT_TEST_STEPS", 20);
+  const long step_ms = EnvLong("RTFT_TEST_STEP_MS", 100);
+  int code = static_cast<int>(EnvLong("RTFT_TEST_EXIT_CODE", 0));
+  for (; step < steps; ++step) {
+    while (auto e = (*rt)->PollEvent()) {
+      if (e->rank >= 0) rank = e->rank;  // a shrink renumbers the ranks
+      if (!e->shutdown) continue;
+      if (e->checkpoint_first)
+        Log("checkpoint rank=" + std::to_string(rank) + " step=" + std::to_string(step));
+      Log("exit rank=" + std::to_string(rank) + " code=0 why=shutdown");
+      return 0;
+    }
+    if (g_term) {
+      Log("exit rank=" + std::to_string(rank) + " code=143 why=sigterm");
+      return 143;
+    }
+    const std::string cmd = TakeCommand(dir, rank);
+    if (cmd == "crash") {
+      Log("crash rank=" + std::to_string(rank));
+      kill(getpid(), SIGKILL);
+    } else if (cmd == "hang") {
+      Log("hang rank=" + std::to_string(rank));
+      while (true) pause();
+    } else if (cmd == "device-error") {
+      (void)(*rt)->ReportDeviceError("test: device lost");
+    } else if (cmd.rfind("exit ", 0) == 0) {
+      code = std::atoi(cmd.c_str() + 5);
+      Log("exit rank=" + std::to_string(rank) + " code=" + std::to_string(code) + " why=command");
+      return code;
+    }
+    (void)(*rt)->KvPut("step/" + std::to_string(rank), std::to_string(step));
+    (void)(*rt)->ReportStep(static_cast<uint64_t>(step));
+    Log("step rank=" + std::to_string(rank) + " step=" + std::to_string(step));
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+  Log("exit rank=" + std::to_string(rank) + " code=" + std::to_string(code) + " why=done");
+  return code;
+}
