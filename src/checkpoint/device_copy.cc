@@ -85,6 +85,23 @@ StatusOr<std::unique_ptr<DeviceCopier>> CreateDeviceCopier(int device) {
   return std::unique_ptr<DeviceCopier>(new CudaCopier(device, stream));
 }
 
+Status CheckDevicePointer(const void* ptr, int device, const std::string& what) {
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status::InvalidArgument(what + ": CUDA does not know its pointer (" +
+                                   cudaGetErrorString(err) + ")");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    return Status::InvalidArgument(what + " is described as device memory, but its pointer is " +
+                                   "host memory");
+  if (attr.device != device)
+    return Status::InvalidArgument(what + " is described as on device " + std::to_string(device) +
+                                   " but lives on device " + std::to_string(attr.device));
+  return Status::Ok();
+}
+
 bool RegisterHostMemory(void* base, size_t bytes, size_t piece_bytes) {
   if (!CudaDevicePresent()) return false;
   for (size_t off = 0; off < bytes; off += piece_bytes) {
@@ -112,6 +129,11 @@ bool CudaDevicePresent() { return false; }
 
 StatusOr<std::unique_ptr<DeviceCopier>> CreateDeviceCopier(int device) {
   return Status::Unimplemented("device memory given, but this rt-ft was built without CUDA");
+}
+
+Status CheckDevicePointer(const void*, int, const std::string& what) {
+  return Status::Unimplemented(what +
+                               " is in device memory, but this rt-ft was built without CUDA");
 }
 
 bool RegisterHostMemory(void*, size_t, size_t) { return false; }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "rtft/status.h"
@@ -36,6 +37,10 @@ class DeviceCopier {
   // Synchronous host-to-device copy (restore).
   virtual Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
 };
+
+// OK when `ptr` is device (or managed) memory of CUDA device `device`; InvalidArgument naming
+// `what` otherwise, so a wrongly described tensor fails at Checkpoint(), not inside a copy.
+Status CheckDevicePointer(const void* ptr, int device, const std::string& what);
 
 // One copier per device ordinal, with its own non-blocking stream.
 StatusOr<std::unique_ptr<DeviceCopier>> CreateDeviceCopier(int device);

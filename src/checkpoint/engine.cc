@@ -183,7 +183,10 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
     v->object_blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
   }
   for (TensorDesc& t : desc.tensors) {
-    if (t.memory == MemoryKind::kDevice) RTFT_RETURN_IF_ERROR(Copier(t.device).status());
+    if (t.memory == MemoryKind::kDevice && t.bytes() > 0) {
+      RTFT_RETURN_IF_ERROR(Copier(t.device).status());
+      RTFT_RETURN_IF_ERROR(CheckDevicePointer(t.data, t.device, "tensor '" + t.name + "'"));
+    }
     TensorState ts;
     ts.xxh3.assign(ChunkCount(t.bytes(), options_.chunk_bytes), 0);
     if (t.bytes() == 0) ts.xxh3[0] = Xxh3("", 0);

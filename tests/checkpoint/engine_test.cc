@@ -235,7 +235,9 @@ TEST(Engine, RejectsBadCallsAndOptions) {
   TensorDesc dev = HostTensor("d", &x);
   dev.memory = MemoryKind::kDevice;
   TensorProvider device_tensor(dev);
-  EXPECT_FALSE(engine->Checkpoint(7, device_tensor).ok());  // no GPU here, or no CUDA build
+  // Host memory described as device memory is refused at the call: without a GPU because there
+  // is no device, with one because the pointer is not device memory.
+  EXPECT_FALSE(engine->Checkpoint(7, device_tensor).ok());
   ASSERT_TRUE(engine->WaitPersisted(5).ok());
 }
 

@@ -76,6 +76,14 @@ TEST(GpuCapture, DeviceTensorsRoundTrip) {
     EXPECT_EQ(std::memcmp(s.data(), small[i].data(), s.size()), 0) << i;
   }
 
+  // A host pointer described as device memory is refused at the call, naming the tensor.
+  TensorDesc wrong = t;
+  wrong.name = "host_as_device";
+  wrong.data = big.data();
+  Status refused = (*engine)->Checkpoint(2, TensorProvider(wrong));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("host_as_device"), std::string::npos) << refused;
+
   // Restore into device memory and read it back.
   ASSERT_TRUE(Restore(dir.path(), RestoreOptions{}, provider).ok());
   std::vector<float> back(big.size());
