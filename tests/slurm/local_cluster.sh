@@ -10,6 +10,8 @@
 #   rtft_cluster_logs              print the daemons' logs (for a failing test)
 #   rtft_cluster_wait_idle NODES   wait (60 s at most) until NODES nodes are idle
 #   rtft_cluster_crash_node NODE   SIGKILL everything of NODE (slurmd, slurmstepd, tasks)
+#   rtft_cluster_pids_with_env VAR=VALUE...  pids of this cluster's processes with that env
+#   rtft_with_descendants          the pids read from stdin and all their descendants
 #   rtft_cluster_restart_node NODE start NODE's slurmd again (ReturnToService=2 takes it back)
 #
 # Several nodes on one host: Debian 12's slurm-wlm 22.05 accepts `slurmd -N NAME` with one
@@ -53,6 +55,7 @@ _rtft_spawn() {
   shift
   "$@" >"$log" 2>&1 &
   RTFT_CLUSTER_PIDS+=($!)
+  echo "$!" >>"$RTFT_CLUSTER_DIR/run/pids"
 }
 
 _rtft_write_conf() {
@@ -161,6 +164,7 @@ rtft_cluster_start() {
   done
   RTFT_CLUSTER_DIR=$dir
   mkdir -p "$dir"/{state,spool,run,log,jobs} || return 1
+  _rtft_start_guard
   local i
   for ((i = 1; i <= nodes; i++)); do mkdir -p "$dir/spool/n$i"; done
 
@@ -182,6 +186,18 @@ rtft_cluster_start() {
     return 77
   fi
   _rtft_cluster_log "$nodes nodes idle (slurmctld port $port, state in $dir)"
+}
+
+# Should this shell die without running its trap (SIGKILL, a ctest timeout), a guard process
+# kills every daemon listed in run/pids (_rtft_spawn appends to it).
+RTFT_CLUSTER_GUARD=""
+_rtft_start_guard() {
+  # shellcheck disable=SC2016
+  bash -c 'trap "" INT TERM HUP
+    while kill -0 "$1" 2>/dev/null; do sleep 1; done
+    xargs -r kill -KILL <"$2" 2>/dev/null' rtft-cluster-guard "$$" "$RTFT_CLUSTER_DIR/run/pids" \
+    </dev/null >/dev/null 2>&1 &
+  RTFT_CLUSTER_GUARD=$!
 }
 
 rtft_cluster_stop() {
@@ -214,22 +230,68 @@ rtft_cluster_stop() {
     wait "$pid" 2>/dev/null || true
   done
   RTFT_CLUSTER_PIDS=()
+  if [[ -n "$RTFT_CLUSTER_GUARD" ]]; then
+    kill -KILL "$RTFT_CLUSTER_GUARD" 2>/dev/null
+    wait "$RTFT_CLUSTER_GUARD" 2>/dev/null
+    RTFT_CLUSTER_GUARD=""
+  fi
 }
 
-# Pids of the processes of NODE: slurmd and slurmstepd (RTFT_CLUSTER_NODE=NODE) and the job
-# tasks and their children (SLURMD_NODENAME=NODE, SLURM_CONF=ours) of this cluster.
-_rtft_node_pids() {
-  local node=$1 f pid
+# Prints the pids given on stdin and those of all their descendants.
+rtft_with_descendants() {
+  local -A children=()
+  local stat pid ppid rest
+  for stat in /proc/[0-9]*/stat; do
+    read -r pid rest 2>/dev/null <"$stat" || continue
+    rest=${rest##*) }  # after "(comm) ": state ppid ...
+    read -r _ ppid _ <<<"$rest"
+    children[$ppid]+=" $pid"
+  done
+  local queue=() seen=" "
+  mapfile -t queue
+  while ((${#queue[@]})); do
+    pid=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -z "$pid" || "$seen" == *" $pid "* ]] && continue
+    seen+="$pid "
+    echo "$pid"
+    # Word splitting is intended: a space-separated list of pids.
+    # shellcheck disable=SC2206
+    queue+=(${children[$pid]:-})
+  done
+}
+
+# Pids of the processes whose environment holds every VAR=VALUE given (this cluster's only:
+# SLURM_CONF=ours is always required), without their descendants.
+rtft_cluster_pids_with_env() {
+  local f pid kv ok
   for f in /proc/[0-9]*/environ; do
     pid=${f#/proc/}
     pid=${pid%/environ}
     ((pid == $$ || pid == BASHPID)) && continue
-    if grep -qxz "RTFT_CLUSTER_NODE=$node" "$f" 2>/dev/null ||
-      { grep -qxz "SLURMD_NODENAME=$node" "$f" 2>/dev/null &&
-        grep -qxz "SLURM_CONF=$SLURM_CONF" "$f" 2>/dev/null; }; then
-      echo "$pid"
-    fi
+    ok=1
+    for kv in "SLURM_CONF=$SLURM_CONF" "$@"; do
+      grep -qxzF -- "$kv" "$f" 2>/dev/null || {
+        ok=0
+        break
+      }
+    done
+    ((ok)) && echo "$pid"
   done
+}
+
+# Pids of the processes of NODE: slurmd and slurmstepd (RTFT_CLUSTER_NODE=NODE), the job tasks
+# (SLURMD_NODENAME=NODE), and whatever they started.
+_rtft_node_pids() {
+  local node=$1 f pid
+  {
+    for f in /proc/[0-9]*/environ; do
+      pid=${f#/proc/}
+      pid=${pid%/environ}
+      if grep -qxzF "RTFT_CLUSTER_NODE=$node" "$f" 2>/dev/null; then echo "$pid"; fi
+    done
+    rtft_cluster_pids_with_env "SLURMD_NODENAME=$node"
+  } | rtft_with_descendants
 }
 
 rtft_cluster_crash_node() {

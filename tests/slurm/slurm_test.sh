@@ -167,11 +167,127 @@ show_out_if_failed
 rtft_cluster_restart_node n3
 rtft_cluster_wait_idle 3 || fail "n3 did not come back after its slurmd restarted"
 
-if [[ -x "$dp_launch" && -x "$test_app" ]]; then
-  echo "dp-launch: $dp_launch, test application: $test_app"
-else
-  echo "NOTE: dp-launch ($dp_launch) or the test application ($test_app) is not built:" \
-    "only the cluster and the plain job were tested"
+if [[ ! -x "$dp_launch" || ! -x "$test_app" ]]; then
+  if [[ -x "$dp_launch" ]]; then
+    fail "dp-launch is built but the test application $test_app is not"
+  else
+    echo "NOTE: dp-launch ($dp_launch) is not built:" \
+      "only the cluster, the plain job and the node failure were tested"
+  fi
+  echo "slurm test: $failures failure(s) in $((SECONDS - start)) s"
+  ((failures == 0))
+  exit
+fi
+
+# 3. dp-launch through scripts/slurm/: 2 active slots + 1 spare on n1..n3, the test application
+#    (tests/launcher/rtft_test_app.cc) logging to <dir>/slot-<S>.log. A generous heartbeat
+#    timeout: CI's two cores are shared with other tests.
+export DP_LAUNCH=$dp_launch RTFT_TEST_STEPS=60 RTFT_TEST_STEP_MS=100
+dp_opts=(--spares 1 --heartbeat-timeout-ms 2000 --log-level info)
+
+# wait_for_step DIR SLOT STEP: until slot SLOT's application logged step STEP (30 s at most).
+wait_for_step() {
+  local i
+  for i in {1..150}; do
+    grep -Eq "^step rank=[0-9]+ step=$3 " "$1/slot-$2.log" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "slot $2 never reached step $3"
+  return 1
+}
+
+# expect_app DIR SLOT PATTERN WHAT: slot SLOT's application log matches PATTERN.
+expect_app() {
+  if ! grep -Eq -- "$3" "$1/slot-$2.log" 2>/dev/null; then
+    fail "$4: $1/slot-$2.log lacks /$3/"
+    return 1
+  fi
+}
+
+# The spare (slot 2) took logical rank 1 and finished the steps; the survivors saw the event.
+expect_spare_took_over() {
+  local dir=$1 what=$2
+  expect_app "$dir" 2 '^start .* slot=2 role=spare-activated rank=1 ' "$what: spare activated as rank 1"
+  expect_app "$dir" 2 '^resume rank=1 step=[1-9]' "$what: spare resumed rank 1's step"
+  expect_app "$dir" 2 '^exit rank=1 code=0 why=done' "$what: spare finished rank 1's steps"
+  expect_app "$dir" 0 '^event .* failed=1 ' "$what: rank 0 was told rank 1 failed"
+  expect_app "$dir" 0 '^exit rank=0 code=0 why=done' "$what: rank 0 finished"
+  if ((failures > failures_shown)); then
+    for f in "$dir"/slot-*.log; do
+      echo "    == $f"
+      grep -v '^step ' "$f" | sed 's/^/    | /'
+    done
+  fi
+}
+
+# 3a. mpirun --enable-recovery: slot 1's dp-launch and application are SIGKILLed (the orted of
+#     n2 stays: Open MPI 4.1 ends the whole job when it loses a node's daemon).
+app_dir=$jobs_dir/mpirun-app
+mkdir -p "$app_dir"
+(
+  wait_for_step "$app_dir" 1 5 || exit
+  mapfile -t pids < <(rtft_cluster_pids_with_env OMPI_COMM_WORLD_RANK=1 | rtft_with_descendants)
+  echo "killing slot 1 (dp-launch and its application): ${pids[*]}"
+  kill -KILL "${pids[@]}"
+) &
+killer=$!
+RTFT_TEST_DIR=$app_dir run_job mpirun 120 "$repo/scripts/slurm/dp-mpirun.sbatch" \
+  "${dp_opts[@]}" -- "$test_app"
+wait "$killer"
+if ((job_rc != 0)); then fail "mpirun variant: job exited $job_rc"; fi
+expect_out 'the job.s exit code \(slot 0\) is 0' "mpirun variant: exit code from slot 0"
+show_out_if_failed
+expect_spare_took_over "$app_dir" "mpirun variant"
+
+# 3b. srun that kills every task when one fails: dp-launch must say the job cannot survive a
+#     lost slot. srun --kill-on-bad-exit=1 is invisible to the tasks; given through the
+#     environment (SLURM_KILL_BAD_EXIT=1, which srun reads like the option) dp-launch sees it.
+#     Plain `srun` (the cluster's KillOnBadExit, unknown to the task) must be warned about too.
+cat >"$jobs_dir/srun-warn.sh" <<EOF
+#!/bin/bash
+#SBATCH --nodes=3
+#SBATCH --ntasks-per-node=1
+#SBATCH --no-kill
+"$dp_launch" --new-key-file "$jobs_dir/warn.keys" || exit 1
+echo "== srun with SLURM_KILL_BAD_EXIT=1"
+SLURM_KILL_BAD_EXIT=1 srun "$dp_launch" --job-key-file "$jobs_dir/warn.keys" --spares 1 -- "$test_app"
+echo "== plain srun"
+unset SLURM_KILL_BAD_EXIT
+srun "$dp_launch" --job-key-file "$jobs_dir/warn.keys" --spares 1 -- "$test_app"
+EOF
+app_dir=$jobs_dir/warn-app
+mkdir -p "$app_dir"
+RTFT_TEST_DIR=$app_dir RTFT_TEST_STEPS=3 run_job srun-warn 60 "$jobs_dir/srun-warn.sh"
+if ((job_rc != 0)); then fail "srun that kills on a bad exit: job exited $job_rc"; fi
+if ! sed -n '/^== srun with/,/^== plain/p' "$job_out" |
+  grep -q 'dp-launch: warning: .*kill-on-bad-exit'; then
+  fail "srun --kill-on-bad-exit=1 (SLURM_KILL_BAD_EXIT=1): dp-launch did not warn"
+fi
+if ! sed -n '/^== plain/,$p' "$job_out" | grep -q 'dp-launch: warning: .*kill-on-bad-exit'; then
+  fail "plain srun (SLURM_KILL_BAD_EXIT unset): dp-launch did not warn"
+fi
+show_out_if_failed
+
+# 3c. srun --kill-on-bad-exit=0 --no-kill: node n2 crashes (slurmd, slurmstepd, dp-launch and
+#     the application of slot 1 SIGKILLed at once); the spare on n3 takes rank 1, Slurm marks
+#     n2 down and the step goes on without it.
+app_dir=$jobs_dir/srun-app
+mkdir -p "$app_dir"
+(
+  wait_for_step "$app_dir" 1 5 || exit
+  rtft_cluster_crash_node n2
+) &
+killer=$!
+RTFT_TEST_DIR=$app_dir run_job srun 120 "$repo/scripts/slurm/dp-srun.sbatch" \
+  "${dp_opts[@]}" -- "$test_app"
+wait "$killer"
+if ((job_rc != 0)); then fail "srun variant: job exited $job_rc"; fi
+if grep -q 'dp-launch: warning' "$job_out"; then fail "srun variant: dp-launch warned"; fi
+expect_out 'the job.s exit code \(slot 0\) is 0' "srun variant: exit code from slot 0"
+show_out_if_failed
+expect_spare_took_over "$app_dir" "srun variant"
+if compgen -G "$jobs_dir/.rtft-job-*" >/dev/null; then
+  fail "srun variant: key, endpoint or exit-code files left behind: $(echo "$jobs_dir"/.rtft-job-*)"
 fi
 
 echo "slurm test: $failures failure(s) in $((SECONDS - start)) s"
