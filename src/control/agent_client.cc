@@ -174,6 +174,7 @@ void AgentClientImpl::Run() {
   auto last_heard = SteadyClock::now();
   uint64_t seq = 0;
   bool beating = false;
+  auto last_ack_request = SteadyClock::time_point{};
   while (!stop_) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
@@ -234,8 +235,11 @@ void AgentClientImpl::Run() {
     }
     const auto now = SteadyClock::now();
     if (beating && now >= next_beat) {
+      // Ask for an ack four times per coordinator timeout.
+      const bool want_ack = now - last_ack_request >= options_.coordinator_timeout / 4;
+      if (want_ack) last_ack_request = now;
       SendTo(socket_, nullptr, MsgType::kHeartbeat,
-             HeartbeatBody(options_.me.slot, step_.load(), seq++));
+             HeartbeatBody(options_.me.slot, step_.load(), seq++, want_ack));
       next_beat = now + options_.heartbeat_period;
     }
     if (beating && now - last_heard > options_.coordinator_timeout) {

@@ -123,6 +123,9 @@ Status CoordinatorImpl::Init() {
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     ConfigureSocket(router_);
     MakeCurveServer(router_, options_.keys);
+    // Every agent connects at about the same moment; a short listen queue drops SYNs and
+    // costs each dropped agent a TCP retransmission timeout (1 s, 3 s, ...).
+    router_.set(zmq::sockopt::backlog, std::max(128, std::min(options_.slots + 64, 65535)));
     RTFT_RETURN_IF_ERROR(zap_->Monitor(router_));
     const std::string host = options_.bind_host.empty() ? "*" : options_.bind_host;
     router_.bind("tcp://" + host + ":0");
@@ -341,8 +344,11 @@ void CoordinatorImpl::OnHeartbeat(SlotId slot, const std::string& peer, const js
     }
     return;
   }
-  std::string copy = peer;
-  SendRaw(router_, &copy, heartbeat_ack_);
+  // Acks only when asked (a few times per coordinator timeout): they are half the traffic.
+  if (b.contains("ack") && b["ack"].get<bool>()) {
+    std::string copy = peer;
+    SendRaw(router_, &copy, heartbeat_ack_);
+  }
 }
 
 void CoordinatorImpl::OnKvPut(const std::string& peer, const json& b) {
@@ -374,19 +380,19 @@ void CoordinatorImpl::Ack(const std::string& peer, const json& b, const Status& 
 
 void CoordinatorImpl::Apply(const Decision& d) {
   if (d.event) {
+    const auto declared = SteadyClock::now();
     RTFT_LOG(kWarn, kLogCtrl) << "epoch " << d.event->membership.epoch << ": "
                               << (d.event->type == ControlEvent::Type::kShutdown ? "shutdown: "
                                                                                  : "")
                               << d.event->reason;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (d.event->membership.epoch != stats_.epoch) {
-        stats_.epoch = d.event->membership.epoch;
-        stats_.epoch_declared_at = SteadyClock::now();
-      }
-    }
     current_ = *d.event;
     if (started_) Broadcast(*d.event);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (d.event->membership.epoch != stats_.epoch) {
+      stats_.epoch = d.event->membership.epoch;
+      stats_.epoch_declared_at = declared;
+      stats_.epoch_sent_at = SteadyClock::now();
+    }
   }
   Publish();
   if (d.job_exit_code) {
@@ -418,11 +424,19 @@ void CoordinatorImpl::Broadcast(const ControlEvent& event) {
                                << " event: " << bytes.status();
     return;
   }
+  // One buffer, shared by reference count among all the sends (only CURVE copies it).
+  zmq::message_t shared(bytes->data(), bytes->size());
   for (auto& s : slots_) {
-    if (s.joined) SendRaw(router_, &s.peer, *bytes);
+    if (!s.joined) continue;
+    zmq::message_t m;
+    m.copy(shared);
+    try {
+      if (router_.send(zmq::buffer(s.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        (void)router_.send(m, zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      RTFT_LOG(kDebug, kLogCtrl) << "event to a departed agent: " << e.what();
+    }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.epoch_sent_at = SteadyClock::now();
 }
 
 void CoordinatorImpl::SendCurrent(SlotId slot) {

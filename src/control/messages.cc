@@ -55,7 +55,8 @@ Schema EventSchema(bool local) {
 
 const Schema* Lookup(uint8_t type) {
   static const Schema hello = {Slot(), Str("host", kMaxHostBytes), Int("pid", 0, kI32Max)};
-  static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max)};
+  static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max),
+                                   Bool("ack", false)};
   static const Schema failure = {Req(), Slot(),
                                  Int("kind", 0, static_cast<int64_t>(FailureKind::kRepeated)),
                                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
@@ -190,8 +191,10 @@ Status CheckMessageSemantics(MsgType type, const json& body) {
 json HelloBody(const AgentInfo& me) {
   return json{{"slot", me.slot}, {"host", me.host.substr(0, kMaxHostBytes)}, {"pid", me.pid}};
 }
-json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq) {
-  return json{{"slot", slot}, {"step", step}, {"seq", seq}};
+json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack) {
+  json b{{"slot", slot}, {"step", step}, {"seq", seq}};
+  if (want_ack) b["ack"] = true;
+  return b;
 }
 json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank, int32_t detail) {
   return json{{"req", req},

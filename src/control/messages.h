@@ -50,7 +50,9 @@ constexpr size_t kMaxValueBytes = 512 * 1024;
 
 // Requests that expect an answer carry a request id; the answer (kAck, kKvValue) repeats it.
 nlohmann::json HelloBody(const AgentInfo& me);
-nlohmann::json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq);
+// `want_ack`: the coordinator answers with kHeartbeatAck (agents ask a few times per
+// coordinator timeout, to notice a lost coordinator).
+nlohmann::json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack = false);
 nlohmann::json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank,
                            int32_t detail);
 nlohmann::json ExitBody(uint64_t req, SlotId slot, int32_t code);

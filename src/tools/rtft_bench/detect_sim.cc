@@ -1,0 +1,272 @@
+#include "tools/rtft_bench/detect_sim.h"
+#include "tools/rtft_bench/detect_bench.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "control/coordinator.h"
+#include "control/messages.h"
+#include "tools/rtft_bench/sim_agents.h"
+
+namespace rtft::bench {
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+
+// CPU seconds (user + system) of this process's threads whose name `match` accepts.
+template <typename Match>
+double ThreadsCpuSeconds(Match match) {
+  double ticks = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (!dir) return 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string base = std::string("/proc/self/task/") + e->d_name;
+    std::string name;
+    std::getline(std::ifstream(base + "/comm"), name);
+    if (!match(name)) continue;
+    std::string stat;
+    std::getline(std::ifstream(base + "/stat"), stat);
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    std::string skip;
+    for (int i = 0; i < 11; ++i) fields >> skip;  // state .. cmajflt (fields 3-13)
+    double utime = 0, stime = 0;
+    fields >> utime >> stime;
+    ticks += utime + stime;
+  }
+  ::closedir(dir);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double CoordinatorCpu() {
+  const std::string io = std::to_string(control::kCoordinatorZmqThreadPrefix) + "/ZMQbg/";
+  return ThreadsCpuSeconds(
+      [&](const std::string& n) { return n == "rtft-coord" || n.rfind(io, 0) == 0; });
+}
+
+double Ms(SimAgents::Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+void RaiseFileLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, milliseconds timeout) {
+  const auto deadline = SimAgents::Clock::now() + timeout;
+  while (!pred()) {
+    if (SimAgents::Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+StatusOr<json> RunOne(int n, const DetectSimOptions& o) {
+  RTFT_ASSIGN_OR_RETURN(control::JobKeys keys, control::GenerateJobKeys());
+  control::CoordinatorOptions co;
+  co.bind_host = co.advertise_host = "127.0.0.1";
+  co.keys = keys;
+  co.slots = n;
+  co.spares = 1;
+  co.heartbeat_timeout = o.heartbeat_timeout;
+  co.join_timeout = milliseconds(120000);
+  co.on_spares_exhausted = control::SparesExhaustedPolicy::kShrink;
+  RTFT_ASSIGN_OR_RETURN(auto coord, control::Coordinator::Start(co));
+
+  const int threads = std::max(1, std::min(o.driver_threads, n));
+  std::vector<std::unique_ptr<SimAgents>> drivers;
+  for (int t = 0; t < threads; ++t) {
+    std::vector<control::SlotId> slots;
+    for (int s = t; s < n; s += threads) slots.push_back(s);
+    drivers.push_back(
+        std::make_unique<SimAgents>(keys, coord->endpoint(), slots, o.heartbeat_period));
+  }
+  const auto join_start = SimAgents::Clock::now();
+  for (auto& d : drivers) d->Start();
+  auto joined = [&] {
+    int j = 0;
+    for (auto& d : drivers) j += d->joined();
+    return j;
+  };
+  if (!WaitFor([&] { return joined() == n; }, milliseconds(120000)))
+    return Status::DeadlineExceeded(std::to_string(joined()) + " of " + std::to_string(n) +
+                                    " simulated agents joined");
+  const double join_s = Ms(SimAgents::Clock::now() - join_start) / 1000;
+  std::this_thread::sleep_for(milliseconds(500));
+
+  // Steady state: heartbeats only.
+  const double cpu0 = CoordinatorCpu();
+  const double thread0 = coord->stats().thread_cpu_seconds;
+  const uint64_t hb0 = coord->stats().heartbeats;
+  const auto t0 = SimAgents::Clock::now();
+  std::this_thread::sleep_for(milliseconds(static_cast<int64_t>(o.window_s * 1000)));
+  const double wall = Ms(SimAgents::Clock::now() - t0) / 1000;
+  const double cpu = CoordinatorCpu() - cpu0;
+  const double thread_cpu = coord->stats().thread_cpu_seconds - thread0;
+  const uint64_t beats = coord->stats().heartbeats - hb0;
+
+  // Kill slot 1 (an active rank): detection, then the announcement of epoch 2 to all others.
+  const auto killed = SimAgents::Clock::now();
+  drivers[1 % threads]->Kill(1);
+  if (!WaitFor([&] { return coord->stats().epoch >= 2; }, o.heartbeat_timeout * 5))
+    return Status::DeadlineExceeded("the killed agent was not detected");
+  const control::CoordinatorStats st = coord->stats();
+  SimAgents::Clock::time_point last{};
+  auto saw = [&] {
+    int count = 0;
+    for (auto& d : drivers) {
+      SimAgents::Clock::time_point l;
+      count += d->SawEpoch(2, &l);
+      last = std::max(last, l);
+    }
+    return count;
+  };
+  if (!WaitFor([&] { return saw() == n - 1; }, milliseconds(30000)))
+    return Status::DeadlineExceeded(std::to_string(saw()) + " of " + std::to_string(n - 1) +
+                                    " agents saw the new epoch");
+  int bad = 0;
+  for (auto& d : drivers) bad += d->bad_events();
+  if (bad) return Status::Internal(std::to_string(bad) + " simulated agents saw a wrong epoch");
+  const double detect_ms = Ms(st.epoch_declared_at - killed);
+  control::ControlEvent announced;
+  announced.membership = coord->membership();
+  auto event_bytes = EncodeMessage(control::MsgType::kEvent, control::EventBody(announced));
+  json r = {{"bench", "detect"},
+            {"part", "sim"},
+            {"agents", n},
+            {"driver_threads", threads},
+            {"heartbeat_ms", o.heartbeat_period.count()},
+            {"heartbeat_timeout_ms", o.heartbeat_timeout.count()},
+            {"join_s", join_s},
+            {"heartbeats_per_s", beats / wall},
+            {"coordinator_cpu_frac", cpu / wall},
+            {"coordinator_thread_cpu_frac", thread_cpu / wall},
+            {"coordinator_cpu_us_per_heartbeat", beats ? cpu / beats * 1e6 : 0.0},
+            {"coordinator_cpu_us_per_agent_s", cpu / wall / n * 1e6},
+            {"detect_ms", detect_ms},
+            {"detect_over_timeout", detect_ms / static_cast<double>(o.heartbeat_timeout.count())},
+            {"announce_queue_ms", Ms(st.epoch_sent_at - st.epoch_declared_at)},
+            {"announce_ms", Ms(last - st.epoch_declared_at)},
+            {"event_bytes", event_bytes.ok() ? event_bytes->size() : 0},
+            {"target_detect_ms", 1.5 * static_cast<double>(o.heartbeat_timeout.count())}};
+  r["pass"] = detect_ms <= 1.5 * static_cast<double>(o.heartbeat_timeout.count());
+  drivers.clear();
+  return r;
+}
+
+class DetectCommand : public BenchCommand {
+ public:
+  const char* name() const override { return "detect"; }
+  const char* help() const override {
+    return "failure detection: real dp-launch jobs of 4..16 slots, or --sim: 64..4096 simulated "
+           "agents against one coordinator";
+  }
+  void AddFlags(CLI::App* cmd) override {
+    cmd->add_flag("--sim", sim_, "simulated agents (threads) against one in-process coordinator");
+    cmd->add_option("--agents", agents_, "agent counts, comma-separated")->capture_default_str();
+    cmd->add_option("--heartbeat-ms", heartbeat_ms_, "heartbeat period")->capture_default_str();
+    cmd->add_option("--heartbeat-timeout-ms", timeout_ms_, "heartbeat timeout")
+        ->capture_default_str();
+    cmd->add_option("--window-s", window_s_, "steady-state measurement per agent count")
+        ->capture_default_str();
+    AddDetectRealFlags(cmd, &real_, &real_slots_);  // detect_bench.cc: real processes
+    cmd->add_option("--driver-threads", threads_, "threads that drive the simulated agents")
+        ->capture_default_str();
+  }
+  int Run() override {
+    if (!sim_) {
+      real_.heartbeat_ms = heartbeat_ms_;
+      real_.heartbeat_timeout_ms = timeout_ms_;
+      JsonLines out;
+      Status s = RunDetectReal(real_, real_slots_, &out);
+      if (!s.ok()) std::cerr << "rtft-bench detect: " << s << "\n";
+      return s.ok() ? kExitOk : s.code() == StatusCode::kNotFound ? kExitUsage : kExitFailed;
+    }
+    DetectSimOptions o;
+    auto counts = ParseCountList(agents_);
+    if (!counts.ok() || heartbeat_ms_ <= 0 || timeout_ms_ < 2 * heartbeat_ms_ || threads_ < 1) {
+      std::cerr << "rtft-bench detect: bad --agents, --heartbeat-ms, --heartbeat-timeout-ms "
+                   "or --driver-threads\n";
+      return kExitUsage;
+    }
+    for (uint64_t c : *counts) {
+      if (c < 2 || c > 16384) {
+        std::cerr << "rtft-bench detect: agent counts must be in [2, 16384]\n";
+        return kExitUsage;
+      }
+    }
+    o.agents = *counts;
+    o.heartbeat_period = milliseconds(heartbeat_ms_);
+    o.heartbeat_timeout = milliseconds(timeout_ms_);
+    o.window_s = window_s_;
+    o.driver_threads = threads_;
+    JsonLines out;
+    Status s = RunDetectSim(o, &out);
+    if (!s.ok()) {
+      std::cerr << "rtft-bench detect: " << s << "\n";
+      return kExitFailed;
+    }
+    return kExitOk;
+  }
+
+ private:
+  bool sim_ = false;
+  DetectRealOptions real_;
+  std::string real_slots_;
+  std::string agents_ = "64,256,1024,4096";
+  int64_t heartbeat_ms_ = 100;
+  int64_t timeout_ms_ = 1000;
+  double window_s_ = 3.0;
+  int threads_ = 2;
+};
+
+}  // namespace
+
+Status RunDetectSim(const DetectSimOptions& options, JsonLines* out) {
+  RaiseFileLimit();
+  std::vector<json> results;
+  for (uint64_t n : options.agents) {
+    Progress("detect --sim: " + std::to_string(n) + " agents");
+    RTFT_ASSIGN_OR_RETURN(json r, RunOne(static_cast<int>(n), options));
+    out->Emit(r);
+    results.push_back(r);
+  }
+  if (results.size() >= 2) {
+    const json& a = results.front();
+    const json& b = results.back();
+    const double small = a["coordinator_cpu_us_per_heartbeat"].get<double>();
+    const double large = b["coordinator_cpu_us_per_heartbeat"].get<double>();
+    out->Emit({{"bench", "detect"},
+               {"part", "sim-summary"},
+               {"agents_min", a["agents"]},
+               {"agents_max", b["agents"]},
+               {"cpu_per_heartbeat_ratio_max_over_min", small > 0 ? large / small : 0.0},
+               {"detect_ms_max", std::max_element(results.begin(), results.end(),
+                                                  [](const json& x, const json& y) {
+                                                    return x["detect_ms"] < y["detect_ms"];
+                                                  })
+                                     ->at("detect_ms")},
+               {"all_pass", std::all_of(results.begin(), results.end(),
+                                        [](const json& x) { return x["pass"].get<bool>(); })}});
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<BenchCommand> NewDetectCommand() { return std::make_unique<DetectCommand>(); }
+
+}  // namespace rtft::bench

@@ -1,0 +1,142 @@
+#include "tools/rtft_bench/sim_agents.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "control/codec.h"
+#include "control/messages.h"
+#include "control/zmq_util.h"
+
+namespace rtft::bench {
+
+using control::MsgType;
+
+SimAgents::SimAgents(const control::JobKeys& keys, const std::string& endpoint,
+                     std::vector<control::SlotId> slots, std::chrono::milliseconds period)
+    : ctx_(1), period_(period) {
+  // Distinct from the coordinator's prefix, so its I/O thread's CPU can be told apart.
+  ctx_.set(zmq::ctxopt::thread_name_prefix, 72);
+  ctx_.set(zmq::ctxopt::max_sockets, static_cast<int>(slots.size()) + 16);
+  const auto now = Clock::now();
+  agents_.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Agent a{slots[i], zmq::socket_t(ctx_, zmq::socket_type::dealer), {}, 0, false, false, {}};
+    control::ConfigureSocket(a.socket);
+    a.socket.set(zmq::sockopt::linger, 0);
+    control::MakeCurveClient(a.socket, keys);
+    a.socket.connect(endpoint);
+    // Spread the heartbeats over the period, as independent agents would.
+    a.next_beat = now + period * static_cast<int64_t>(i) / static_cast<int64_t>(slots.size());
+    agents_.push_back(std::move(a));
+  }
+}
+
+SimAgents::~SimAgents() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void SimAgents::Start() {
+  for (auto& a : agents_)
+    control::SendTo(a.socket, nullptr, MsgType::kHello, control::HelloBody({a.slot, "sim", 0}));
+  thread_ = std::thread([this] { Run(); });
+}
+
+void SimAgents::Kill(control::SlotId slot) { kill_ = slot; }
+
+int SimAgents::SawEpoch(uint64_t epoch, Clock::time_point* last) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  *last = Clock::time_point{};
+  for (const auto& a : agents_) {
+    if (a.dead) continue;
+    for (const auto& [e, t] : a.epochs) {
+      if (e != epoch) continue;
+      ++n;
+      if (t > *last) *last = t;
+    }
+  }
+  return n;
+}
+
+size_t SimAgents::live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& a : agents_) n += a.dead ? 0 : 1;
+  return n;
+}
+
+void SimAgents::Receive(Agent& a) {
+  while (a.socket.get(zmq::sockopt::events) & ZMQ_POLLIN) {
+    auto frames = control::RecvFrames(a.socket);
+    if (!frames) break;
+    const zmq::message_t& m = frames->back();
+    if (m.size() < control::kHeaderBytes) continue;
+    const auto type = static_cast<MsgType>(static_cast<const uint8_t*>(m.data())[5]);
+    if (type != MsgType::kEvent) continue;  // heartbeat acks
+    const auto now = Clock::now();
+    // Events are numbered by arrival (the first is the assignment of epoch 1; each failure in
+    // the simulation makes exactly one epoch). Only the first agent of a driver decodes them
+    // and checks the number: decoding N-entry membership lists for every agent on two threads
+    // would measure the driver, not the coordinator's announcement.
+    const uint64_t epoch = a.epochs.size() + 1;
+    if (&a == &agents_.front()) {
+      auto msg = control::DecodeMessage(m.data(), m.size());
+      if (!msg.ok() || msg->body["epoch"].get<uint64_t>() != epoch) ++bad_events_;
+    }
+    if (!a.joined) {
+      a.joined = true;
+      ++joined_;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    a.epochs.emplace_back(epoch, now);
+  }
+}
+
+void SimAgents::Run() {
+  // epoll over the sockets' ZMQ_FDs: with thousands of sockets, zmq::poll or a non-blocking
+  // recv on every socket costs a system call per socket and tick. A ready ZMQ_FD only says
+  // that the socket has commands to process; ZMQ_EVENTS then tells whether a message waits.
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, agents_[i].socket.get(zmq::sockopt::fd), &ev);
+  }
+  std::vector<epoll_event> ready(256);
+  auto next_scan = Clock::now();
+  while (!stop_) {
+    const int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 1);
+    for (int i = 0; i < n; ++i) {
+      Agent& a = agents_[ready[i].data.u64];
+      if (!a.dead) Receive(a);
+    }
+    const int kill = kill_.exchange(-1);
+    const auto now = Clock::now();
+    if (now < next_scan && kill < 0) continue;
+    next_scan = now + std::chrono::milliseconds(1);
+    for (auto& a : agents_) {
+      if (a.dead) continue;
+      if (a.slot == kill) {
+        ::epoll_ctl(ep, EPOLL_CTL_DEL, a.socket.get(zmq::sockopt::fd), nullptr);
+        std::lock_guard<std::mutex> lock(mu_);
+        a.dead = true;
+        a.socket.close();
+        continue;
+      }
+      if (now >= a.next_beat) {
+        control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
+                        control::HeartbeatBody(a.slot, a.seq, a.seq));
+        ++a.seq;
+        a.next_beat += period_;
+        if (a.next_beat < now) a.next_beat = now + period_;
+        // A send may consume the ZMQ_FD's signal of a message that arrived meanwhile.
+        Receive(a);
+      }
+    }
+  }
+  ::close(ep);
+}
+
+}  // namespace rtft::bench

@@ -1,0 +1,62 @@
+// Simulated agents for `rtft-bench detect --sim`: many CURVE DEALER sockets on one driver
+// thread, each saying hello, heartbeating on a staggered schedule and recording when each event
+// arrives. Heartbeat acks and most events are recognised by their header, not decoded.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "control/keys.h"
+#include "control/types.h"
+
+namespace rtft::bench {
+
+class SimAgents {
+ public:
+  using Clock = std::chrono::steady_clock;
+  SimAgents(const control::JobKeys& keys, const std::string& endpoint,
+            std::vector<control::SlotId> slots, std::chrono::milliseconds period);
+  ~SimAgents();
+
+  void Start();
+  // Stops the slot's heartbeats and closes its socket, as a SIGKILL would.
+  void Kill(control::SlotId slot);
+  // Agents that received their first assignment.
+  int joined() const { return joined_; }
+  // Live agents that have seen `epoch`, and the latest time one of them first saw it.
+  int SawEpoch(uint64_t epoch, Clock::time_point* last) const;
+  size_t live() const;
+  // Events whose epoch was not the expected one (checked on one agent per driver).
+  int bad_events() const { return bad_events_; }
+
+ private:
+  struct Agent {
+    control::SlotId slot;
+    zmq::socket_t socket;
+    Clock::time_point next_beat;
+    uint64_t seq = 0;
+    bool joined = false;
+    bool dead = false;
+    std::vector<std::pair<uint64_t, Clock::time_point>> epochs;  // first sight of each epoch
+  };
+  void Run();
+  void Receive(Agent& a);
+
+  zmq::context_t ctx_;
+  std::chrono::milliseconds period_;
+  std::vector<Agent> agents_;
+  std::atomic<int> joined_{0};
+  std::atomic<int> bad_events_{0};
+  std::atomic<int> kill_{-1};
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;  // agents_[i].epochs and dead
+  std::thread thread_;
+};
+
+}  // namespace rtft::bench
