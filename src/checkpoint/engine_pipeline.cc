@@ -149,29 +149,48 @@ void Engine::CompletionLoop() {
 
 void Engine::FlushLoop() {
   // This thread's open files per version: O_DIRECT for aligned bodies, buffered for the rest.
-  std::map<Version*, std::pair<std::unique_ptr<File>, std::unique_ptr<File>>> files;
+  // They are closed as soon as the version has no units left, so no descriptor outlives it.
+  using Files = std::pair<std::unique_ptr<File>, std::unique_ptr<File>>;
+  std::map<Version*, Files> files;
   std::map<Version*, std::shared_ptr<Version>> holders;
+  auto drained = [](const std::shared_ptr<Version>& v) {
+    return v->units_released == v->units.size();
+  };
   for (;;) {
     FlushItem item;
+    bool have_item = false;
     bool skip = false;
+    std::vector<Files> to_close;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        if (stopping_ || !flush_queue_.empty()) return true;
+        for (const auto& held : holders)
+          if (drained(held.second)) return true;
+        return false;
+      });
       for (auto it = holders.begin(); it != holders.end();) {
-        if (it->second->units_released == it->second->units.size()) {
+        if (drained(it->second)) {
+          to_close.push_back(std::move(files[it->first]));
           files.erase(it->first);
           it = holders.erase(it);
         } else {
           ++it;
         }
       }
-      cv_.wait(lock, [this] { return stopping_ || !flush_queue_.empty(); });
-      if (flush_queue_.empty()) return;
-      item = std::move(flush_queue_.front());
-      flush_queue_.pop_front();
-      Version* v = item.version.get();
-      cv_.wait(lock, [v] { return v->skeleton_done; });
-      skip = item.skip || !v->error.ok();
+      if (!flush_queue_.empty()) {
+        item = std::move(flush_queue_.front());
+        flush_queue_.pop_front();
+        Version* v = item.version.get();
+        cv_.wait(lock, [v] { return v->skeleton_done; });
+        skip = item.skip || !v->error.ok();
+        have_item = true;
+      } else if (stopping_) {
+        return;
+      }
     }
+    to_close.clear();  // closes outside the lock
+    if (!have_item) continue;
     Version* v = item.version.get();
     Status status;
     if (!skip) {

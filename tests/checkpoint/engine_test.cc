@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -288,6 +289,45 @@ TEST(Engine, ReadOnlyFileSystemAndFailingFsync) {
     EXPECT_FALSE(Exists(LatestPath(dir.path()))) << text;
     EXPECT_FALSE(Exists(RankFilePath(dir.path(), 1, 0))) << text;
   }
+}
+
+// A real read-only file system (a tmpfs remounted read-only; needs root): the engine refuses to
+// start on it, and a file system that turns read-only mid-run fails the next version cleanly
+// while the committed one stays loadable.
+TEST(Engine, RealReadOnlyFileSystem) {
+  TempDir dir;
+  const std::string mnt = dir.path() + "/fs";
+  ::mkdir(mnt.c_str(), 0755);
+  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=64m tmpfs " + mnt).c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { (void)std::system(("umount " + path).c_str()); }
+  } unmount{mnt};
+  auto engine = MakeEngine(SmallOptions(mnt));
+  ASSERT_TRUE(engine);
+  TrainState s;
+  ASSERT_TRUE(engine->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(engine->WaitPersisted(1).ok());
+  // The engine holds no descriptor on a finished version, so the remount goes through (a flush
+  // thread may take a moment to let go of its last one).
+  bool remounted = false;
+  for (int i = 0; i < 50 && !remounted; ++i) {
+    remounted = std::system(("mount -o remount,ro " + mnt + " 2>/dev/null").c_str()) == 0;
+    if (!remounted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(remounted) << "a file on " << mnt << " is still open for writing";
+  ASSERT_TRUE(engine->Checkpoint(2, s.provider).ok());
+  Status st = engine->WaitPersisted(2);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st;
+  EXPECT_NE(st.message().find("Read-only file system"), std::string::npos) << st;
+  engine.reset();
+  EXPECT_EQ(ReadText(LatestPath(mnt)), "1\n");
+  std::vector<char> big = StoredBytes(RankFilePath(mnt, 1, 0), "model/big");
+  ASSERT_EQ(big.size(), s.big.size() * 4);
+  EXPECT_EQ(std::memcmp(big.data(), s.big.data(), big.size()), 0);
+  Status refused = CheckpointEngine::Create(SmallOptions(mnt + "/new")).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
 }
 
 TEST(Engine, CommitWaitsForEveryRank) {
