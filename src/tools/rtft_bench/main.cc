@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "tools/rtft_bench/bench_command.h"
 #include "tools/rtft_bench/detect_sim.h"
+#include "tools/rtft_bench/offload_bench.h"
 
 namespace {
 
@@ -18,6 +19,7 @@ int Main(int argc, char** argv) {
   // The explicit list of subcommands; a new benchmark adds one line here.
   std::vector<std::unique_ptr<BenchCommand>> commands;
   commands.push_back(rtft::bench::NewCkptCommand());
+  commands.push_back(rtft::bench::NewOffloadCommand());
   commands.push_back(rtft::bench::NewDetectCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
