@@ -10,6 +10,7 @@
 #include "control/messages.h"
 #include "control/zmq_util.h"
 #include "core/logging.h"
+#include "core/params.h"
 
 namespace rtft::control {
 namespace {
@@ -255,7 +256,21 @@ void AgentClientImpl::Run() {
   }
 }
 
+std::chrono::milliseconds MsParam(Param id) {
+  auto v = ParamInt(id);
+  if (v.ok() && *v > 0) return milliseconds(*v);
+  RTFT_LOG(kWarn, kLogCtrl) << GetParamInfo(id).env << ": "
+                            << (v.ok() ? "must be positive" : v.status().message())
+                            << "; using 5000";
+  return milliseconds(5000);
+}
+
 }  // namespace
+
+std::chrono::milliseconds DefaultRequestTimeout() { return MsParam(Param::kCtrlRequestTimeoutMs); }
+std::chrono::milliseconds DefaultCoordinatorTimeout() {
+  return MsParam(Param::kCtrlCoordinatorTimeoutMs);
+}
 
 StatusOr<std::unique_ptr<AgentClient>> AgentClient::Connect(const AgentClientOptions& options) {
   if (options.endpoint.empty()) return Status::InvalidArgument("no coordinator endpoint");

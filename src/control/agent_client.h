@@ -43,15 +43,20 @@ struct ControlEvent {
   int32_t exit_code = 0;          // kShutdown: the job's exit code
 };
 
+// Defaults of AgentClientOptions from RTFT_CTRL_REQUEST_TIMEOUT_MS and
+// RTFT_CTRL_COORDINATOR_TIMEOUT_MS (malformed values fall back to 5 s, with a warning).
+std::chrono::milliseconds DefaultRequestTimeout();
+std::chrono::milliseconds DefaultCoordinatorTimeout();
+
 struct AgentClientOptions {
   std::string endpoint;  // the coordinator's
   JobKeys keys;
   AgentInfo me;
   std::chrono::milliseconds heartbeat_period{100};
-  std::chrono::milliseconds request_timeout{5000};
+  std::chrono::milliseconds request_timeout = DefaultRequestTimeout();
   // The coordinator answers every heartbeat; silence this long means it is gone (slot 0 lost):
   // WaitEvent then fails with kUnavailable and the agent should stop its application.
-  std::chrono::milliseconds coordinator_timeout{5000};
+  std::chrono::milliseconds coordinator_timeout = DefaultCoordinatorTimeout();
 };
 
 class AgentClient {
