@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -301,6 +303,50 @@ TEST_F(LaunchTest, AgentWithAnotherJobKeyCannotJoin) {
   ASSERT_EQ(starts.size(), 1u) << job_->Dump();
   EXPECT_EQ(starts[0].Int("rank"), 1);
   EXPECT_EQ(starts[0].Get("role"), "spare-activated");
+}
+
+// Without a launcher: the runtime is standalone, and dp-launch alone is a one-slot job.
+TEST_F(LaunchTest, StandaloneRuntimeIsRankZeroOfOne) {
+  const std::string cmd = "env -u RTFT_AGENT_SOCKET RTFT_TEST_DIR=" + dir_ +
+                          " RTFT_TEST_STEPS=2 RTFT_TEST_STEP_MS=1 " + RTFT_TEST_APP;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto starts = LinesOf(dir_, 0, "start");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].Get("role"), "standalone");
+  EXPECT_EQ(starts[0].Int("rank"), 0);
+  EXPECT_EQ(starts[0].Int("world"), 1);
+}
+
+TEST_F(LaunchTest, SingleSlotWithoutLauncherRestartsACrash) {
+  Command(0, "crash");
+  const std::string cmd =
+      "env -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u PMI_RANK -u PMIX_RANK "
+      "RTFT_TEST_DIR=" +
+      dir_ + " RTFT_TEST_STEPS=5 RTFT_TEST_STEP_MS=20 " + RTFT_DP_LAUNCH + " --exit-code-file " +
+      dir_ + "/exit-code -- " + RTFT_TEST_APP;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto starts = LinesOf(dir_, 0, "start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[0].Get("role"), "initial");
+  EXPECT_EQ(starts[1].Get("role"), "restarted");
+  EXPECT_EQ(starts[1].Int("epoch"), 2);
+}
+
+TEST_F(LaunchTest, PrintConfigListsEverySetting) {
+  const std::string out = dir_ + "/config";
+  ASSERT_EQ(
+      std::system(
+          (std::string("RTFT_SPARES=3 ") + RTFT_DP_LAUNCH + " --print-config > " + out).c_str()),
+      0);
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const char* name :
+       {"RTFT_SPARES=3", "RTFT_HEARTBEAT_MS=100", "RTFT_HEARTBEAT_TIMEOUT_MS",
+        "RTFT_MAX_RESTARTS_PER_SLOT", "RTFT_ON_SPARES_EXHAUSTED", "RTFT_WATCHDOG_S",
+        "RTFT_LOG_LEVEL", "RTFT_JOB_KEY_FILE", "RTFT_CKPT_POOL_BYTES"})
+    EXPECT_NE(text.str().find(name), std::string::npos) << name << "\n" << text.str();
+  EXPECT_NE(text.str().find("from the environment"), std::string::npos);
 }
 
 }  // namespace
