@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include <climits>
-#include <functional>
-#include <map>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 
