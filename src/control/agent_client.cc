@@ -126,6 +126,9 @@ StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& 
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!lost_.ok()) return lost_;
+    // The coordinator answers only connections that said hello.
+    if (!hello_sent_)
+      return Status::FailedPrecondition(std::string(MsgTypeName(type)) + " before Join");
     pending_[req];
   }
   Post(type, body);

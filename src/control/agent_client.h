@@ -65,6 +65,7 @@ class AgentClient {
   virtual ~AgentClient() = default;
 
   // Says hello and waits until every slot has joined; returns this slot's first assignment.
+  // The other calls fail with kFailedPrecondition until Join was called.
   virtual StatusOr<Assignment> Join(std::chrono::milliseconds timeout) = 0;
   // The application failed on this slot; the coordinator answers with an epoch change event.
   virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;

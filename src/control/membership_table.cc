@@ -192,9 +192,21 @@ Decision MembershipTable::Exit(SlotId slot, int32_t code) {
   if (state_ == State::kOver || slot < 0 || slot >= slots() || retired(slot) || exit_codes_[slot]) {
     return d;
   }
-  exit_codes_[slot] = code;
   const LogicalRank rank = members_[slot].rank;
-  if (rank == kNoRank) return d;  // a spare's application ends only at shutdown
+  if (rank == kNoRank) {
+    // A spare whose application ended for good can no longer take a rank: it leaves the pool.
+    if (state_ != State::kRunning) return d;
+    Member& mb = members_[slot];
+    mb.role = Role::kRetired;
+    m_.spares.erase(std::remove(m_.spares.begin(), m_.spares.end(), slot), m_.spares.end());
+    m_.retired.push_back(slot);
+    ++m_.epoch;
+    d.event = NewEvent(ControlEvent::Type::kEpochChange, {},
+                       "slot " + std::to_string(slot) + " (spare): application exited with code " +
+                           std::to_string(code) + ", slot retired");
+    return d;
+  }
+  exit_codes_[slot] = code;
   if (code != 0 && !first_bad_exit_) first_bad_exit_ = code;
   const bool running = state_ == State::kRunning;
   if (running && code != 0) {

@@ -117,7 +117,11 @@ TEST(MembershipTable, FailPolicy) {
 
 TEST(MembershipTable, JobEnd) {
   MembershipTable t(Opts(3, 1, 0, kCkpt));
-  EXPECT_FALSE(t.Exit(2, 0).job_exit_code);  // a spare's exit is not the job's
+  Decision spare = t.Exit(2, 0);  // a spare's exit is not the job's; the spare leaves the pool
+  EXPECT_FALSE(spare.job_exit_code);
+  ASSERT_TRUE(spare.event);
+  EXPECT_TRUE(spare.event->membership.spares.empty());
+  EXPECT_EQ(spare.event->membership.retired, std::vector<SlotId>{2});
   EXPECT_FALSE(t.Exit(0, 0).job_exit_code);
   // A finished slot that goes silent is not a failure.
   EXPECT_FALSE(t.Fail({{0, FailureKind::kSlotLost, 0}}).event);

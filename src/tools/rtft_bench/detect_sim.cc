@@ -147,7 +147,7 @@ StatusOr<json> RunOne(int n, const DetectSimOptions& o) {
   announced.membership = coord->membership();
   auto event_bytes = EncodeMessage(control::MsgType::kEvent, control::EventBody(announced));
   json r = {{"bench", "detect"},
-            {"part", "sim"},
+            {"mode", "sim"},
             {"agents", n},
             {"driver_threads", threads},
             {"heartbeat_ms", o.heartbeat_period.count()},
@@ -163,8 +163,8 @@ StatusOr<json> RunOne(int n, const DetectSimOptions& o) {
             {"announce_queue_ms", Ms(st.epoch_sent_at - st.epoch_declared_at)},
             {"announce_ms", Ms(last - st.epoch_declared_at)},
             {"event_bytes", event_bytes.ok() ? event_bytes->size() : 0},
-            {"target_detect_ms", 1.5 * static_cast<double>(o.heartbeat_timeout.count())}};
-  r["pass"] = detect_ms <= 1.5 * static_cast<double>(o.heartbeat_timeout.count());
+            {"target_ms", 1.5 * static_cast<double>(o.heartbeat_timeout.count())}};
+  r["met"] = detect_ms <= 1.5 * static_cast<double>(o.heartbeat_timeout.count());
   drivers.clear();
   return r;
 }
@@ -252,7 +252,7 @@ Status RunDetectSim(const DetectSimOptions& options, JsonLines* out) {
     const double small = a["coordinator_cpu_us_per_heartbeat"].get<double>();
     const double large = b["coordinator_cpu_us_per_heartbeat"].get<double>();
     out->Emit({{"bench", "detect"},
-               {"part", "sim-summary"},
+               {"mode", "sim-summary"},
                {"agents_min", a["agents"]},
                {"agents_max", b["agents"]},
                {"cpu_per_heartbeat_ratio_max_over_min", small > 0 ? large / small : 0.0},
@@ -261,8 +261,8 @@ Status RunDetectSim(const DetectSimOptions& options, JsonLines* out) {
                                                     return x["detect_ms"] < y["detect_ms"];
                                                   })
                                      ->at("detect_ms")},
-               {"all_pass", std::all_of(results.begin(), results.end(),
-                                        [](const json& x) { return x["pass"].get<bool>(); })}});
+               {"all_met", std::all_of(results.begin(), results.end(),
+                                       [](const json& x) { return x["met"].get<bool>(); })}});
   }
   return Status::Ok();
 }
