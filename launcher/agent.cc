@@ -62,8 +62,8 @@ Status Agent::Join() {
   o.keys = config_.keys;
   o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid())};
   o.heartbeat_period = config_.options.heartbeat;
-  o.coordinator_timeout =
-      std::max(std::chrono::milliseconds(5000), 3 * config_.options.heartbeat_timeout);
+  // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, but never shorter than the slots' own timeout.
+  o.coordinator_timeout = std::max(o.coordinator_timeout, config_.options.heartbeat_timeout);
   auto client = control::AgentClient::Connect(o);
   if (!client.ok()) return client.status().Annotate("connecting to the coordinator " + o.endpoint);
   client_ = std::move(*client);
