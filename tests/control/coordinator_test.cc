@@ -90,7 +90,9 @@ TEST(Coordinator, HeartbeatLossIsDetectedAndASpareTakesOver) {
   EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{1});
   const auto declared = job.coord().stats().epoch_declared_at;
   const double detect_ms = std::chrono::duration<double, std::milli>(declared - killed).count();
-  EXPECT_GE(detect_ms, 400 - 25);  // not before the timeout (minus one heartbeat period)
+  // Not long before the timeout: the last heartbeat left at most a period before the kill (a
+  // loaded machine may delay it further).
+  EXPECT_GE(detect_ms, 200);
   EXPECT_LE(detect_ms, 1.5 * 400) << "detection took " << detect_ms << " ms";
   const double seen_ms = std::chrono::duration<double, std::milli>(seen - killed).count();
   EXPECT_LE(seen_ms, 1.5 * 400 + 200);
