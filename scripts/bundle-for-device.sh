@@ -11,9 +11,9 @@ rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/tests" "${out}/lib"
 cp -a "${build}/bin/." "${out}/bin/"
 find "${build}/tests" -maxdepth 1 -type f -executable -exec cp -a {} "${out}/tests/" \;
-cp -a "${build}/lib/." "${out}/lib/" 2>/dev/null || true
+find "${build}/lib" -maxdepth 1 -name "*.so*" -exec cp -a {} "${out}/lib/" \;
 # Libraries the target machine has: the C runtime, the GPU driver; NCCL comes from its PyTorch.
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so|libnvidia|libnccl)'
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libgcc_s|libstdc\+\+|libcuda\.so|libnvidia|libnccl)'
 for f in "${out}"/bin/* "${out}"/tests/* "${out}"/lib/*.so*; do
   ldd "${f}" 2>/dev/null | awk '/=> \//{print $1, $3}'
 done | sort -u | while read -r name path; do
