@@ -146,12 +146,14 @@ StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& 
 }
 
 StatusOr<Assignment> AgentClientImpl::Join(milliseconds timeout) {
+  bool send_hello = false;
   {
+    // A second Join (after a timeout) waits again for the same answer.
     std::lock_guard<std::mutex> lock(mu_);
-    if (hello_sent_) return Status::FailedPrecondition("Join called twice");
+    send_hello = !hello_sent_;
     hello_sent_ = true;
   }
-  Post(MsgType::kHello, HelloBody(options_.me));
+  if (send_hello) Post(MsgType::kHello, HelloBody(options_.me));
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_for(lock, timeout, [&] { return first_.has_value() || !lost_.ok(); }))
     return Status::DeadlineExceeded("slot " + std::to_string(options_.me.slot) +

@@ -65,7 +65,8 @@ class AgentClient {
   virtual ~AgentClient() = default;
 
   // Says hello and waits until every slot has joined; returns this slot's first assignment.
-  // The other calls fail with kFailedPrecondition until Join was called.
+  // The other calls fail with kFailedPrecondition until Join was called. Join may be called
+  // again after a timeout; it then keeps waiting for the same assignment.
   virtual StatusOr<Assignment> Join(std::chrono::milliseconds timeout) = 0;
   // The application failed on this slot; the coordinator answers with an epoch change event.
   virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;

@@ -31,6 +31,23 @@ TEST(Coordinator, JoinAssignsRanksToActivesAndNoneToSpares) {
   EXPECT_EQ(m.spares, (std::vector<SlotId>{3, 4}));
 }
 
+TEST(Coordinator, JoinWaitsForEverySlotAndCanBeRetried) {
+  TestJob job(JobConfig{2, 0});
+  auto a0 = AgentClient::Connect(job.ClientOptions(0));
+  ASSERT_TRUE(a0.ok());
+  EXPECT_EQ((*a0)->KvPut("k", "v").code(), StatusCode::kFailedPrecondition);  // before Join
+  EXPECT_EQ((*a0)->Join(milliseconds(150)).status().code(), StatusCode::kDeadlineExceeded);
+  auto a1 = AgentClient::Connect(job.ClientOptions(1));
+  ASSERT_TRUE(a1.ok());
+  auto j1 = (*a1)->Join(milliseconds(3000));
+  ASSERT_TRUE(j1.ok()) << j1.status();
+  auto j0 = (*a0)->Join(milliseconds(3000));
+  ASSERT_TRUE(j0.ok()) << j0.status();
+  EXPECT_EQ(j0->rank, 0);
+  EXPECT_EQ(j1->rank, 1);
+  EXPECT_EQ(j0->epoch, 1u);
+}
+
 TEST(Coordinator, ProcessCrashRestartsOnTheSameSlot) {
   TestJob job(JobConfig{4, 1, /*max_restarts=*/2});
   ASSERT_TRUE(job.JoinAll());
