@@ -1,8 +1,9 @@
 // Optimizer offload (after Deep Optimizer States): an AdamW optimizer whose fp32 master weights,
 // momentum and variance live in pinned host memory, split into subgroups. Each step some
 // subgroups are updated on the GPU (copied in and out on their own streams) while CPU threads
-// update the others with a vectorized AdamW; a performance model picks the GPU share. Trainers
-// create one per rank; the checkpoint engine saves it through state_provider().
+// update the others with a vectorized AdamW; a performance model's choice of the GPU share starts
+// a search on measured step times, which settles on the fastest share. Trainers create one per
+// rank; the checkpoint engine saves it through state_provider().
 #pragma once
 
 #include <cstddef>
@@ -78,6 +79,8 @@ struct OffloadStepStats {
   uint64_t gpu_elements = 0;
   uint64_t cpu_elements = 0;
   bool calibrating = false;  // the share was a calibration probe, not the model's choice
+  bool searching = false;    // the share was one the measured search tried, not the held one
+  uint64_t model_gpu_subgroups = 0;  // the performance model's choice: where the search started
 };
 
 class RTFT_EXPORT OffloadOptimizer {

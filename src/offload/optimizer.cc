@@ -16,6 +16,7 @@
 #include "offload/cpu/cpu_adam.h"
 #include "offload/optimizer_state.h"
 #include "offload/perf_model.h"
+#include "offload/share_controller.h"
 #include "rtft/offload.h"
 
 #ifdef RTFT_WITH_CUDA
@@ -92,6 +93,7 @@ struct Settings {
   uint64_t budget;
   CpuIsa isa;
   int calibration_steps;
+  int search_steps;
   double drift;
 };
 
@@ -120,6 +122,8 @@ StatusOr<Settings> ReadSettings(const OffloadOptions& o) {
                                    "' is unknown or not supported by this CPU");
   RTFT_ASSIGN_OR_RETURN(int64_t steps, ParamInt(Param::kOffloadCalibrationSteps));
   s.calibration_steps = static_cast<int>(std::max<int64_t>(1, steps));
+  RTFT_ASSIGN_OR_RETURN(int64_t search, ParamInt(Param::kOffloadSearchSteps));
+  s.search_steps = static_cast<int>(std::clamp<int64_t>(search, 0, 1000));
   RTFT_ASSIGN_OR_RETURN(int64_t drift, ParamInt(Param::kOffloadDriftPercent));
   s.drift = static_cast<double>(std::max<int64_t>(1, drift)) / 100.0;
   if (o.static_gpu_fraction > 1.0)
@@ -168,8 +172,13 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
     shape.gpu_budget_bytes = settings_.budget;
     double fraction = options_.static_gpu_fraction;
     if (mode_ == OffloadMode::kCpu) fraction = 0;
-    controller_ = std::make_unique<ShareController>(
-        shape, settings_.threads, settings_.calibration_steps, settings_.drift, fraction);
+    ShareControllerOptions control;
+    control.cpu_threads = settings_.threads;
+    control.calibration_steps = settings_.calibration_steps;
+    control.drift_fraction = settings_.drift;
+    control.static_fraction = fraction;
+    control.search.max_steps = settings_.search_steps;
+    controller_ = std::make_unique<ShareController>(shape, control);
     if (mode_ == OffloadMode::kInterleaved && gpu_->slots() == 0)
       RTFT_LOG(kWarn, kLogOffload) << "GPU budget " << settings_.budget
                                    << " bytes holds no subgroup buffer; updating on the CPU only";
@@ -202,12 +211,13 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
     stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     state_->step = step;
     last_ = stats;
+    // Per step at debug level: the share controller logs each search step and the settled share.
     if (controller_ && stats.predicted_seconds > 0)
-      RTFT_LOG(kInfo, kLogOffload)
+      RTFT_LOG(kDebug, kLogOffload)
           << "step " << step << ": " << stats.gpu_subgroups << "/" << l.subgroups.size()
           << " subgroups on the GPU" << (stats.calibrating ? " (calibrating)" : "")
-          << ", predicted " << stats.predicted_seconds * 1e3 << " ms, measured "
-          << stats.seconds * 1e3 << " ms";
+          << (stats.searching ? " (searching)" : "") << ", predicted "
+          << stats.predicted_seconds * 1e3 << " ms, measured " << stats.seconds * 1e3 << " ms";
     return Status::Ok();
   }
 
@@ -289,8 +299,8 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
       stats->gpu_elements = l.elements;
       return Status::Ok();
     }
-    bool calibrating = false;
-    const ShareChoice choice = controller_->Next(&calibrating);
+    const ShareChoice choice = controller_->Next();
+    const SharePhase phase = controller_->phase();
     const auto start = Clock::now();
     RTFT_RETURN_IF_ERROR(gpu_->Step(s, grads, choice.gpu_subgroups, &timing));
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -301,7 +311,9 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
     stats->gpu_elements = timing.gpu_elements;
     stats->cpu_elements = timing.cpu_elements;
     stats->predicted_seconds = choice.predicted_seconds;
-    stats->calibrating = calibrating;
+    stats->calibrating = phase == SharePhase::kCalibrating;
+    stats->searching = phase == SharePhase::kSearching;
+    stats->model_gpu_subgroups = controller_->model_choice().gpu_subgroups;
     return Status::Ok();
 #else
     return Status::Unimplemented("built without CUDA");

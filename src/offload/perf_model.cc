@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace rtft::offload {
@@ -93,59 +94,18 @@ ShareChoice FixedShare(const OffloadShape& shape, const OffloadRates& rates, dou
   return c;
 }
 
-}  // namespace rtft::offload
-
-namespace rtft::offload {
-namespace {
-void Blend(double* rate, uint64_t amount, double seconds) {
-  if (amount == 0 || seconds <= 0) return;
-  const double sample = static_cast<double>(amount) / seconds;
-  *rate = *rate > 0 ? 0.5 * *rate + 0.5 * sample : sample;
-}
-}  // namespace
-
-ShareController::ShareController(const OffloadShape& shape, int cpu_threads, int calibration_steps,
-                                 double drift_fraction, double static_fraction)
-    : shape_(shape),
-      cpu_threads_(cpu_threads < 1 ? 1 : cpu_threads),
-      calibration_left_(calibration_steps < 1 ? 1 : calibration_steps),
-      drift_(drift_fraction),
-      static_fraction_(static_fraction) {}
-
-ShareChoice ShareController::Next(bool* calibrating) {
-  calibrating_ = false;
-  if (static_fraction_ >= 0) {
-    current_ = FixedShare(shape_, rates_, static_fraction_);
-  } else if (calibration_left_ > 0) {
-    calibrating_ = true;
-    // Without rates for both sides the model cannot choose: probe with half on each.
-    current_ = rates_.valid() ? ChooseShare(shape_, rates_) : FixedShare(shape_, rates_, 0.5);
-  } else if (!have_choice_) {
-    current_ = ChooseShare(shape_, rates_);
-    have_choice_ = true;
+double UnionSeconds(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  double total = 0;
+  double covered_to = -std::numeric_limits<double>::infinity();
+  for (const Interval& i : intervals) {
+    if (i.end <= i.begin) continue;
+    const double from = std::max(i.begin, covered_to);
+    if (i.end > from) total += i.end - from;
+    covered_to = std::max(covered_to, i.end);
   }
-  if (calibrating) *calibrating = calibrating_;
-  return current_;
-}
-
-void ShareController::Observe(const StepTiming& t, double measured_seconds) {
-  Blend(&rates_.cpu_elems_per_s, t.cpu_elements,
-        t.cpu_busy_seconds / static_cast<double>(cpu_threads_));
-  Blend(&rates_.gpu_elems_per_s, t.gpu_elements, t.gpu_seconds);
-  Blend(&rates_.h2d_bytes_per_s, t.h2d_bytes, t.h2d_seconds);
-  Blend(&rates_.d2h_bytes_per_s, t.d2h_bytes, t.d2h_seconds);
-  if (calibrating_) {
-    if (--calibration_left_ == 0) have_choice_ = false;  // choose from the calibrated rates
-    return;
-  }
-  if (static_fraction_ >= 0 || current_.predicted_seconds <= 0) return;
-  const double off = std::abs(measured_seconds / current_.predicted_seconds - 1.0);
-  drift_steps_ = off > drift_ ? drift_steps_ + 1 : 0;
-  if (drift_steps_ >= 3) {
-    drift_steps_ = 0;
-    have_choice_ = false;
-    ++recalibrations_;
-  }
+  return total;
 }
 
 }  // namespace rtft::offload

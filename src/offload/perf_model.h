@@ -1,11 +1,13 @@
 // The interleaved offload's performance model: given the CPU update rate, the GPU update rate
 // and the two PCIe bandwidths, predicts one step's update time for each GPU share and picks the
 // share (how many subgroups are streamed through the GPU) that minimizes it under a GPU memory
-// budget. Pure arithmetic: the optimizer feeds it measurements, tests feed it synthetic rates.
+// budget. Pure arithmetic: the share controller feeds it measurements, tests feed it synthetic
+// rates. The model is the controller's starting guess; the measured search has the last word.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rtft::offload {
 
@@ -63,39 +65,17 @@ struct StepTiming {
   uint64_t gpu_elements = 0;
   double gpu_seconds = 0;  // kernel time
   uint64_t h2d_bytes = 0;
-  double h2d_seconds = 0;
+  double h2d_seconds = 0;  // the union of the direction's copy intervals (see UnionSeconds)
   uint64_t d2h_bytes = 0;
   double d2h_seconds = 0;
 };
 
-// Decides each step's share: a probe step with half the subgroups on each side, then the
-// model's choice re-made after every calibration step; afterwards the choice stays until the
-// measured time drifts from the prediction for three steps running, when it is made again from
-// the latest rates. Rates are blended over steps (each new sample weighs one half).
-class ShareController {
- public:
-  // static_fraction >= 0 fixes the share (static split) but still measures.
-  ShareController(const OffloadShape& shape, int cpu_threads, int calibration_steps,
-                  double drift_fraction, double static_fraction);
-  // The share for the next step; *calibrating says whether it is a calibration step.
-  ShareChoice Next(bool* calibrating);
-  void Observe(const StepTiming& timing, double measured_seconds);
-  const OffloadRates& rates() const { return rates_; }
-  const OffloadShape& shape() const { return shape_; }
-  int recalibrations() const { return recalibrations_; }
-
- private:
-  OffloadShape shape_;
-  int cpu_threads_;
-  int calibration_left_;
-  double drift_;
-  double static_fraction_;
-  OffloadRates rates_;
-  ShareChoice current_;
-  bool have_choice_ = false;
-  bool calibrating_ = false;
-  int drift_steps_ = 0;
-  int recalibrations_ = 0;
+// Time the intervals cover together, overlaps counted once: several streams share one copy
+// direction, so the link was busy for the union of their copies, not for the sum.
+struct Interval {
+  double begin = 0;
+  double end = 0;
 };
+double UnionSeconds(std::vector<Interval> intervals);
 
 }  // namespace rtft::offload

@@ -1,7 +1,7 @@
 // The interleaved offload's performance model as arithmetic: predictions on synthetic rates,
 // the share it chooses (more than half when the GPU path is faster, none when PCIe is the
-// bottleneck, limited by the memory budget), and the controller's calibration and drift logic.
-// Also the layout of subgroups over parameters.
+// bottleneck, limited by the memory budget), and copy time over overlapping streams. Also the
+// layout of subgroups over parameters.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,63 +107,13 @@ TEST(PerfModel, StaticShareRounds) {
   EXPECT_EQ(FixedShare(shape, OffloadRates{}, 0.5).predicted_seconds, 0.0);
 }
 
-StepTiming TimingFor(const OffloadShape& shape, const OffloadRates& r, uint64_t g, int threads) {
-  StepTiming t;
-  const double s = static_cast<double>(shape.subgroup_elements);
-  t.gpu_elements = g * shape.subgroup_elements;
-  t.cpu_elements = shape.elements - t.gpu_elements;
-  t.cpu_busy_seconds = static_cast<double>(t.cpu_elements) / r.cpu_elems_per_s * threads;
-  t.gpu_seconds = static_cast<double>(t.gpu_elements) / r.gpu_elems_per_s;
-  t.h2d_bytes = t.gpu_elements * 12;
-  t.h2d_seconds = static_cast<double>(t.h2d_bytes) / r.h2d_bytes_per_s;
-  t.d2h_bytes = t.gpu_elements * 12 + t.cpu_elements * 4;
-  t.d2h_seconds = static_cast<double>(t.d2h_bytes) / r.d2h_bytes_per_s;
-  (void)s;
-  return t;
-}
-
-TEST(ShareController, ProbesCalibratesThenHoldsAndRecalibratesOnDrift) {
-  const OffloadShape shape = Shape(100, 10'000'000, 1ull << 40);
-  OffloadRates truth = H200();
-  truth.duplex_bytes_per_s = 0;
-  ShareController c(shape, 8, 2, 0.25, -1.0);
-  bool calibrating = false;
-  ShareChoice first = c.Next(&calibrating);
-  EXPECT_TRUE(calibrating);
-  EXPECT_EQ(first.gpu_subgroups, 50u);  // the probe: half and half
-  c.Observe(TimingFor(shape, truth, first.gpu_subgroups, 8), 1.0);
-  EXPECT_NEAR(c.rates().cpu_elems_per_s, truth.cpu_elems_per_s, 1e3);
-  EXPECT_NEAR(c.rates().h2d_bytes_per_s, truth.h2d_bytes_per_s, 1e3);
-  ShareChoice second = c.Next(&calibrating);
-  EXPECT_TRUE(calibrating);
-  EXPECT_EQ(second.gpu_subgroups, ChooseShare(shape, truth).gpu_subgroups);
-  c.Observe(TimingFor(shape, truth, second.gpu_subgroups, 8), second.predicted_seconds);
-  ShareChoice held = c.Next(&calibrating);
-  EXPECT_FALSE(calibrating);
-  EXPECT_EQ(held.gpu_subgroups, second.gpu_subgroups);
-  // The CPU slows down fourfold (another job): three steps off the prediction re-choose.
-  OffloadRates slower = truth;
-  slower.cpu_elems_per_s /= 4;
-  for (int i = 0; i < 3; ++i) {
-    ShareChoice now = c.Next(&calibrating);
-    EXPECT_EQ(now.gpu_subgroups, held.gpu_subgroups);
-    c.Observe(TimingFor(shape, slower, now.gpu_subgroups, 8), now.predicted_seconds * 2);
-  }
-  EXPECT_EQ(c.recalibrations(), 1);
-  ShareChoice after = c.Next(&calibrating);
-  EXPECT_GT(after.gpu_subgroups, held.gpu_subgroups);  // a slower CPU: more on the GPU
-}
-
-TEST(ShareController, StaticFractionIsKept) {
-  const OffloadShape shape = Shape(10, 1000, 1ull << 40);
-  ShareController c(shape, 4, 3, 0.25, 0.7);
-  for (int i = 0; i < 5; ++i) {
-    bool calibrating = true;
-    EXPECT_EQ(c.Next(&calibrating).gpu_subgroups, 7u);
-    EXPECT_FALSE(calibrating);
-    c.Observe(TimingFor(shape, H200(), 7, 4), 10.0);
-  }
-  EXPECT_EQ(c.recalibrations(), 0);
+TEST(PerfModel, CopyTimeIsTheUnionOfOverlappingIntervals) {
+  EXPECT_DOUBLE_EQ(UnionSeconds({}), 0.0);
+  // Three streams on one link: [0, 2] and [1, 3] overlap, [5, 6] stands apart, [2.5, 2.5] is
+  // empty; the link was busy 4 s, not the 6 s the durations add up to.
+  EXPECT_DOUBLE_EQ(UnionSeconds({{5, 6}, {1, 3}, {0, 2}, {2.5, 2.5}}), 4.0);
+  EXPECT_DOUBLE_EQ(UnionSeconds({{0, 10}, {1, 2}, {3, 4}}), 10.0);  // nested
+  EXPECT_DOUBLE_EQ(UnionSeconds({{0, 1}, {1, 2}}), 2.0);            // touching
 }
 
 TEST(Layout, SubgroupsCoverParametersExactly) {

@@ -1,7 +1,8 @@
 // `rtft-bench offload`: the optimizer-offload claims of shared/BENCHMARKS.md on one model and one
 // GPU memory budget: CPU-only update (gradients down, parameters up), GPU-resident (the ceiling),
-// static splits swept over fractions, and interleaved with the model's choice; plus the host
-// memory bandwidth (STREAM triad) and the bare CPU AdamW kernels that bound the CPU side.
+// static splits swept over fractions, and interleaved (the model's share refined by the measured
+// search, measured once it settled); plus the host memory bandwidth (STREAM triad) and the bare
+// CPU AdamW kernels that bound the CPU side.
 // Without a GPU the CPU variants run on host memory and the GPU ones are reported as skipped.
 #include "tools/rtft_bench/offload_bench.h"
 
@@ -47,6 +48,7 @@ class OffloadCommand : public BenchCommand {
   std::string budget_;
   int steps_ = 5;
   int warmup_ = 4;
+  int max_settle_ = 64;
   std::string fractions_ = "0.25,0.5,0.6,0.7,0.8,0.9,1";
   std::string plot_;
   bool skip_bounds_ = false;
@@ -72,7 +74,12 @@ void OffloadCommand::AddFlags(CLI::App* cmd) {
   cmd->add_option("--steps", steps_, "measured steps per variant (median reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", warmup_, "unmeasured steps first (interleaved calibrates here)")
+  cmd->add_option("--warmup", warmup_,
+                  "unmeasured steps first; interleaved also runs until its share search settled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-settle-steps", max_settle_,
+                  "interleaved: most unmeasured steps to wait for the share search to settle")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--fractions", fractions_, "static split: GPU fractions to sweep")
@@ -180,9 +187,10 @@ Status OffloadCommand::Measure(JsonLines* out) {
   base.subgroup_elements = subgroup_;
   base.cpu_threads = threads_;
   base.gpu_budget_bytes = budget_bytes_;
+  StepResult inter_r;
   auto run = [&](const std::string& name, OffloadOptions o, double fraction) -> StatusOr<double> {
     Progress("variant " + name + (fraction >= 0 ? " " + std::to_string(fraction) : ""));
-    RTFT_ASSIGN_OR_RETURN(StepResult r, RunOptimizer(*model, o, warmup_, steps_));
+    RTFT_ASSIGN_OR_RETURN(StepResult r, RunOptimizer(*model, o, warmup_, steps_, max_settle_));
     json j = Line(name);
     j["mode"] = OffloadModeName(o.mode);
     if (fraction >= 0) j["gpu_fraction"] = fraction;
@@ -193,6 +201,18 @@ Status OffloadCommand::Measure(JsonLines* out) {
     j["cpu_kernel"] = r.cpu_kernel;
     j["state_on"] = gpu ? "device params, host optimizer state" : "host";
     if (r.predicted_s > 0) j["predicted_s"] = r.predicted_s;
+    if (o.mode == OffloadMode::kInterleaved && fraction < 0) {
+      inter_r = r;
+      j["gpu_fraction"] = static_cast<double>(r.gpu_subgroups) / static_cast<double>(r.subgroups);
+      j["settle_steps"] = r.settle_steps;
+      j["settled"] = r.settled;
+      j["model_gpu_subgroups"] = r.model_gpu_subgroups;
+      j["searched_while_measuring"] = r.searched_while_measuring;
+      Progress("  share settled after " + std::to_string(r.settle_steps) +
+               " steps: " + std::to_string(r.gpu_subgroups) + "/" + std::to_string(r.subgroups) +
+               " subgroups on the GPU (the model chose " + std::to_string(r.model_gpu_subgroups) +
+               ")" + (r.settled ? "" : "; NOT settled"));
+    }
     if (o.mode == OffloadMode::kGpu) {
       j["gpu_state_bytes"] = elements_ * 12;
       j["within_budget"] = elements_ * 12 <= budget_bytes_;
@@ -240,6 +260,12 @@ Status OffloadCommand::Measure(JsonLines* out) {
   inter.mode = OffloadMode::kInterleaved;
   RTFT_ASSIGN_OR_RETURN(const double inter_s, run("interleaved", inter, -1));
   summary["interleaved_s"] = inter_s;
+  summary["interleaved_gpu_subgroups"] = inter_r.gpu_subgroups;
+  summary["interleaved_gpu_fraction"] =
+      static_cast<double>(inter_r.gpu_subgroups) / static_cast<double>(inter_r.subgroups);
+  summary["interleaved_model_gpu_subgroups"] = inter_r.model_gpu_subgroups;
+  summary["interleaved_settle_steps"] = inter_r.settle_steps;
+  summary["interleaved_settled"] = inter_r.settled;
   summary["best_static_s"] = best_static;
   summary["best_static_fraction"] = best_fraction;
   summary["interleaved_vs_cpu_only"] = cpu_s / inter_s;

@@ -165,15 +165,25 @@ BenchModel::~BenchModel() {
 }
 
 StatusOr<StepResult> RunOptimizer(const BenchModel& model, const OffloadOptions& options,
-                                  int warmup, int steps) {
+                                  int warmup, int steps, int max_settle_steps) {
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<OffloadOptimizer> opt,
                         OffloadOptimizer::Create(model.params(), options));
-  std::vector<double> times;
   StepResult res;
-  for (int s = 0; s < warmup + steps; ++s) {
+  auto choosing = [&] { return opt->last_step().calibrating || opt->last_step().searching; };
+  int done = 0;
+  while (done < warmup || (choosing() && done < std::max(warmup, max_settle_steps))) {
     RTFT_RETURN_IF_ERROR(opt->Step(model.grads()));
-    if (s >= warmup) times.push_back(opt->last_step().seconds);
+    ++done;
+    if (choosing()) res.settle_steps = done;
   }
+  res.settled = !choosing();
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    RTFT_RETURN_IF_ERROR(opt->Step(model.grads()));
+    times.push_back(opt->last_step().seconds);
+    if (choosing()) res.searched_while_measuring = true;
+  }
+  res.model_gpu_subgroups = opt->last_step().model_gpu_subgroups;
   res.update_s = Median(times);
   res.predicted_s = opt->last_step().predicted_seconds;
   res.gpu_subgroups = opt->last_step().gpu_subgroups;

@@ -55,8 +55,17 @@ struct StepResult {
   uint64_t gpu_subgroups = 0;
   uint64_t subgroups = 0;
   std::string cpu_kernel;
+  // Interleaved with the share chosen online: the steps until the share was held (calibration
+  // and search), whether it was held before measuring, the model's own choice, and whether a
+  // drift started a search again during the measured steps.
+  int settle_steps = 0;
+  bool settled = true;
+  uint64_t model_gpu_subgroups = 0;
+  bool searched_while_measuring = false;
 };
+// `warmup` unmeasured steps, more while the share is still being calibrated or searched (at most
+// max_settle_steps in all), then `steps` measured ones.
 StatusOr<StepResult> RunOptimizer(const BenchModel& model, const OffloadOptions& options,
-                                  int warmup, int steps);
+                                  int warmup, int steps, int max_settle_steps);
 
 }  // namespace rtft::bench
