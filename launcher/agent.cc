@@ -67,8 +67,11 @@ Status Agent::Join() {
   auto client = control::AgentClient::Connect(o);
   if (!client.ok()) return client.status().Annotate("connecting to the coordinator " + o.endpoint);
   client_ = std::move(*client);
-  auto a = client_->Join(
-      std::chrono::duration_cast<std::chrono::milliseconds>(config_.options.join_timeout));
+  // The coordinator decides at its join deadline (started before this slot could even connect)
+  // who is in, and answers then: wait one heartbeat timeout longer, so that its answer, not a
+  // race between two equal deadlines, ends the wait.
+  auto a = client_->Join(std::chrono::duration_cast<std::chrono::milliseconds>(
+      config_.options.join_timeout + config_.options.heartbeat_timeout));
   if (!a.ok())
     return a.status().Annotate("slot " + std::to_string(config_.slot) +
                                " could not join the job (the coordinator refuses, without an " +

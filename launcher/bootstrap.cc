@@ -51,7 +51,7 @@ StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& o
   switch (env.kind) {
     case LauncherKind::kOpenMpi:
     case LauncherKind::kMpich:
-      return BootstrapMpi(options);
+      return BootstrapMpi(env, options);
     case LauncherKind::kSlurm:
       return BootstrapSlurm(options);
     case LauncherKind::kNone:

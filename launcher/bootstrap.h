@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
 std::string SlurmEndpointFile(const std::string& key_file);
 
 // Internal to the bootstrap files.
-StatusOr<BootstrapResult> BootstrapMpi(const LaunchOptions& options);
+StatusOr<BootstrapResult> BootstrapMpi(const LaunchEnv& env, const LaunchOptions& options);
 StatusOr<BootstrapResult> BootstrapSlurm(const LaunchOptions& options);
 
 }  // namespace rtft::launch

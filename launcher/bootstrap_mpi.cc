@@ -4,7 +4,8 @@
 // forks the application. Under Open MPI 4.1 with --enable-recovery a process that finalized and
 // later dies, or exits with any code, leaves the others running (and mpirun exits 0: the job's
 // code goes to --exit-code-file). Without --enable-recovery mpirun kills the job when a slot
-// dies or exits non-zero, and passes that exit code on.
+// dies or exits non-zero, and passes that exit code on. MPICH's Hydra passes exit codes on but
+// kills the job when a slot dies by a signal (docs/launcher.md).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -18,6 +19,17 @@ namespace rtft::launch {
 namespace {
 
 constexpr int kHostBytes = 256;
+
+#if defined(MPICH_VERSION)
+constexpr const char* kBuiltWith = "MPICH";
+constexpr const char* kRebuild = "-DRTFT_MPI=openmpi";
+#elif defined(OPEN_MPI)
+constexpr const char* kBuiltWith = "Open MPI";
+constexpr const char* kRebuild = "-DRTFT_MPI=mpich";
+#else
+constexpr const char* kBuiltWith = "an unknown MPI";
+constexpr const char* kRebuild = "-DRTFT_MPI=openmpi or mpich";
+#endif
 
 struct PeerRecord {
   char host[kHostBytes];
@@ -91,7 +103,7 @@ Status Exchange(const LaunchOptions& options, BootstrapResult* r) {
 
 }  // namespace
 
-StatusOr<BootstrapResult> BootstrapMpi(const LaunchOptions& options) {
+StatusOr<BootstrapResult> BootstrapMpi(const LaunchEnv& env, const LaunchOptions& options) {
   int rc = MPI_Init(nullptr, nullptr);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Init");
   // Errors come back as codes instead of aborting the job.
@@ -99,6 +111,16 @@ StatusOr<BootstrapResult> BootstrapMpi(const LaunchOptions& options) {
   BootstrapResult r;
   MPI_Comm_rank(MPI_COMM_WORLD, &r.slot);
   MPI_Comm_size(MPI_COMM_WORLD, &r.slots);
+  // A dp-launch started by another MPI's launcher cannot reach it and runs as a singleton: every
+  // process would become a one-slot job of its own.
+  if (env.launcher_slots > 0 && env.launcher_slots != r.slots) {
+    MPI_Finalize();
+    return Status::FailedPrecondition(
+        std::string("this dp-launch is built against ") + kBuiltWith + " but was started by " +
+        LauncherName(env.kind) + " (" + std::to_string(env.launcher_slots) + " slots, MPI sees " +
+        std::to_string(r.slots) + "); use a dp-launch built with the launcher's MPI (cmake " +
+        kRebuild + ")");
+  }
   char host[kHostBytes] = {};
   gethostname(host, sizeof(host) - 1);
   r.host = host;

@@ -37,6 +37,7 @@ LaunchEnv DetectLaunchEnv() {
   LaunchEnv env;
   if (Env("OMPI_COMM_WORLD_RANK")) {
     env.kind = LauncherKind::kOpenMpi;
+    if (const char* size = Env("OMPI_COMM_WORLD_SIZE")) env.launcher_slots = std::atoi(size);
     // mpirun --enable-recovery exports its MCA setting to every process it starts.
     env.survives_slot_loss = Truthy(Env("OMPI_MCA_orte_enable_recovery"));
     if (!env.survives_slot_loss)
@@ -71,9 +72,14 @@ LaunchEnv DetectLaunchEnv() {
           "whole job when a node fails; allocate with sbatch/salloc --no-kill to survive it");
   } else if (Env("PMI_RANK") || Env("PMIX_RANK") || Env("MPI_LOCALRANKID")) {
     env.kind = LauncherKind::kMpich;
+    if (const char* size = Env("PMI_SIZE")) env.launcher_slots = std::atoi(size);
+    // Measured with MPICH 4.0.2: hydra_pmi_proxy SIGKILLs the other processes as soon as one it
+    // started dies by a signal; -disable-auto-cleanup and MPIR_CVAR_ENABLE_FT change nothing.
     env.warnings.push_back(
-        "MPICH: survivors stay alive only under mpiexec -disable-auto-cleanup, which dp-launch "
-        "cannot see from here; without it the first lost slot ends the job");
+        "MPICH's mpiexec (Hydra) ends the whole job when any dp-launch dies by a signal, even "
+        "with -disable-auto-cleanup: application crashes and hangs are restarted on their slot, "
+        "but a lost slot cannot be survived and spares are never used. For slot loss run under "
+        "Open MPI's mpirun --enable-recovery or srun --kill-on-bad-exit=0");
   }
   return env;
 }
@@ -84,9 +90,9 @@ const char* LauncherSupportText() {
          "      (spare swap), spares-exhausted policies. mpirun itself exits 0: read the job's\n"
          "      exit code from --exit-code-file or slot 0's last line. Without\n"
          "      --enable-recovery a lost slot ends the job (dp-launch warns).\n"
-         "  mpiexec -disable-auto-cleanup (MPICH Hydra; dp-launch built against MPICH; untested):\n"
-         "      as above; without the flag a lost slot ends the job (not detectable: always "
-         "warned).\n"
+         "  mpiexec (MPICH Hydra; dp-launch built with -DRTFT_MPI=mpich): application crash/hang\n"
+         "      restarts and exit codes only; a lost slot ends the job, even with\n"
+         "      -disable-auto-cleanup (always warned).\n"
          "  srun --kill-on-bad-exit=0 (no MPI; allocation with --no-kill): as mpirun; needs\n"
          "      --job-key-file on a path every node reads; srun exits with the job's code.\n"
          "  no launcher: one slot; application restarts only.\n"

@@ -14,6 +14,9 @@ struct LaunchEnv {
   LauncherKind kind = LauncherKind::kNone;
   // Known to keep the survivors alive when a slot dies (false: known not to, or cannot tell).
   bool survives_slot_loss = false;
+  // The slot count the launcher announces (OMPI_COMM_WORLD_SIZE, PMI_SIZE; 0: unknown). The MPI
+  // bootstrap checks it: a dp-launch built against another MPI sees a world of one.
+  int launcher_slots = 0;
   // Warnings to print at start (slot 0 prints them once).
   std::vector<std::string> warnings;
 };

@@ -22,6 +22,9 @@ RTFT_APT_PACKAGES=(
   python3-h5py python3-xxhash clang-format
   # The control-plane decoder's libFuzzer target (scripts/fuzz.sh, the `fuzz` ctest).
   clang libclang-rt-14-dev
+  # MPICH next to Open MPI (which stays the default: its alternatives have priority 50, MPICH's
+  # 40) for the MPICH launcher test, which builds a second dp-launch (tests/launcher/).
+  mpich libmpich-dev
   # The slurm test starts its own munged, slurmctld and slurmd on localhost (tests/slurm/).
   slurmctld slurmd slurm-client munge
 )

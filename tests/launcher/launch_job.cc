@@ -70,12 +70,27 @@ void Job::KillLeftovers() const {
   }
 }
 
+namespace {
+
+std::vector<std::string> LauncherArgs(const JobSpec& spec) {
+  const Launcher& l = spec.launcher;
+  if (l.kind == Launcher::Kind::kHydra) {
+    // Hydra neither binds nor limits the processes per host by default.
+    if (spec.recovery) return {l.mpiexec, "-disable-auto-cleanup"};
+    return {l.mpiexec};
+  }
+  std::vector<std::string> args = {l.mpiexec, "--bind-to", "none", "--oversubscribe"};
+  if (spec.recovery) args.push_back("--enable-recovery");
+  return args;
+}
+
+}  // namespace
+
 void Job::Start(const JobSpec& spec) {
   slots_ = spec.slots;
-  std::vector<std::string> args = {"mpirun", "--bind-to", "none", "--oversubscribe"};
-  if (spec.recovery) args.push_back("--enable-recovery");
+  std::vector<std::string> args = LauncherArgs(spec);
   auto app_context = [&](int np, const std::vector<std::string>& extra) {
-    args.insert(args.end(), {"-np", std::to_string(np), RTFT_DP_LAUNCH});
+    args.insert(args.end(), {"-np", std::to_string(np), spec.launcher.dp_launch});
     args.insert(args.end(), spec.dp_args.begin(), spec.dp_args.end());
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--exit-code-file", dir_ + "/exit-code", "--", RTFT_TEST_APP});
