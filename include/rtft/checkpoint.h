@@ -89,7 +89,12 @@ RTFT_EXPORT StatusOr<uint64_t> LatestVersion(const std::string& dir);
 struct RestoreOptions {
   std::optional<uint64_t> version;  // default: LATEST
   bool verify_checksums = true;
-  // Staging memory for restores into device memory (pinned where CUDA is present).
+  // Host memory that device tensors stream through (pinned where CUDA is present), allocated
+  // once per Restore(): whole chunks are read, checked and copied to the device at their offset,
+  // reading the next chunk while the previous one is copied when two chunks fit. A chunk is never
+  // split (its checksum covers all of it), so the buffer grows to the largest chunk streamed
+  // (logged at info) when this is smaller. Device tensors that are resharded are instead
+  // assembled whole in ordinary host memory and copied once.
   uint64_t staging_bytes = 64ull << 20;
 };
 

@@ -24,7 +24,7 @@ class CudaTicket : public CopyTicket {
   explicit CudaTicket(cudaEvent_t event) : event_(event) {}
   ~CudaTicket() override { cudaEventDestroy(event_); }
   Status Wait() override {
-    return CudaStatus(cudaEventSynchronize(event_), "waiting for a D2H copy");
+    return CudaStatus(cudaEventSynchronize(event_), "waiting for a device copy");
   }
 
  private:
@@ -45,6 +45,27 @@ class CudaCopier : public DeviceCopier {
       RTFT_RETURN_IF_ERROR(CudaStatus(
           cudaMemcpyAsync(p.dst, p.src, p.bytes, cudaMemcpyDeviceToHost, stream_), "D2H copy"));
     }
+    return RecordTicket();
+  }
+
+  Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
+    RTFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "H2D copy"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "H2D copy");
+  }
+
+  StatusOr<std::unique_ptr<CopyTicket>> CopyToDeviceAsync(void* dst, const void* src,
+                                                          size_t bytes) override {
+    RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
+    RTFT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "H2D copy"));
+    return RecordTicket();
+  }
+
+ private:
+  // A ticket for everything enqueued on the stream so far.
+  StatusOr<std::unique_ptr<CopyTicket>> RecordTicket() {
     cudaEvent_t event;
     RTFT_RETURN_IF_ERROR(
         CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event"));
@@ -56,14 +77,6 @@ class CudaCopier : public DeviceCopier {
     return std::unique_ptr<CopyTicket>(new CudaTicket(event));
   }
 
-  Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
-    RTFT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "H2D copy"));
-    return CudaStatus(cudaStreamSynchronize(stream_), "H2D copy");
-  }
-
- private:
   int device_;
   cudaStream_t stream_;
 };

@@ -36,6 +36,10 @@ class DeviceCopier {
       const std::vector<CopyPiece>& pieces) = 0;
   // Synchronous host-to-device copy (restore).
   virtual Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Enqueues one host-to-device copy on this copier's stream and returns at once; `src` must
+  // stay valid and unchanged until the ticket's Wait() returns (streamed restore).
+  virtual StatusOr<std::unique_ptr<CopyTicket>> CopyToDeviceAsync(void* dst, const void* src,
+                                                                  size_t bytes) = 0;
 };
 
 // OK when `ptr` is device (or managed) memory of CUDA device `device`; InvalidArgument naming

@@ -75,10 +75,18 @@ Status CheckpointFileReader::ReadAt(uint64_t offset, void* dst, uint64_t bytes) 
   return file_->Read({IoRequest{offset, dst, static_cast<size_t>(bytes)}});
 }
 
-Status CheckpointFileReader::ReadChunk(const TensorEntry& entry, uint64_t chunk, char* dst,
-                                       bool verify) const {
+uint64_t CheckpointFileReader::ChunkSize(const TensorEntry& entry, uint64_t chunk) const {
   const uint64_t begin = chunk * manifest_.chunk_bytes;
-  const uint64_t end = std::min(begin + manifest_.chunk_bytes, entry.bytes);
+  return begin < entry.bytes ? std::min(manifest_.chunk_bytes, entry.bytes - begin) : 0;
+}
+
+Status CheckpointFileReader::ReadTensorChunk(const TensorEntry& entry, uint64_t chunk, void* dst,
+                                             bool verify) const {
+  if (chunk >= ChunkCount(entry.bytes, manifest_.chunk_bytes) || chunk >= entry.xxh3.size())
+    return Status::InvalidArgument("tensor '" + entry.name + "' in " + path_ + " has no chunk " +
+                                   std::to_string(chunk));
+  const uint64_t begin = chunk * manifest_.chunk_bytes;
+  const uint64_t end = begin + ChunkSize(entry, chunk);
   Status read = ReadAt(entry.offset + begin, dst, end - begin);
   if (!read.ok()) return read.Annotate("tensor '" + entry.name + "' in " + path_);
   if (verify && Xxh3(dst, end - begin) != entry.xxh3[chunk]) {
@@ -105,9 +113,8 @@ Status CheckpointFileReader::ReadTensor(const TensorEntry& entry, void* dst, boo
   const uint64_t chunks = ChunkCount(entry.bytes, manifest_.chunk_bytes);
   for (uint64_t c = 0; c < chunks; ++c) {
     char* at = static_cast<char*>(dst) + c * manifest_.chunk_bytes;
-    RTFT_RETURN_IF_ERROR(ReadChunk(entry, c, at, verify));
-    if (on_chunk)
-      on_chunk(std::min(manifest_.chunk_bytes, entry.bytes - c * manifest_.chunk_bytes));
+    RTFT_RETURN_IF_ERROR(ReadTensorChunk(entry, c, at, verify));
+    if (on_chunk) on_chunk(ChunkSize(entry, c));
   }
   return Status::Ok();
 }
@@ -117,9 +124,8 @@ Status CheckpointFileReader::VerifyTensor(const TensorEntry& entry,
   std::vector<char> buffer(std::min(entry.bytes, manifest_.chunk_bytes));
   const uint64_t chunks = ChunkCount(entry.bytes, manifest_.chunk_bytes);
   for (uint64_t c = 0; c < chunks; ++c) {
-    RTFT_RETURN_IF_ERROR(ReadChunk(entry, c, buffer.data(), /*verify=*/true));
-    if (on_chunk)
-      on_chunk(std::min(manifest_.chunk_bytes, entry.bytes - c * manifest_.chunk_bytes));
+    RTFT_RETURN_IF_ERROR(ReadTensorChunk(entry, c, buffer.data(), /*verify=*/true));
+    if (on_chunk) on_chunk(ChunkSize(entry, c));
   }
   return Status::Ok();
 }

@@ -35,9 +35,18 @@ class CheckpointFileReader {
   // Bytes of tensor and object data (what VerifyAll reads).
   uint64_t data_bytes() const;
 
-  // Reads a whole tensor into `dst` (`bytes` must be its size), chunk by chunk; with `verify`,
-  // a chunk whose XXH3 differs is a DataLoss naming the tensor, the file and the byte range.
-  // Safe to call from several threads at once.
+  // Tensors are stored and checked in chunks: chunk c of a tensor is the ChunkSize(entry, c)
+  // bytes at c * chunk_bytes() (the last one may be shorter), each with its own XXH3.
+  uint64_t chunk_bytes() const { return manifest_.chunk_bytes; }
+  uint64_t ChunkSize(const TensorEntry& entry, uint64_t chunk) const;
+  // Reads chunk `chunk` of a tensor into `dst` (ChunkSize bytes), so callers can stream a tensor
+  // through a buffer smaller than it; with `verify`, a chunk whose XXH3 differs is a DataLoss
+  // naming the tensor, the file, the chunk and its byte range. InvalidArgument past the last
+  // chunk. Safe to call from several threads at once.
+  Status ReadTensorChunk(const TensorEntry& entry, uint64_t chunk, void* dst,
+                         bool verify = true) const;
+  // Reads a whole tensor into `dst` (`bytes` must be its size) with ReadTensorChunk, chunk by
+  // chunk. Safe to call from several threads at once.
   Status ReadTensor(const std::string& name, void* dst, uint64_t bytes, bool verify = true,
                     const ChunkCallback& on_chunk = {}) const;
   Status ReadTensor(const TensorEntry& entry, void* dst, bool verify = true,
@@ -55,7 +64,6 @@ class CheckpointFileReader {
                        std::unique_ptr<File> file, uint64_t file_size);
   Status CheckExtents() const;
   Status ReadAt(uint64_t offset, void* dst, uint64_t bytes) const;
-  Status ReadChunk(const TensorEntry& entry, uint64_t chunk, char* dst, bool verify) const;
 
   std::string path_;
   std::string manifest_json_;

@@ -2,7 +2,9 @@
 // tensor is planned before any byte moves (so a missing tensor or a shape mismatch fails fast),
 // then tensors are read in parallel: straight into the destination when a saved shard is exactly
 // the wanted box, otherwise by reading every overlapping saved shard whole and copying the
-// intersection (resharding).
+// intersection (resharding). Device tensors that need no resharding are then streamed, one after
+// another, through one bounded staging buffer (device_staging.h); resharded device tensors are
+// assembled whole in host memory and copied once.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -11,9 +13,11 @@
 
 #include "checkpoint/box_copy.h"
 #include "checkpoint/device_copy.h"
+#include "checkpoint/device_staging.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/versions.h"
 #include "core/logging.h"
+#include "core/params.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"
 
@@ -143,14 +147,16 @@ StatusOr<TensorPlan> PlanTensor(const TensorDesc& want,
 // Host-to-device copies, one copier per device, created on first use.
 class DeviceSink {
  public:
-  Status Copy(int device, void* dst, const void* src, size_t bytes) {
+  StatusOr<DeviceCopier*> Get(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& copier = copiers_[device];
     if (!copier) {
-      auto created = CreateDeviceCopier(device);
-      if (!created.ok()) return created.status();
-      copier = std::move(created).value();
+      RTFT_ASSIGN_OR_RETURN(copier, CreateDeviceCopier(device));
     }
+    return copier.get();
+  }
+  Status Copy(int device, void* dst, const void* src, size_t bytes) {
+    RTFT_ASSIGN_OR_RETURN(DeviceCopier * copier, Get(device));
     return copier->CopyToDevice(dst, src, bytes);
   }
 
@@ -159,10 +165,15 @@ class DeviceSink {
   std::map<int, std::unique_ptr<DeviceCopier>> copiers_;
 };
 
+// A device tensor read from one saved tensor as it is: streamed through the staging buffer.
+bool Streamed(const TensorPlan& plan) {
+  return plan.want->memory == MemoryKind::kDevice && plan.direct && plan.want->bytes() > 0;
+}
+
 Status RunPlan(const TensorPlan& plan, bool verify, DeviceSink* device) {
   const TensorDesc& want = *plan.want;
   const bool on_device = want.memory == MemoryKind::kDevice;
-  // Device destinations are assembled in host memory first.
+  // Resharded device destinations are assembled in host memory first.
   std::vector<char> staging(on_device ? want.bytes() : 0);
   char* dst = on_device ? staging.data() : static_cast<char*>(want.data);
   if (plan.direct) {
@@ -182,16 +193,48 @@ Status RunPlan(const TensorPlan& plan, bool verify, DeviceSink* device) {
   return Status::Ok();
 }
 
-Status RestoreTensors(const std::vector<TensorPlan>& plans, bool verify) {
+// The staging buffer is allocated once, on the first streamed tensor, large enough for the
+// largest chunk of any of them; tensors go one at a time because they share it.
+Status StreamToDevice(const std::vector<const TensorPlan*>& streamed, const RestoreOptions& options,
+                      DeviceSink* device) {
+  uint64_t largest = 0;
+  for (const TensorPlan* p : streamed)
+    largest = std::max(largest, std::min(p->direct->reader->chunk_bytes(), p->want->bytes()));
+  std::unique_ptr<DeviceStaging> staging;
+  for (const TensorPlan* p : streamed) {
+    const TensorDesc& want = *p->want;
+    auto copier = device->Get(want.device);
+    if (!copier.ok())
+      return copier.status().Annotate("restoring tensor '" + want.name + "' into device memory");
+    if (!staging) {
+      if (largest > options.staging_bytes)
+        RTFT_LOG(kInfo, kLogCkpt) << "restore: staging_bytes of "
+                                  << FormatBytes(options.staging_bytes) << " is smaller than a "
+                                  << FormatBytes(largest) << " chunk; staging "
+                                  << FormatBytes(largest) << " instead";
+      RTFT_ASSIGN_OR_RETURN(staging, DeviceStaging::Create(options.staging_bytes, largest));
+      RTFT_LOG(kDebug, kLogCkpt) << "restore staging: " << FormatBytes(staging->bytes())
+                                 << (staging->pinned() ? ", pinned" : ", not pinned");
+    }
+    RTFT_RETURN_IF_ERROR(staging->Stream(*p->direct->reader, *p->direct->entry,
+                                         options.verify_checksums, *copier, want.data));
+  }
+  return Status::Ok();
+}
+
+Status RestoreTensors(const std::vector<TensorPlan>& plans, const RestoreOptions& options) {
+  std::vector<const TensorPlan*> parallel, streamed;
+  for (const TensorPlan& p : plans) (Streamed(p) ? streamed : parallel).push_back(&p);
   const int threads =
       std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxRestoreThreads);
   ThreadPool pool(threads);
   DeviceSink device;
-  std::vector<Status> results(plans.size());
-  pool.ParallelFor(plans.size(),
-                   [&](size_t i) { results[i] = RunPlan(plans[i], verify, &device); });
+  std::vector<Status> results(parallel.size());
+  pool.ParallelFor(parallel.size(), [&](size_t i) {
+    results[i] = RunPlan(*parallel[i], options.verify_checksums, &device);
+  });
   for (const Status& s : results) RTFT_RETURN_IF_ERROR(s);
-  return Status::Ok();
+  return StreamToDevice(streamed, options, &device);
 }
 
 Status RestoreObjects(const std::vector<ObjectDesc>& objects,
@@ -240,7 +283,7 @@ Status Restore(const std::string& dir, const RestoreOptions& options, const Stat
     RTFT_ASSIGN_OR_RETURN(TensorPlan plan, PlanTensor(t, index, version_name));
     plans.push_back(std::move(plan));
   }
-  RTFT_RETURN_IF_ERROR(RestoreTensors(plans, options.verify_checksums));
+  RTFT_RETURN_IF_ERROR(RestoreTensors(plans, options));
   RTFT_RETURN_IF_ERROR(
       RestoreObjects(want.objects, readers, options.verify_checksums, version_name));
   RTFT_LOG(kInfo, kLogCkpt) << "restored " << version_name << ": " << want.tensors.size()

@@ -1,13 +1,16 @@
-// Restore into host memory from versions written by the test fixture: values come back exactly,
-// LATEST and explicit versions, objects, and each error names what is wrong.
+// Restore from versions written by the test fixture: values come back exactly, LATEST and explicit
+// versions, objects, and each error names what is wrong; with CUDA, into device memory through
+// staging buffers of several sizes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 
 #ifdef RTFT_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
+#include "checkpoint/layout.h"
 #include "checkpoint/naming.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
@@ -164,24 +167,90 @@ TEST(Restore, IncompleteVersionIsRefused) {
 }
 
 #ifdef RTFT_WITH_CUDA
+// Device memory of `bytes` that frees itself.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&data, bytes) != cudaSuccess) data = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  template <typename T>
+  std::vector<T> Read(size_t n) const {
+    std::vector<T> back(n);
+    EXPECT_EQ(cudaMemcpy(back.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return back;
+  }
+  void* data = nullptr;
+};
+
 TEST(Restore, IntoDeviceMemory) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
   TempDir dir;
   Fixture f;
-  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {f.State()}).ok());
-  void* device = nullptr;
-  ASSERT_EQ(cudaMalloc(&device, f.w.storage.size() * sizeof(float)), cudaSuccess);
+  // model/w is 8448 bytes: nine 1 KiB chunks, the last 256 bytes. Elements 1..3 of model/h go to
+  // a second device buffer by the resharding path (assembled in host memory), and sched/step to
+  // host memory, in the same restore.
+  FixtureOptions small_chunks;
+  small_chunks.chunk_bytes = 1024;
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {f.State()}, small_chunks).ok());
+  const size_t n = f.w.storage.size();
+  // Default (one copy per tensor), two halves of two chunks each, halves of one chunk with room
+  // to spare, a single chunk (no overlap), and less than one chunk (grown to one).
+  for (uint64_t staging :
+       {uint64_t{64} << 20, uint64_t{4096}, uint64_t{3000}, uint64_t{1500}, uint64_t{100}}) {
+    SCOPED_TRACE("staging_bytes " + std::to_string(staging));
+    DeviceBuffer whole(n * sizeof(float));
+    DeviceBuffer middle(3 * sizeof(uint16_t));
+    ASSERT_NE(whole.data, nullptr);
+    ASSERT_NE(middle.data, nullptr);
+    TensorDesc w = f.w.desc;
+    w.memory = MemoryKind::kDevice;
+    w.data = whole.data;
+    TensorDesc h = f.h.desc;
+    h.memory = MemoryKind::kDevice;
+    h.data = middle.data;
+    h.shape = {3};
+    h.shard = ShardCoords{{5}, {1}};
+    auto step = Blank(f.step);
+    CompositeProvider state(0, 0);
+    for (const TensorDesc* d : {&w, &h, &step.desc}) state.AddTensor(*d);
+    RestoreOptions options;
+    options.staging_bytes = staging;
+    Status s = Restore(dir.path(), options, state);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(whole.Read<float>(n), f.w.storage);
+    EXPECT_EQ(middle.Read<uint16_t>(3),
+              std::vector<uint16_t>(f.h.storage.begin() + 1, f.h.storage.begin() + 4));
+    EXPECT_EQ(step.storage, f.step.storage);
+  }
+}
+
+TEST(Restore, IntoDeviceMemoryChecksEveryChunk) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  Fixture f;
+  FixtureOptions small_chunks;
+  small_chunks.chunk_bytes = 1024;
+  ASSERT_TRUE(WriteVersion(dir.path(), 1, 1, {f.State()}, small_chunks).ok());
+  const std::string path = RankFilePath(dir.path(), 1, 0);
+  auto m = ReadFileManifest(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::FILE* file = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(file, nullptr);
+  std::fseek(file, static_cast<long>(m->FindTensor("model/w")->offset + 5 * 1024 + 7), SEEK_SET);
+  std::fputc(0xee, file);
+  std::fclose(file);
+  DeviceBuffer whole(f.w.storage.size() * sizeof(float));
+  ASSERT_NE(whole.data, nullptr);
   TensorDesc want = f.w.desc;
   want.memory = MemoryKind::kDevice;
-  want.data = device;
-  Status s = Restore(dir.path(), {}, TensorProvider(want));
-  std::vector<float> back(f.w.storage.size());
-  ASSERT_EQ(cudaMemcpy(back.data(), device, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  cudaFree(device);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(back, f.w.storage);
+  want.data = whole.data;
+  RestoreOptions options;
+  options.staging_bytes = 4096;
+  Status s = Restore(dir.path(), options, TensorProvider(want));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("chunk 5 (bytes 5120..6144)"), std::string::npos) << s;
 }
 #else
 TEST(Restore, DeviceMemoryNeedsCuda) {
