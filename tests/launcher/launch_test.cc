@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "launcher/job_fixture.h"
 #include "launcher/launch_job.h"
 
 namespace rtft::launch::test {
@@ -28,55 +29,20 @@ void KillSlot(pid_t agent, pid_t app) {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class LaunchTest : public ::testing::Test {
+class LaunchTest : public JobFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rtft-launch-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    job_ = std::make_unique<Job>(dir_);
-  }
-  void TearDown() override {
-    job_.reset();
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
-  }
-
-  // Common settings: short heartbeats so a lost slot is noticed in about a second.
   JobSpec Spec(int slots, int spares, std::vector<std::string> extra = {}) {
-    JobSpec spec;
-    spec.slots = slots;
-    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
-                    "100",      "--heartbeat-timeout-ms", "1000"};
+    JobSpec spec = BaseSpec(slots, spares, /*steps=*/40);
     spec.dp_args.insert(spec.dp_args.end(), extra.begin(), extra.end());
-    spec.env = {{"RTFT_TEST_STEPS", "40"}, {"RTFT_TEST_STEP_MS", "100"}};
     return spec;
   }
-  // Waits until `rank` logged a step >= `step`.
-  void WaitStep(int rank, long step) {
-    ASSERT_TRUE(WaitFor([&] { return job_->LastStep(rank) >= step; }, seconds(30)))
-        << "rank " << rank << " never reached step " << step << "\n"
-        << job_->Dump();
-  }
+  // The job's exit code, which slot 0 writes: Open MPI 4.1 under --enable-recovery exits 0
+  // whatever happened.
   int Finish() {
-    auto rc = job_->Wait(seconds(60));
-    EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job_->Dump();
-    // Open MPI 4.1 under --enable-recovery exits 0 whatever happened; slot 0 writes the code.
+    auto rc = WaitLauncher();
     if (rc) EXPECT_EQ(*rc, 0) << job_->Dump();
     return job_->JobExitCode();
   }
-  std::vector<LogLine> Starts(int slot) { return LinesOf(dir_, slot, "start"); }
-  std::vector<LogLine> Events(int slot) { return LinesOf(dir_, slot, "event"); }
-  void Command(int rank, const std::string& cmd) {
-    const std::string path = dir_ + "/cmd-rank" + std::to_string(rank);
-    FILE* f = std::fopen((path + ".tmp").c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fprintf(f, "%s\n", cmd.c_str());
-    std::fclose(f);
-    ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
-  }
-
-  std::string dir_;
-  std::unique_ptr<Job> job_;
 };
 
 TEST_F(LaunchTest, CleanRunGivesEveryRankItsRoleAndEndsWithZero) {

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "launcher/job_fixture.h"
 #include "launcher/launch_job.h"
 
 namespace rtft::launch::test {
@@ -17,51 +18,15 @@ namespace {
 
 using std::chrono::seconds;
 
-class MpichLaunchTest : public ::testing::Test {
+class MpichLaunchTest : public JobFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/rtft-mpich-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    job_ = std::make_unique<Job>(dir_);
-  }
-  void TearDown() override {
-    job_.reset();
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
-  }
-
   JobSpec Spec(int slots, int spares) {
-    JobSpec spec;
-    spec.slots = slots;
+    JobSpec spec = BaseSpec(slots, spares, /*steps=*/30);
     spec.launcher = {Launcher::Kind::kHydra, RTFT_MPIEXEC_HYDRA, RTFT_DP_LAUNCH_MPICH};
-    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
-                    "100",      "--heartbeat-timeout-ms", "1000"};
-    spec.env = {{"RTFT_TEST_STEPS", "30"}, {"RTFT_TEST_STEP_MS", "100"}};
     return spec;
   }
-  void WaitStep(int rank, long step) {
-    ASSERT_TRUE(WaitFor([&] { return job_->LastStep(rank) >= step; }, seconds(30)))
-        << "rank " << rank << " never reached step " << step << "\n"
-        << job_->Dump();
-  }
   // mpiexec's exit status; -1 when the job did not end.
-  int Finish() {
-    auto rc = job_->Wait(seconds(60));
-    EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job_->Dump();
-    return rc.value_or(-1);
-  }
-  std::vector<LogLine> Starts(int slot) { return LinesOf(dir_, slot, "start"); }
-  void Command(int rank, const std::string& cmd) {
-    const std::string path = dir_ + "/cmd-rank" + std::to_string(rank);
-    FILE* f = std::fopen((path + ".tmp").c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fprintf(f, "%s\n", cmd.c_str());
-    std::fclose(f);
-    ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
-  }
-
-  std::string dir_;
-  std::unique_ptr<Job> job_;
+  int Finish() { return WaitLauncher().value_or(-1); }
 };
 
 TEST_F(MpichLaunchTest, CleanRunEndsWithZeroAndWarnsAboutSlotLoss) {
