@@ -38,32 +38,45 @@ Status CheckRange(int64_t v, int64_t lo, int64_t hi, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// "text [RTFT_X, default]", from the one declaration of the setting (core/param_list.h), so the
+// help cannot drift from the defaults actually used.
+std::string Help(const std::string& text, Param param) {
+  const ParamInfo& info = GetParamInfo(param);
+  std::string help = text + " [" + info.env;
+  if (std::string(info.default_value) != "none") help += std::string(", ") + info.default_value;
+  return help + "]";
+}
+
+}  // namespace
+
 void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
   app->add_option("--spares", f->spares,
-                  "slots (the last ones) that start as warm spares [RTFT_SPARES, 0]");
+                  Help("slots (the last ones) that start as warm spares", Param::kSpares));
   app->add_option("--heartbeat-ms", f->heartbeat_ms,
-                  "agent heartbeat period [RTFT_HEARTBEAT_MS, 100]");
+                  Help("agent heartbeat period", Param::kHeartbeatMs));
   app->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
-                  "a slot silent this long is lost [RTFT_HEARTBEAT_TIMEOUT_MS, 1000]");
-  app->add_option("--max-restarts-per-slot", f->max_restarts_per_slot,
-                  "restarts on the same slot before it is retired [RTFT_MAX_RESTARTS_PER_SLOT, 3]");
+                  Help("a slot silent this long is lost", Param::kHeartbeatTimeoutMs));
+  app->add_option(
+      "--max-restarts-per-slot", f->max_restarts_per_slot,
+      Help("restarts on the same slot before it is retired", Param::kMaxRestartsPerSlot));
   app->add_option("--on-spares-exhausted", f->on_spares_exhausted,
-                  "shrink | checkpoint-and-exit | fail [RTFT_ON_SPARES_EXHAUSTED, "
-                  "checkpoint-and-exit]");
-  app->add_option("--watchdog-s", f->watchdog_s,
-                  "kill an application without step progress this long, 0: off [RTFT_WATCHDOG_S, "
-                  "300]");
+                  Help("shrink | checkpoint-and-exit | fail", Param::kOnSparesExhausted));
+  app->add_option(
+      "--watchdog-s", f->watchdog_s,
+      Help("kill an application without step progress this long, 0: off", Param::kWatchdogS));
   app->add_option("--log-level", f->log_level,
-                  "error | warn | info | debug | trace [RTFT_LOG_LEVEL, warn]");
+                  Help("error | warn | info | debug | trace", Param::kLogLevel));
   app->add_option("--job-key-file", f->job_key_file,
-                  "the job's CURVE keys (0600); required under srun [RTFT_JOB_KEY_FILE]");
+                  Help("the job's CURVE keys (0600); required under srun", Param::kJobKeyFile));
   app->add_option("--join-timeout-s", f->join_timeout_s,
-                  "every slot must join within this [RTFT_JOIN_TIMEOUT_S, 60]");
-  app->add_option("--shutdown-grace-s", f->shutdown_grace_s,
-                  "time an application gets to exit after SIGTERM/shutdown [RTFT_SHUTDOWN_GRACE_S, "
-                  "30]");
+                  Help("every slot must join within this", Param::kJoinTimeoutS));
+  app->add_option(
+      "--shutdown-grace-s", f->shutdown_grace_s,
+      Help("time an application gets to exit after SIGTERM/shutdown", Param::kShutdownGraceS));
   app->add_option("--exit-code-file", f->exit_code_file,
-                  "slot 0 writes the job's exit code here [RTFT_EXIT_CODE_FILE]");
+                  Help("slot 0 writes the job's exit code here", Param::kExitCodeFile));
   app->add_flag("--print-config", f->print_config,
                 "list every RTFT_* setting with its default and current value, then exit");
   app->add_option("command", f->command, "the application and its arguments (after --)");
