@@ -15,12 +15,6 @@
 namespace rtft {
 namespace {
 
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The version directories under root, ascending; unreadable entries are skipped.
 std::vector<uint64_t> VersionsOnDisk(const std::string& root) {
   std::vector<uint64_t> versions;
@@ -45,8 +39,10 @@ Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::st
   const std::string tmp = TempPath(path);
   {
     RTFT_ASSIGN_OR_RETURN(auto file, io->Open(tmp, OpenOptions{OpenMode::kCreate, false}));
-    std::string buf = content;  // File::Write takes mutable buffers
-    if (!buf.empty()) RTFT_RETURN_IF_ERROR(file->Write({IoRequest{0, buf.data(), buf.size()}}));
+    // IoRequest's buffer is non-const because reads share the type; a write only reads it.
+    if (!content.empty())
+      RTFT_RETURN_IF_ERROR(
+          file->Write({IoRequest{0, const_cast<char*>(content.data()), content.size()}}));
     RTFT_RETURN_IF_ERROR(file->Sync());
     RTFT_RETURN_IF_ERROR(file->Close());
   }
@@ -92,7 +88,7 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
     global.files.push_back(
         GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
   }
-  global.created_unix_ms = UnixMs();
+  global.created_unix_ms = NowUnixMs();
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, LatestPath(root), std::to_string(version) + "\n"));
   RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version << " (" << world_size << " ranks)";

@@ -14,10 +14,10 @@ namespace rtft {
 
 using internal::Clock;
 using internal::Engine;
+using internal::Seconds;
 using internal::Version;
 
 namespace {
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 constexpr size_t kVersionsRemembered = 64;
 }  // namespace
 
@@ -182,6 +182,7 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
     v->stats.object_bytes += bytes->size();
     v->object_blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
   }
+  v->units = PlanCaptureUnits(desc.tensors, options_.chunk_bytes);
   for (TensorDesc& t : desc.tensors) {
     if (t.memory == MemoryKind::kDevice && t.bytes() > 0) {
       RTFT_RETURN_IF_ERROR(Copier(t.device).status());
@@ -195,10 +196,6 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
     v->tensors.push_back(std::move(ts));
   }
   v->stats.tensors = v->tensors.size();
-  std::vector<TensorDesc> descs;
-  descs.reserve(v->tensors.size());
-  for (const auto& t : v->tensors) descs.push_back(t.desc);
-  v->units = PlanCaptureUnits(descs, options_.chunk_bytes);
   v->final_path = RankFilePath(options_.dir, version, options_.rank);
   v->tmp_path = TempPath(v->final_path);
   return v;

@@ -43,6 +43,7 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
 namespace internal {
 
 using Clock = std::chrono::steady_clock;
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct TensorState {
   TensorDesc desc;

@@ -10,13 +10,7 @@
 
 namespace rtft::internal {
 namespace {
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 // Coalesced small tensors usually sit next to each other both in the pool span and in the file
 // (the layout keeps datasets adjacent): one large write instead of many small ones. Requests
 // merge only when both their file ranges and their buffers touch, so no byte outside a dataset
@@ -304,7 +298,7 @@ Status Engine::FinalizeVersion(Version* v) {
   m.rank = options_.rank;
   m.world_size = options_.world_size;
   m.chunk_bytes = options_.chunk_bytes;
-  m.created_unix_ms = UnixMs();
+  m.created_unix_ms = NowUnixMs();
   for (const TensorState& t : v->tensors) {
     m.tensors.push_back(TensorEntry{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard,
                                     t.file_offset, t.desc.bytes(), t.xxh3});

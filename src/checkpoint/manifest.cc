@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 #include "core/checksum.h"
 
 namespace rtft {
@@ -86,6 +88,12 @@ Status ParseTensor(const json& t, uint64_t chunk_bytes, TensorEntry* e) {
 }
 
 }  // namespace
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 uint64_t ChunkCount(uint64_t bytes, uint64_t chunk_bytes) {
   if (bytes == 0 || chunk_bytes == 0) return 1;

@@ -78,6 +78,9 @@ struct GlobalManifest {
   static StatusOr<GlobalManifest> FromJson(const std::string& json);
 };
 
+// Wall-clock milliseconds since the epoch, for the manifests' created_unix_ms.
+int64_t NowUnixMs();
+
 // Number of chunks a tensor of `bytes` has at `chunk_bytes` (at least one, even when empty).
 uint64_t ChunkCount(uint64_t bytes, uint64_t chunk_bytes);
 
