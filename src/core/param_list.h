@@ -39,4 +39,6 @@ RTFT_PARAM(kShutdownGraceS, "RTFT_SHUTDOWN_GRACE_S", kInt, "30", "dp-launch: how
 RTFT_PARAM(kExitCodeFile, "RTFT_EXIT_CODE_FILE", kString, "none", "dp-launch: slot 0 writes the job's exit code here (mpirun --enable-recovery always exits 0)")
 RTFT_PARAM(kCtrlRequestTimeoutMs, "RTFT_CTRL_REQUEST_TIMEOUT_MS", kInt, "5000", "control plane: how long an agent waits for the coordinator to answer a request (failure or exit report, KV put)")
 RTFT_PARAM(kCtrlCoordinatorTimeoutMs, "RTFT_CTRL_COORDINATOR_TIMEOUT_MS", kInt, "5000", "control plane: an agent that hears nothing from the coordinator this long considers slot 0 lost")
+RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, point[@n][:action],... with action kill, stop, hang or exit=N (docs/testing.md)")
+RTFT_PARAM(kFaultLog, "RTFT_FAULT_LOG", kString, "", "test hook: file that fired fault points are noted in (default: stderr)")
 // clang-format on

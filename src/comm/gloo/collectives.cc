@@ -8,6 +8,7 @@
 #include "comm/gloo/gloo_comm.h"
 #include "comm/gloo/transfer.h"
 #include "comm/reduce.h"
+#include "core/fault_point.h"
 
 namespace rtft::comm::gloo_backend {
 namespace {
@@ -94,6 +95,7 @@ Status RunRing(Call& call, const Ring& ring) {
         const auto& before = send_ids[(s - 1) % 3];  // read this half; blocks may differ in size
         RTFT_RETURN_IF_ERROR(call.WaitSent(before[std::min(j, before.size() - 1)]));
       }
+      FaultPoint("comm.gloo.ring_segment");
       RTFT_RETURN_IF_ERROR(rx.Next());
       if (s < ring.reduce_steps) {
         const char* got = staging.data() + (m % window) * seg;

@@ -2,6 +2,8 @@
 // the watcher that turns a dead peer into an abort, Abort() itself, and a clean goodbye.
 #include "comm/gloo/gloo_comm.h"
 
+#include "comm/gloo/sigpipe_guard.h"
+
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <nlohmann/json.hpp>
 
+#include "core/fault_point.h"
 #include "core/logging.h"
 #include "core/params.h"
 
@@ -88,6 +91,8 @@ StatusOr<std::unique_ptr<Communicator>> GlooComm::Create(const ResolvedOptions& 
 }
 
 Status GlooComm::Connect() {
+  // Also makes Gloo's event loop thread, created below, block SIGPIPE for good.
+  SigpipeGuard sigpipe;
   token_.assign(16, '\0');
   if (getrandom(&token_[0], token_.size(), 0) != static_cast<ssize_t>(token_.size()))
     return Status::FromErrno(errno, "getrandom");
@@ -107,22 +112,26 @@ Status GlooComm::Connect() {
     return Status::Unavailable("cannot listen on '" + host +
                                "' (RTFT_COMM_GLOO_HOST): " + e.what());
   }
+  {
+    // From here on Abort() may close the pairs (the only way to wake a pair that connects).
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_ready_ = true;
+  }
   std::vector<std::vector<char>> addresses;
   RTFT_RETURN_IF_ERROR(Rendezvous(&addresses));
-  connecting_ = true;
+  FaultPoint("comm.gloo.connect");
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    if (aborted_) break;
+    if (aborted_) return Usable();
     try {
       context_->getPair(p)->connect(addresses[p]);
     } catch (const std::exception& e) {
-      connecting_ = false;
+      if (aborted_) return Usable();
       return Status::Unavailable("connecting to rank " + std::to_string(p) + ": " + e.what());
     }
   }
-  Status s = aborted_ ? Usable() : SayHello();
-  connecting_ = false;
-  RTFT_RETURN_IF_ERROR(s);
+  if (aborted_) return Usable();
+  RTFT_RETURN_IF_ERROR(SayHello());
   return StartWatcher();
 }
 
@@ -225,7 +234,13 @@ Status GlooComm::SayHello() {
     bufs.push_back(std::move(*rb));
     bufs.push_back(std::move(*sb));
   }
-  for (size_t i = 0; i < bufs.size() && s.ok(); i += 2) s = WaitRecv(bufs[i].get(), deadline);
+  for (size_t i = 0; i < bufs.size() && s.ok(); i += 2) {
+    s = WaitRecv(bufs[i].get(), deadline);
+    if (s.code() == StatusCode::kDeadlineExceeded)
+      s = Status::DeadlineExceeded(
+          "a connection was made but no hello came before the creation deadline (a stray "
+          "connection took a rank's place?)");
+  }
   for (int p = 0; p < size_ && s.ok(); ++p) {
     if (p == rank_) continue;
     FrameExpect e;
@@ -285,6 +300,7 @@ void GlooComm::Watch() {
 }
 
 void GlooComm::SayBye() {
+  SigpipeGuard sigpipe;
   std::vector<Frame> out(size_);
   std::vector<std::unique_ptr<Buf>> bufs;
   const Clock::time_point deadline = Clock::now() + kByeTimeout;
@@ -315,6 +331,11 @@ GlooComm::~GlooComm() {
   watcher_stop_ = true;
   if (bye_buf_) bye_buf_->get()->abortWaitRecv();
   if (watcher_.joinable()) watcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_ready_ = false;  // no closer starts any more
+  }
+  if (closer_.joinable()) closer_.join();
   if (context_) {
     // After a pair is closed, Gloo's thread no longer touches any buffer of ours.
     std::set<int> all;
@@ -342,7 +363,6 @@ void GlooComm::Unregister(gloo::transport::UnboundBuffer* ub) {
 }
 
 void GlooComm::Abort(const std::string& reason) {
-  bool close_pairs = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
@@ -352,17 +372,19 @@ void GlooComm::Abort(const std::string& reason) {
       ub->abortWaitRecv();
       ub->abortWaitSend();
     }
-    close_pairs = connecting_;
+    // Closing the pairs tells the peers at once (they see the connection end) and wakes a pair
+    // still connecting; it waits for Gloo's event loop, so it runs on a thread of its own.
+    if (pairs_ready_) {
+      closer_ = std::thread([this] {
+        std::set<int> all;
+        for (int p = 0; p < size_; ++p)
+          if (p != rank_) all.insert(p);
+        ClosePairs(all);
+      });
+    }
   }
   RTFT_LOG(kInfo, kLogComm) << "communicator '" << name() << "' of epoch " << epoch()
                             << " aborted: " << reason;
-  // A pair still connecting waits on its own; closing it is the only way to wake that wait.
-  if (close_pairs) {
-    std::set<int> all;
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) all.insert(p);
-    ClosePairs(all);
-  }
 }
 
 StatusOr<std::unique_ptr<Buf>> GlooComm::NewBuf(const void* ptr, size_t bytes) {
@@ -379,7 +401,7 @@ Status GlooComm::WaitRecv(Buf* buf, Clock::time_point deadline) {
     if (buf->get()->waitRecv(nullptr, Remaining(deadline))) return Status::Ok();
   } catch (const std::exception& e) {
     if (Clock::now() >= deadline)
-      return Status::DeadlineExceeded("the call's deadline passed (RTFT_COMM_TIMEOUT_MS)");
+      return Status::DeadlineExceeded("the deadline passed (RTFT_COMM_TIMEOUT_MS, or the call's)");
     Abort(std::string("a peer's connection failed: ") + e.what());
   }
   return Usable();
@@ -390,7 +412,7 @@ Status GlooComm::WaitSend(Buf* buf, Clock::time_point deadline) {
     if (buf->get()->waitSend(nullptr, Remaining(deadline))) return Status::Ok();
   } catch (const std::exception& e) {
     if (Clock::now() >= deadline)
-      return Status::DeadlineExceeded("the call's deadline passed (RTFT_COMM_TIMEOUT_MS)");
+      return Status::DeadlineExceeded("the deadline passed (RTFT_COMM_TIMEOUT_MS, or the call's)");
     Abort(std::string("a peer's connection failed: ") + e.what());
   }
   return Usable();

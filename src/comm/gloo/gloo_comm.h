@@ -139,7 +139,8 @@ class GlooComm final : public Communicator {
   std::set<gloo::transport::UnboundBuffer*> live_;
   std::atomic<bool> aborted_{false};
   Status broken_;
-  std::atomic<bool> connecting_{false};
+  bool pairs_ready_ = false;  // every pair exists: Abort() may close them (under mu_)
+  std::thread closer_;        // Abort()'s, closing the pairs
 
   // The watcher: one receive per peer on kSlotBye, pending for the communicator's life. A peer
   // that closes its communicator cleanly completes it with a bye frame; a peer that dies fails it

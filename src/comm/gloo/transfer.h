@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/gloo/gloo_comm.h"
+#include "comm/gloo/sigpipe_guard.h"
 
 namespace rtft::comm::gloo_backend {
 
@@ -38,6 +39,7 @@ class Call {
   void Used(int peer) { used_.insert(peer); }
 
  private:
+  SigpipeGuard sigpipe_;  // for the call's whole length: any Gloo call may write
   struct OutMsg {
     Frame frame;
     std::unique_ptr<Buf> head, payload;
