@@ -437,15 +437,30 @@ Status GlooComm::Break(const Status& why, const std::set<int>& peers) {
   return why;
 }
 
+// Closing a pair waits for the next tick of Gloo's event loop (up to 10 ms), so that its handler
+// is not running; pairs closed at once share that tick, closed one by one they would not.
 void GlooComm::ClosePairs(const std::set<int>& peers) {
-  for (int p : peers) {
+  auto close = [this](int p) {
     try {
       auto& pair = context_->getPair(p);
       if (pair) pair->close();
     } catch (...) {
-      // Closing is best effort; a pair that cannot close has failed already.
+      // Best effort: a pair that cannot close has failed already.
     }
+  };
+  const std::vector<int> list(peers.begin(), peers.end());
+  const size_t threads = std::min<size_t>(16, list.size());
+  if (threads <= 1) {
+    for (int p : list) close(p);
+    return;
   }
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < list.size(); i += threads) close(list[i]);
+    });
+  for (size_t i = 0; i < list.size(); i += threads) close(list[i]);
+  for (auto& th : pool) th.join();
 }
 
 Status GlooComm::Wait(void*, std::chrono::milliseconds) { return Usable(); }

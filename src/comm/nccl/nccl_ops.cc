@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/nccl/nccl_comm.h"
+#include "core/fault_point.h"
 
 namespace rtft::comm::nccl_backend {
 namespace {
@@ -69,6 +70,7 @@ Status NcclComm::AllReduce(const void* send, void* recv, size_t count, DType dty
                            const CallOptions& call) {
   RTFT_ASSIGN_OR_RETURN(size_t bytes, CountBytes(count, dtype, "all-reduce"));
   RTFT_RETURN_IF_ERROR(Check(bytes, send, recv));
+  FaultPoint("comm.nccl.allreduce");
   return Enqueue("ncclAllReduce", call, [&](ncclComm_t c) {
     return ncclAllReduce(send, recv, count, Type(dtype), Op(op), c, Stream(call));
   });
