@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 #include "core/params.h"

@@ -23,11 +23,11 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/capture_plan.h"
-#include "checkpoint/device_copy.h"
-#include "checkpoint/io_backend.h"
-#include "checkpoint/layout.h"
-#include "checkpoint/pinned_pool.h"
+#include "checkpoint/capture/capture_plan.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/pool/pinned_pool.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"
 

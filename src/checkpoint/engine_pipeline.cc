@@ -2,9 +2,9 @@
 // error: the first error of a version is recorded and reported by WaitCaptured/WaitPersisted.
 #include <cstring>
 
-#include "checkpoint/commit.h"
+#include "checkpoint/commit/commit.h"
 #include "checkpoint/engine.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 

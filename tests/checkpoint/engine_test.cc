@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "checkpoint/io/fault/fault_backend.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "engine_test_util.h"
 #include "test_util.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/reader.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/read/reader.h"
+#include "checkpoint/read/versions.h"
 #include "tools/rtft_ckpt/commands.h"
 
 namespace rtft::tools {

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/commit.h"
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/commit/commit.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
+#include "checkpoint/read/versions.h"
 #include "core/params.h"
 #include "rtft/checkpoint.h"
 

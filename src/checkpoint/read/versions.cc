@@ -1,4 +1,4 @@
-#include "checkpoint/versions.h"
+#include "checkpoint/read/versions.h"
 
 #include <sys/stat.h>
 
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/commit.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/commit/commit.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/params.h"
 #include "rtft/checkpoint.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/manifest.h"
+#include "checkpoint/layout/manifest.h"
 #include "rtft/state.h"
 #include "rtft/status.h"
 

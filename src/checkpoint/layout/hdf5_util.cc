@@ -1,8 +1,8 @@
-#include "checkpoint/hdf5_util.h"
+#include "checkpoint/layout/hdf5_util.h"
 
 #include <mutex>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 
 namespace rtft {
 

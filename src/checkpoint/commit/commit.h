@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {

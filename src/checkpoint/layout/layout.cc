@@ -1,11 +1,11 @@
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 
-#include "checkpoint/hdf5_util.h"
+#include "checkpoint/layout/hdf5_util.h"
 #include "core/checksum.h"
 
 namespace rtft {

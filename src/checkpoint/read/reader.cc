@@ -1,10 +1,10 @@
-#include "checkpoint/reader.h"
+#include "checkpoint/read/reader.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 #include "core/checksum.h"
 
 namespace rtft {

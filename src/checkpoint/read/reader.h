@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "checkpoint/io_backend.h"
-#include "checkpoint/manifest.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/manifest.h"
 #include "rtft/status.h"
 
 namespace rtft {

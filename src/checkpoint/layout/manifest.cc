@@ -1,4 +1,4 @@
-#include "checkpoint/manifest.h"
+#include "checkpoint/layout/manifest.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "checkpoint/commit.h"
+#include "checkpoint/commit/commit.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 
