@@ -6,6 +6,7 @@
 
 #include "checkpoint/layout/manifest.h"
 #include "checkpoint/layout/naming.h"
+#include "core/check.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 #include "core/params.h"
@@ -16,6 +17,7 @@ using internal::Clock;
 using internal::Engine;
 using internal::Seconds;
 using internal::Version;
+using internal::VersionStage;
 
 namespace {
 constexpr size_t kVersionsRemembered = 64;
@@ -140,7 +142,7 @@ Engine::~Engine() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] {
       for (const auto& [n, v] : versions_)
-        if (!v->finished) return false;
+        if (!v->done()) return false;
       return true;
     });
     stopping_ = true;
@@ -218,7 +220,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
     last_version_ = version;
     any_version_ = true;
     versions_[version] = v;
-    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->finished)
+    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->done())
       versions_.erase(versions_.begin());
     capture_queue_.push_back(v);
     file_queue_.emplace_back(FileTask::kCreate, v);
@@ -236,7 +238,7 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
   const bool done = cv_.wait_for(
-      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->finished : v->captured); });
+      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->done() : v->captured()); });
   if (!v->error.ok()) return v->error;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +
@@ -280,20 +282,39 @@ void Engine::FailLocked(Version* v, const Status& status) {
 
 void Engine::AdvanceLocked(const std::shared_ptr<Version>& v) {
   const size_t n = v->units.size();
-  if (!v->captured && v->error.ok() && v->units_captured == n) {
-    v->captured = true;
-    v->stats.capture_s = Seconds(Clock::now() - v->start);
+  if (v->stage == VersionStage::kCapturing && v->units_captured == n) {
+    if (v->error.ok()) v->stats.capture_s = Seconds(Clock::now() - v->start);
+    SetStageLocked(v.get(), VersionStage::kCaptured);
   }
-  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->skeleton_done) {
-    v->finalize_queued = true;
+  if (v->stage == VersionStage::kCaptured && v->units_released == n && v->skeleton_done) {
+    SetStageLocked(v.get(), VersionStage::kFinalizing);
     file_queue_.emplace_back(FileTask::kFinalize, v);
   }
   cv_.notify_all();
 }
 
-void Engine::FinishLocked(Version* v) {
-  v->finished = true;
+void Engine::SetStageLocked(Version* v, VersionStage stage) {
+  RTFT_CHECK(stage > v->stage);
+  RTFT_LOG(kTrace, kLogCkpt) << "version " << v->version << ": " << VersionStageName(v->stage)
+                             << " -> " << VersionStageName(stage);
+  v->stage = stage;
   cv_.notify_all();
+}
+
+const char* VersionStageName(VersionStage stage) {
+  switch (stage) {
+    case VersionStage::kCapturing:
+      return "capturing";
+    case VersionStage::kCaptured:
+      return "captured";
+    case VersionStage::kFinalizing:
+      return "finalizing";
+    case VersionStage::kCommitting:
+      return "committing";
+    case VersionStage::kDone:
+      return "done";
+  }
+  return "?";
 }
 
 }  // namespace internal

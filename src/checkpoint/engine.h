@@ -2,13 +2,15 @@
 // include/rtft/checkpoint.h). Pipeline per version:
 //
 //   Checkpoint() ──> objects serialized (small; a consistent snapshot of step, RNG, ...)
-//                ──> capture thread: pool span per unit ──> host copy (capture pool) or
+//   kCapturing   ──> capture thread: pool span per unit ──> host copy (capture pool) or
 //                    D2H copy (CUDA stream, completion thread)
 //                ──> file thread: version dir + HDF5 skeleton (dataset offsets, objects)
-//   captured unit ──> flush threads: XXH3 per piece, write at dataset offset (O_DIRECT body,
-//                     buffered tail), release span
-//   all written   ──> file thread: manifest (HDF5), fsync, rename, dir fsync
-//                ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
+//                ──> flush threads, per captured unit: XXH3 per piece, write at dataset offset
+//                    (O_DIRECT body, buffered tail), release span
+//   kCaptured        every unit is in the pool (WaitCaptured returns); flushing goes on
+//   kFinalizing  ──> file thread: manifest (HDF5), fsync, rename, dir fsync
+//   kCommitting  ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
+//   kDone            persisted, or failed (version.h)
 //
 // engine.cc holds the API and bookkeeping, engine_pipeline.cc the background threads.
 #pragma once
@@ -23,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/capture/capture_plan.h"
 #include "checkpoint/capture/device_copy.h"
 #include "checkpoint/io/io_backend.h"
 #include "checkpoint/layout/layout.h"
 #include "checkpoint/pool/pinned_pool.h"
+#include "checkpoint/version.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"
 
@@ -41,37 +43,6 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
                                                                    std::unique_ptr<IoBackend> io);
 
 namespace internal {
-
-using Clock = std::chrono::steady_clock;
-inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-struct TensorState {
-  TensorDesc desc;
-  uint64_t file_offset = 0;
-  std::vector<uint64_t> xxh3;  // one per chunk; filled by the flush threads
-};
-
-struct Version {
-  uint64_t version = 0;
-  std::vector<TensorState> tensors;
-  std::vector<ObjectBlob> object_blobs;     // serialized inside Checkpoint()
-  std::vector<ObjectEntry> object_entries;  // where the skeleton put them
-  std::vector<PlannedUnit> units;
-  std::string tmp_path;
-  std::string final_path;
-  Clock::time_point start;
-  std::atomic<bool> direct_io{false};  // some flush thread got O_DIRECT for this file
-
-  // Guarded by the engine's mutex.
-  Status error;
-  bool skeleton_done = false;  // the file exists with its datasets (or creating it failed)
-  size_t units_captured = 0;   // copied into the pool, or skipped after an error
-  size_t units_released = 0;   // written (or skipped) and their pool span released
-  bool captured = false;
-  bool finalize_queued = false;
-  bool finished = false;  // persisted (and committed on rank 0), or failed
-  CheckpointStats stats;
-};
 
 struct FlushItem {
   std::shared_ptr<Version> version;
@@ -103,9 +74,10 @@ class Engine : public CheckpointEngine {
   StatusOr<DeviceCopier*> Copier(int device);
   // Records the version's first error (and the engine's), under mu_.
   void FailLocked(Version* v, const Status& status);
-  // Moves a version along once its counters say so, under mu_.
+  // Moves a version to its next stage once its counters say so, under mu_.
   void AdvanceLocked(const std::shared_ptr<Version>& v);
-  void FinishLocked(Version* v);
+  // Moves a version to `stage` (only ever forward), under mu_.
+  void SetStageLocked(Version* v, VersionStage stage);
 
   // engine_pipeline.cc
   void CaptureLoop();

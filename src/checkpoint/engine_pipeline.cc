@@ -268,12 +268,12 @@ void Engine::FileLoop() {
       FailLocked(v, status);
       // No partial file is left behind under the final name; the temporary one goes too.
       (void)io_->Remove(v->tmp_path);
-      FinishLocked(v);
+      SetStageLocked(v, VersionStage::kDone);
     } else if (options_.rank == 0) {
+      SetStageLocked(v, VersionStage::kCommitting);
       commit_queue_.push_back(task.second);
-      cv_.notify_all();
     } else {
-      FinishLocked(v);
+      SetStageLocked(v, VersionStage::kDone);
     }
   }
 }
@@ -338,7 +338,7 @@ void Engine::CommitLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) FailLocked(v.get(), status);
     v->stats.commit_s = Seconds(Clock::now() - v->start);
-    FinishLocked(v.get());
+    SetStageLocked(v.get(), VersionStage::kDone);
   }
 }
 
