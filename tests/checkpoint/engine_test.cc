@@ -242,6 +242,27 @@ TEST(Engine, RejectsBadCallsAndOptions) {
   ASSERT_TRUE(engine->WaitPersisted(5).ok());
 }
 
+// A name that is not UTF-8 text used to reach the flush thread, where the JSON writer threw and
+// ended the process (std::terminate). It is refused at the call now, like every other bad name.
+TEST(Engine, NamesThatAreNotUtf8TextAreRefusedAtTheCall) {
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  std::vector<float> x(4, 1.0f);
+  for (const std::string& name :
+       {std::string("w\xff"), std::string("w\xc3"), std::string("\xed\xa0\x80"),
+        std::string("\xc0\xaf"), std::string("a\nb"), std::string("a\0b", 3)}) {
+    TensorProvider bad(HostTensor(name, &x));
+    Status s = engine->Checkpoint(1, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("UTF-8"), std::string::npos) << s;
+  }
+  TensorProvider good(HostTensor("w/\xc3\xa9t\xc3\xa9", &x));  // "w/été"
+  ASSERT_TRUE(engine->Checkpoint(2, good).ok());
+  ASSERT_TRUE(engine->WaitPersisted(2).ok());
+  EXPECT_TRUE(engine->PollError().ok());
+}
+
 // Disk full in the middle of a flush: the version fails with a clear error, leaves no file
 // under its final name, and the previous version stays the committed one.
 TEST(Engine, DiskFullMidFlushKeepsThePreviousVersion) {
