@@ -123,12 +123,13 @@ Engine::Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
 
 Status Engine::Start() {
   capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads);
-  capture_thread_ = std::thread([this] { CaptureLoop(); });
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
-  file_thread_ = std::thread([this] { FileLoop(); });
-  commit_thread_ = std::thread([this] { CommitLoop(); });
+  capture_thread_ = std::thread([this] { RunLoop("capture thread", &Engine::CaptureLoop); });
+  completion_thread_ =
+      std::thread([this] { RunLoop("completion thread", &Engine::CompletionLoop); });
+  file_thread_ = std::thread([this] { RunLoop("file thread", &Engine::FileLoop); });
+  commit_thread_ = std::thread([this] { RunLoop("commit thread", &Engine::CommitLoop); });
   for (int i = 0; i < options_.flush_threads; ++i)
-    flush_threads_.emplace_back([this] { FlushLoop(); });
+    flush_threads_.emplace_back([this] { RunLoop("flush thread", &Engine::FlushLoop); });
   RTFT_LOG(kInfo, kLogCkpt) << "checkpoint engine: rank " << options_.rank << "/"
                             << options_.world_size << ", dir " << options_.dir << ", io "
                             << io_->name() << ", pool " << FormatBytes(pool_->capacity())
@@ -141,6 +142,7 @@ Engine::~Engine() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] {
+      if (!loop_error_.ok()) return true;  // a dead loop finishes nothing
       for (const auto& [n, v] : versions_)
         if (!v->done()) return false;
       return true;
@@ -208,6 +210,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::FailedPrecondition("checkpoint engine is shutting down");
+    if (!loop_error_.ok()) return loop_error_;
     if (any_version_ && version <= last_version_)
       return Status::InvalidArgument(
           "checkpoint versions must increase: " + std::to_string(version) + " after " +
@@ -237,9 +240,11 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
     return Status::NotFound("version " + std::to_string(version) +
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
-  const bool done = cv_.wait_for(
-      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->done() : v->captured()); });
+  const bool done = cv_.wait_for(lock, timeout, [&] {
+    return !v->error.ok() || !loop_error_.ok() || (persisted ? v->done() : v->captured());
+  });
   if (!v->error.ok()) return v->error;
+  if (!loop_error_.ok() && !(persisted ? v->done() : v->captured())) return loop_error_;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +
                                     (persisted ? "persisted" : "captured") + " within " +

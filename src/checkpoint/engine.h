@@ -19,9 +19,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,6 +45,21 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
                                                                    std::unique_ptr<IoBackend> io);
 
 namespace internal {
+
+// Runs `fn` (returning Status); an exception that escapes it, from a bug or from a library that
+// throws, becomes kInternal naming `where`, so that no exception leaves a background thread
+// (std::terminate would end the training process).
+template <typename Fn>
+Status CatchAll(const char* where, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where +
+                            ": " + e.what());
+  } catch (...) {
+    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where);
+  }
+}
 
 struct FlushItem {
   std::shared_ptr<Version> version;
@@ -80,8 +97,15 @@ class Engine : public CheckpointEngine {
   void SetStageLocked(Version* v, VersionStage stage);
 
   // engine_pipeline.cc
+  // Runs one background loop. Work items are guarded one by one (CatchAll) and fail only their
+  // version; should anything escape the loop itself, the engine records it and fails every wait
+  // and every later call with it instead of ending the process.
+  void RunLoop(const char* name, void (Engine::*loop)());
+  void RecordLoopFailure(const Status& status);
   void CaptureLoop();
   void CaptureVersion(const std::shared_ptr<Version>& v);
+  // Starts the copy of unit `i` into `span`; once it returns OK the copy owns the span.
+  Status StartCopy(const std::shared_ptr<Version>& v, size_t i, const PoolSpan& span);
   void OnUnitCaptured(const std::shared_ptr<Version>& v, size_t unit, PoolSpan span, Status status);
   void CompletionLoop();
   void FlushLoop();
@@ -106,6 +130,7 @@ class Engine : public CheckpointEngine {
   uint64_t last_version_ = 0;
   bool any_version_ = false;
   Status first_error_;
+  Status loop_error_;  // a background loop ended by an exception: the engine is unusable
   std::map<uint64_t, std::shared_ptr<Version>> versions_;  // recent versions, for Wait/Stats
   std::deque<std::shared_ptr<Version>> capture_queue_;
   std::deque<FlushItem> flush_queue_;

@@ -242,6 +242,51 @@ TEST(Engine, RejectsBadCallsAndOptions) {
   ASSERT_TRUE(engine->WaitPersisted(5).ok());
 }
 
+// An exception thrown inside any background thread (here by the I/O backend, as a third-party
+// library might) fails that version with kInternal instead of ending the process, leaves no file
+// under the final name, and the engine goes on with the next version.
+TEST(Engine, ExceptionsInBackgroundThreadsBecomeErrors) {
+  struct Case {
+    const char* where;
+    FaultSpec spec;
+  };
+  std::vector<Case> cases(3);
+  cases[0].where = "flush thread";  // tensor writes
+  cases[0].spec.fail_writes_after_bytes = 0;
+  cases[0].spec.path_substring = ".h5";
+  cases[1].where = "file thread";  // the rank file's rename
+  cases[1].spec.fail_rename = true;
+  cases[1].spec.path_substring = ".h5";
+  cases[2].where = "commit thread";  // MANIFEST.json
+  cases[2].spec.fail_writes_after_bytes = 0;
+  cases[2].spec.path_substring = "MANIFEST.json";
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.where);
+    TempDir dir;
+    c.spec.throw_instead = true;
+    auto stats = std::make_shared<FaultStats>();
+    auto io = CreateFaultBackend(*CreateIoBackend({TestIo(), 16}), c.spec, stats);
+    auto engine = CreateCheckpointEngine(SmallOptions(dir.path()), std::move(io));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainState s;
+    ASSERT_TRUE((*engine)->Checkpoint(1, s.provider).ok());
+    Status failed = (*engine)->WaitPersisted(1);
+    EXPECT_EQ(failed.code(), StatusCode::kInternal) << failed;
+    EXPECT_NE(failed.message().find(std::string("uncaught exception in the checkpoint engine's ") +
+                                    c.where),
+              std::string::npos)
+        << failed;
+    EXPECT_GT(stats->faults_injected.load(), 0u);
+    if (std::string(c.where) != "commit thread")
+      EXPECT_FALSE(Exists(RankFilePath(dir.path(), 1, 0)));
+    EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 1)));
+    EXPECT_FALSE(Exists(LatestPath(dir.path())));
+    // The engine still serves: the next version fails the same way, it does not hang.
+    ASSERT_TRUE((*engine)->Checkpoint(2, s.provider).ok());
+    EXPECT_EQ((*engine)->WaitPersisted(2).code(), StatusCode::kInternal);
+  }
+}
+
 // A name that is not UTF-8 text used to reach the flush thread, where the JSON writer threw and
 // ended the process (std::terminate). It is refused at the call now, like every other bad name.
 TEST(Engine, NamesThatAreNotUtf8TextAreRefusedAtTheCall) {

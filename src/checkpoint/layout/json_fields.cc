@@ -53,7 +53,8 @@ bool JsonFields::Has(const char* key) const {
 }
 
 StatusOr<const json*> JsonFields::Find(const char* key) const {
-  if (!object_.is_object()) return Status::DataLoss("manifest entry '" + where_ + "' is not an object");
+  if (!object_.is_object())
+    return Status::DataLoss("manifest entry '" + where_ + "' is not an object");
   auto it = object_.find(key);
   if (it == object_.end()) return Error(key, "is missing");
   return &*it;
@@ -76,8 +77,8 @@ Status JsonFields::Int(const char* key, int64_t min, int64_t max, int64_t* out) 
   if (!j->is_number_integer())
     return Error(key, std::string("must be an integer, not ") + TypeName(*j));
   if (j->is_number_unsigned() && j->get<uint64_t>() > static_cast<uint64_t>(max))
-    return Error(key, "is " + std::to_string(j->get<uint64_t>()) + ", more than " +
-                          std::to_string(max));
+    return Error(key,
+                 "is " + std::to_string(j->get<uint64_t>()) + ", more than " + std::to_string(max));
   const int64_t v = j->get<int64_t>();
   if (v < min || v > max)
     return Error(key, "is " + std::to_string(v) + ", outside " + std::to_string(min) + ".." +
