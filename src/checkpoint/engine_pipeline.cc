@@ -320,8 +320,9 @@ Status Engine::CreateFile(Version* v) {
   specs.reserve(v->tensors.size());
   for (const TensorState& t : v->tensors)
     specs.push_back(DatasetSpec{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard});
-  RTFT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
-                        CreateSkeleton(v->tmp_path, specs, v->object_blobs, &v->object_entries));
+  RTFT_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> offsets,
+      CreateSkeleton(io_.get(), v->tmp_path, specs, v->object_blobs, &v->object_entries));
   for (size_t i = 0; i < offsets.size(); ++i) v->tensors[i].file_offset = offsets[i];
   return Status::Ok();
 }
@@ -338,7 +339,7 @@ Status Engine::FinalizeVersion(Version* v) {
                                     t.file_offset, t.desc.bytes(), t.xxh3});
   }
   m.objects = v->object_entries;
-  RTFT_RETURN_IF_ERROR(FinalizeFile(v->tmp_path, {}, &m));
+  RTFT_RETURN_IF_ERROR(FinalizeFile(io_.get(), v->tmp_path, {}, &m));
   {
     RTFT_ASSIGN_OR_RETURN(auto file,
                           io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));

@@ -53,7 +53,8 @@ json ValidGlobalManifest() {
 // FromJson's error on `j`, which must be a DataLoss that mentions `words`.
 void ExpectRefused(const json& j, const std::string& words, bool global = false) {
   const std::string text = j.dump();
-  Status s = global ? GlobalManifest::FromJson(text).status() : FileManifest::FromJson(text).status();
+  Status s =
+      global ? GlobalManifest::FromJson(text).status() : FileManifest::FromJson(text).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s << "\nfor " << text;
   EXPECT_NE(s.message().find(words), std::string::npos) << s;
 }

@@ -1,22 +1,23 @@
 #include "checkpoint/layout/layout.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-
+#include "checkpoint/layout/hdf5_driver.h"
 #include "checkpoint/layout/hdf5_util.h"
 #include "core/checksum.h"
 
 namespace rtft {
 namespace {
 
-// HDF5 does not say why a create failed; the operating system does.
-Status CreateFailure(const std::string& path) {
-  int fd = ::open(path.c_str(), O_CREAT | O_WRONLY, 0644);
-  if (fd < 0) return Status::FromErrno(errno, "creating " + path);
-  ::close(fd);
-  return Hdf5Error(StatusCode::kIoError, "HDF5 could not create " + path);
+// The error of an HDF5 step: the I/O error behind it when the driver saw one (HDF5 does not say
+// why), else HDF5's own.
+Status StepError(const Hdf5DriverState& io, const std::string& what) {
+  if (!io.error.ok()) return io.error.Annotate(what);
+  return Hdf5Error(StatusCode::kIoError, what);
+}
+
+// OK when the step succeeded and no write under it failed.
+Status Step(const Hdf5DriverState& io, bool ok, const std::string& what) {
+  if (ok && io.error.ok()) return Status::Ok();
+  return StepError(io, what);
 }
 
 H5Handle LinkCreateProps() {
@@ -84,18 +85,9 @@ Status WriteObjects(hid_t file, const std::vector<ObjectBlob>& objects,
   return Status::Ok();
 }
 
-}  // namespace
-
-StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
-                                               const std::vector<DatasetSpec>& tensors,
-                                               const std::vector<ObjectBlob>& objects,
-                                               std::vector<ObjectEntry>* object_entries) {
-  SilenceHdf5Errors();
-  H5Handle fapl = Hdf5FileAccess();
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-  if (!file.valid()) return CreateFailure(path);
-  RTFT_RETURN_IF_ERROR(WriteFormatVersion(file.get()));
-
+StatusOr<std::vector<uint64_t>> CreateDatasets(hid_t file, const Hdf5DriverState& io,
+                                               const std::string& path,
+                                               const std::vector<DatasetSpec>& tensors) {
   H5Handle lcpl = LinkCreateProps();
   H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
@@ -108,11 +100,10 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
     const std::string name = std::string(kTensorGroup) + "/" + t.name;
     H5Handle type = Hdf5FileType(t.dtype);
     H5Handle space = Dataspace(t.shape);
-    H5Handle ds(H5Dcreate2(file.get(), name.c_str(), type.get(), space.get(), lcpl.get(),
-                           dcpl.get(), H5P_DEFAULT),
+    H5Handle ds(H5Dcreate2(file, name.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(),
+                           H5P_DEFAULT),
                 H5Dclose);
-    if (!ds.valid())
-      return Hdf5Error(StatusCode::kIoError, "creating dataset " + name + " in " + path);
+    RTFT_RETURN_IF_ERROR(Step(io, ds.valid(), "creating dataset " + name + " in " + path));
     uint64_t elements = 1;
     for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
     haddr_t offset = H5Dget_offset(ds.get());
@@ -127,71 +118,108 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
       RTFT_RETURN_IF_ERROR(WriteInt64Attribute(ds.get(), "global_shape", t.shard.global_shape));
       RTFT_RETURN_IF_ERROR(WriteInt64Attribute(ds.get(), "shard_offset", t.shard.offset));
     }
+    RTFT_RETURN_IF_ERROR(Step(io, ds.Close() >= 0, "closing dataset " + name + " in " + path));
   }
-  std::vector<ObjectEntry> entries;
-  RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &entries));
-  if (object_entries) *object_entries = std::move(entries);
-  // Closing flushes the metadata and extends the file to cover every allocated dataset.
-  if (file.Close() < 0) return Hdf5Error(StatusCode::kIoError, "closing " + path);
   return offsets;
 }
 
-Status FinalizeFile(const std::string& path, const std::vector<ObjectBlob>& objects,
-                    FileManifest* manifest) {
-  SilenceHdf5Errors();
-  H5Handle fapl = Hdf5FileAccess();
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
-  if (!file.valid()) return Hdf5Error(StatusCode::kIoError, "reopening " + path);
-  RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &manifest->objects));
-
-  // The manifest goes last: a file without it was not finished.
-  const std::string json = manifest->ToJson();
+Status WriteManifest(hid_t file, const Hdf5DriverState& io, const std::string& path,
+                     const std::string& json) {
   H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), json.size());
   H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Handle ds(H5Dcreate2(file.get(), kManifestDataset, type.get(), space.get(), H5P_DEFAULT,
-                         H5P_DEFAULT, H5P_DEFAULT),
+  H5Handle ds(H5Dcreate2(file, kManifestDataset, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
               H5Dclose);
-  if (!ds.valid() || H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, json.data()) < 0)
-    return Hdf5Error(StatusCode::kIoError, "writing the manifest of " + path);
-  ds.Reset();
-  if (file.Close() < 0) return Hdf5Error(StatusCode::kIoError, "closing " + path);
-  return Status::Ok();
+  RTFT_RETURN_IF_ERROR(Step(io, ds.valid(), "creating the manifest of " + path));
+  RTFT_RETURN_IF_ERROR(
+      Step(io, H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, json.data()) >= 0,
+           "writing the manifest of " + path));
+  // Closing the dataset flushes HDF5's buffer of its bytes: that write can fail too.
+  return Step(io, ds.Close() >= 0, "writing the manifest of " + path);
+}
+
+StatusOr<std::unique_ptr<IoBackend>> PosixBackend() {
+  IoBackendOptions options;
+  options.kind = "posix";
+  return CreateIoBackend(options);
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint64_t>> CreateSkeleton(IoBackend* io, const std::string& path,
+                                               const std::vector<DatasetSpec>& tensors,
+                                               const std::vector<ObjectBlob>& objects,
+                                               std::vector<ObjectEntry>* object_entries) {
+  SilenceHdf5Errors();
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> out, io->Open(path, {OpenMode::kCreate, false}));
+  Hdf5DriverState state;  // outlives every HDF5 id below
+  state.file = out.get();
+  std::vector<uint64_t> offsets;
+  {
+    H5Handle fapl = Hdf5FileAccessOver(&state);
+    H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    RTFT_RETURN_IF_ERROR(Step(state, file.valid(), "creating " + path));
+    RTFT_RETURN_IF_ERROR(WriteFormatVersion(file.get()));
+    RTFT_ASSIGN_OR_RETURN(offsets, CreateDatasets(file.get(), state, path, tensors));
+    std::vector<ObjectEntry> entries;
+    RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &entries));
+    RTFT_RETURN_IF_ERROR(Step(state, true, "writing the objects of " + path));
+    if (object_entries) *object_entries = std::move(entries);
+    // Closing flushes the metadata and extends the file to cover every allocated dataset.
+    RTFT_RETURN_IF_ERROR(Step(state, file.Close() >= 0, "closing " + path));
+  }
+  RTFT_RETURN_IF_ERROR(out->Close());
+  return offsets;
+}
+
+Status FinalizeFile(IoBackend* io, const std::string& path, const std::vector<ObjectBlob>& objects,
+                    FileManifest* manifest) {
+  SilenceHdf5Errors();
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> out, io->Open(path, {OpenMode::kReadWrite, false}));
+  Hdf5DriverState state;  // outlives every HDF5 id below
+  state.file = out.get();
+  std::string json;
+  {
+    H5Handle fapl = Hdf5FileAccessOver(&state);
+    H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+    RTFT_RETURN_IF_ERROR(Step(state, file.valid(), "reopening " + path));
+    RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &manifest->objects));
+    RTFT_RETURN_IF_ERROR(Step(state, true, "writing the objects of " + path));
+    // The manifest goes last: a file without it was not finished.
+    json = manifest->ToJson();
+    RTFT_RETURN_IF_ERROR(WriteManifest(file.get(), state, path, json));
+    RTFT_RETURN_IF_ERROR(Step(state, file.Close() >= 0, "closing " + path));
+  }
+  // What a reader will see: a write the disk dropped without an error, or one that the page
+  // cache could not hold, shows up here rather than after the rename.
+  StatusOr<std::string> back = ReadFileManifestJson(out.get());
+  if (!back.ok()) return back.status().Annotate("reading back the manifest just written");
+  if (*back != json)
+    return Status::IoError("the manifest read back from " + path +
+                           " differs from the one written (a write was lost)");
+  return out->Close();
+}
+
+StatusOr<std::vector<uint64_t>> CreateSkeleton(const std::string& path,
+                                               const std::vector<DatasetSpec>& tensors,
+                                               const std::vector<ObjectBlob>& objects,
+                                               std::vector<ObjectEntry>* object_entries) {
+  RTFT_ASSIGN_OR_RETURN(auto io, PosixBackend());
+  return CreateSkeleton(io.get(), path, tensors, objects, object_entries);
+}
+
+Status FinalizeFile(const std::string& path, const std::vector<ObjectBlob>& objects,
+                    FileManifest* manifest) {
+  RTFT_ASSIGN_OR_RETURN(auto io, PosixBackend());
+  return FinalizeFile(io.get(), path, objects, manifest);
 }
 
 StatusOr<std::string> ReadFileManifestJson(const std::string& path) {
-  SilenceHdf5Errors();
-  if (::access(path.c_str(), R_OK) != 0) return Status::FromErrno(errno, "opening " + path);
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    return Status::InvalidArgument(path + " is not an HDF5 file, so not an rt-ft checkpoint");
-  H5Handle fapl = Hdf5FileAccess();
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.valid())
-    return Hdf5Error(StatusCode::kDataLoss, path + " is damaged or truncated: HDF5 cannot open it");
-  if (H5Aexists(file.get(), kFormatVersionAttribute) <= 0)
-    return Status::InvalidArgument(path + " is an HDF5 file but not an rt-ft checkpoint");
-  {
-    H5Handle attr(H5Aopen(file.get(), kFormatVersionAttribute, H5P_DEFAULT), H5Aclose);
-    int version = 0;
-    if (!attr.valid() || H5Aread(attr.get(), H5T_NATIVE_INT, &version) < 0)
-      return Hdf5Error(StatusCode::kDataLoss, "reading the format version of " + path);
-    if (version > kFormatVersion)
-      return Status::Unimplemented(path + " has checkpoint format version " +
-                                   std::to_string(version) + ", newer than this rt-ft reads (" +
-                                   std::to_string(kFormatVersion) + "); upgrade rt-ft");
-  }
-  if (H5Lexists(file.get(), kManifestDataset, H5P_DEFAULT) <= 0)
-    return Status::DataLoss(path + " has no manifest: it was not completely written");
-  H5Handle ds(H5Dopen2(file.get(), kManifestDataset, H5P_DEFAULT), H5Dclose);
-  H5Handle type(ds.valid() ? H5Dget_type(ds.get()) : H5I_INVALID_HID, H5Tclose);
-  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING)
-    return Hdf5Error(StatusCode::kDataLoss, "the manifest of " + path + " is damaged");
-  std::string json(H5Tget_size(type.get()), '\0');
-  if (H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, json.data()) < 0)
-    return Hdf5Error(StatusCode::kDataLoss, "reading the manifest of " + path);
-  while (!json.empty() && json.back() == '\0') json.pop_back();
-  return json;
+  RTFT_ASSIGN_OR_RETURN(auto io, PosixBackend());
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, io->Open(path, {OpenMode::kReadOnly, false}));
+  return ReadFileManifestJson(file.get());
 }
 
 StatusOr<FileManifest> ReadFileManifest(const std::string& path) {

@@ -17,6 +17,9 @@
 namespace rtft {
 namespace {
 
+// A version number and a newline, with room to spare.
+constexpr uint64_t kMaxLatestBytes = 4096;
+
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -156,16 +159,18 @@ StatusOr<uint64_t> LatestVersion(const std::string& dir) {
   RTFT_RETURN_IF_ERROR(CheckRootExists(dir));
   RTFT_ASSIGN_OR_RETURN(auto io, CreateReadBackend());
   const std::string path = LatestPath(dir);
-  auto text = ReadSmallFile(io.get(), path, 4096);
-  if (text.status().code() == StatusCode::kNotFound)
+  auto file = io->Open(path, {OpenMode::kReadOnly, false});
+  if (file.status().code() == StatusCode::kNotFound)
     return Status::NotFound("no version of " + dir + " was committed yet (no LATEST file)");
-  if (text.status().code() == StatusCode::kDataLoss)
+  if (!file.ok()) return file.status();
+  RTFT_ASSIGN_OR_RETURN(uint64_t size, (*file)->Size());
+  if (size > kMaxLatestBytes)
     return Status::DataLoss(path + " is damaged: too large for a version number");
-  if (!text.ok()) return text.status();
+  RTFT_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(file->get(), kMaxLatestBytes));
   uint64_t version = 0;
   // Its bytes are not shown: LATEST may be a link to a file that is none of our business.
-  if (!ParseLatest(*text, &version))
-    return Status::DataLoss(path + " is damaged: its " + std::to_string(text->size()) +
+  if (!ParseLatest(text, &version))
+    return Status::DataLoss(path + " is damaged: its " + std::to_string(text.size()) +
                             " bytes are not a decimal version number");
   auto global = ReadGlobalManifest(io.get(), dir, version);
   if (!global.ok())

@@ -68,6 +68,7 @@ class FaultFile final : public File {
     return inner_->Sync();
   }
 
+  Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status Close() override { return inner_->Close(); }
   StatusOr<uint64_t> Size() override { return inner_->Size(); }
   bool direct() const override { return inner_->direct(); }
