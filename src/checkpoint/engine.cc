@@ -4,8 +4,9 @@
 
 #include <chrono>
 
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
+#include "core/check.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 #include "core/params.h"
@@ -16,6 +17,7 @@ using internal::Clock;
 using internal::Engine;
 using internal::Seconds;
 using internal::Version;
+using internal::VersionStage;
 
 namespace {
 constexpr size_t kVersionsRemembered = 64;
@@ -121,12 +123,13 @@ Engine::Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
 
 Status Engine::Start() {
   capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads);
-  capture_thread_ = std::thread([this] { CaptureLoop(); });
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
-  file_thread_ = std::thread([this] { FileLoop(); });
-  commit_thread_ = std::thread([this] { CommitLoop(); });
+  capture_thread_ = std::thread([this] { RunLoop("capture thread", &Engine::CaptureLoop); });
+  completion_thread_ =
+      std::thread([this] { RunLoop("completion thread", &Engine::CompletionLoop); });
+  file_thread_ = std::thread([this] { RunLoop("file thread", &Engine::FileLoop); });
+  commit_thread_ = std::thread([this] { RunLoop("commit thread", &Engine::CommitLoop); });
   for (int i = 0; i < options_.flush_threads; ++i)
-    flush_threads_.emplace_back([this] { FlushLoop(); });
+    flush_threads_.emplace_back([this] { RunLoop("flush thread", &Engine::FlushLoop); });
   RTFT_LOG(kInfo, kLogCkpt) << "checkpoint engine: rank " << options_.rank << "/"
                             << options_.world_size << ", dir " << options_.dir << ", io "
                             << io_->name() << ", pool " << FormatBytes(pool_->capacity())
@@ -139,8 +142,9 @@ Engine::~Engine() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] {
+      if (!loop_error_.ok()) return true;  // a dead loop finishes nothing
       for (const auto& [n, v] : versions_)
-        if (!v->finished) return false;
+        if (!v->done()) return false;
       return true;
     });
     stopping_ = true;
@@ -206,6 +210,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::FailedPrecondition("checkpoint engine is shutting down");
+    if (!loop_error_.ok()) return loop_error_;
     if (any_version_ && version <= last_version_)
       return Status::InvalidArgument(
           "checkpoint versions must increase: " + std::to_string(version) + " after " +
@@ -218,7 +223,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
     last_version_ = version;
     any_version_ = true;
     versions_[version] = v;
-    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->finished)
+    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->done())
       versions_.erase(versions_.begin());
     capture_queue_.push_back(v);
     file_queue_.emplace_back(FileTask::kCreate, v);
@@ -235,9 +240,11 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
     return Status::NotFound("version " + std::to_string(version) +
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
-  const bool done = cv_.wait_for(
-      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->finished : v->captured); });
+  const bool done = cv_.wait_for(lock, timeout, [&] {
+    return !v->error.ok() || !loop_error_.ok() || (persisted ? v->done() : v->captured());
+  });
   if (!v->error.ok()) return v->error;
+  if (!loop_error_.ok() && !(persisted ? v->done() : v->captured())) return loop_error_;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +
                                     (persisted ? "persisted" : "captured") + " within " +
@@ -280,20 +287,39 @@ void Engine::FailLocked(Version* v, const Status& status) {
 
 void Engine::AdvanceLocked(const std::shared_ptr<Version>& v) {
   const size_t n = v->units.size();
-  if (!v->captured && v->error.ok() && v->units_captured == n) {
-    v->captured = true;
-    v->stats.capture_s = Seconds(Clock::now() - v->start);
+  if (v->stage == VersionStage::kCapturing && v->units_captured == n) {
+    if (v->error.ok()) v->stats.capture_s = Seconds(Clock::now() - v->start);
+    SetStageLocked(v.get(), VersionStage::kCaptured);
   }
-  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->skeleton_done) {
-    v->finalize_queued = true;
+  if (v->stage == VersionStage::kCaptured && v->units_released == n && v->skeleton_done) {
+    SetStageLocked(v.get(), VersionStage::kFinalizing);
     file_queue_.emplace_back(FileTask::kFinalize, v);
   }
   cv_.notify_all();
 }
 
-void Engine::FinishLocked(Version* v) {
-  v->finished = true;
+void Engine::SetStageLocked(Version* v, VersionStage stage) {
+  RTFT_CHECK(stage > v->stage);
+  RTFT_LOG(kTrace, kLogCkpt) << "version " << v->version << ": " << VersionStageName(v->stage)
+                             << " -> " << VersionStageName(stage);
+  v->stage = stage;
   cv_.notify_all();
+}
+
+const char* VersionStageName(VersionStage stage) {
+  switch (stage) {
+    case VersionStage::kCapturing:
+      return "capturing";
+    case VersionStage::kCaptured:
+      return "captured";
+    case VersionStage::kFinalizing:
+      return "finalizing";
+    case VersionStage::kCommitting:
+      return "committing";
+    case VersionStage::kDone:
+      return "done";
+  }
+  return "?";
 }
 
 }  // namespace internal

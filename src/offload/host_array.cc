@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
 
 #ifdef RTFT_WITH_CUDA
 #include <cuda_runtime.h>

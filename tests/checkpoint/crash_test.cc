@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "crash_state.h"
 #include "engine_test_util.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "checkpoint/pinned_pool.h"
+#include "checkpoint/pool/pinned_pool.h"
 
 #include <gtest/gtest.h>
 

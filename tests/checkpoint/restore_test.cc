@@ -10,8 +10,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
 #include "test_util.h"

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 
 namespace rtft {

@@ -1,6 +1,6 @@
 // CreateIoBackend: the one list of compiled-in I/O backends. The fault backend is not in it: it
 // wraps one of these (CreateFaultBackend) and is chosen by tests and tools, not by `kind`.
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 
 #include "checkpoint/io/posix/posix_backend.h"
 #include "core/logging.h"

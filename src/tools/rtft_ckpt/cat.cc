@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/reader.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/read/reader.h"
+#include "checkpoint/read/versions.h"
 #include "tools/rtft_ckpt/commands.h"
 
 namespace rtft::tools {
@@ -94,7 +94,7 @@ int Fail(const Status& s) {
 int CatCommand(const std::string& file, const std::string& tensor, uint64_t limit) {
   auto io = CreateReadBackend();
   if (!io.ok()) return Fail(io.status());
-  auto reader = CheckpointFileReader::Open(file, io->get());
+  auto reader = CheckpointFileReader::Open(file, io->get(), /*follow_symlinks=*/true);
   if (!reader.ok()) return Fail(reader.status());
   const TensorEntry* entry = (*reader)->manifest().FindTensor(tensor);
   if (!entry) return Fail(Status::NotFound("tensor '" + tensor + "' is not in " + file));

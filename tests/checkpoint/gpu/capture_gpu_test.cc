@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/device_copy.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/layout/naming.h"
 #include "engine_test_util.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
 #include "offload/cpu/adamw_scalar.h"
 #include "offload_test_util.h"
 #include "rtft/offload.h"

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "checkpoint/device_copy.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/reader.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/read/reader.h"
 #include "rtft/status.h"
 
 namespace rtft {

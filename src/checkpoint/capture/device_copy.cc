@@ -1,4 +1,4 @@
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
 
 #include <string>
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/io_backend.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/reader.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/read/reader.h"
 #include "rtft/status.h"
 
 namespace rtft {

@@ -11,11 +11,11 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/box_copy.h"
-#include "checkpoint/device_copy.h"
-#include "checkpoint/device_staging.h"
-#include "checkpoint/reader.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/read/box_copy.h"
+#include "checkpoint/read/device_staging.h"
+#include "checkpoint/read/reader.h"
+#include "checkpoint/read/versions.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/thread_pool.h"

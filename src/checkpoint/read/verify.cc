@@ -5,8 +5,8 @@
 #include <mutex>
 #include <thread>
 
-#include "checkpoint/reader.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/read/reader.h"
+#include "checkpoint/read/versions.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"

@@ -1,8 +1,8 @@
-#include "checkpoint/hdf5_util.h"
+#include "checkpoint/layout/hdf5_util.h"
 
 #include <mutex>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 
 namespace rtft {
 
@@ -63,8 +63,6 @@ H5Handle Hdf5FileType(DType dtype) {
 
 H5Handle Hdf5FileAccess() {
   H5Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fapl_sec2(fapl.get());
-  H5Pset_file_locking(fapl.get(), false, true);
   H5Pset_alignment(fapl.get(), kDatasetAlignment, kDatasetAlignment);
   // Metadata in large blocks, so that object headers do not fall between the datasets' bytes:
   // adjacent datasets stay adjacent in the file and the engine merges their writes.

@@ -1,10 +1,10 @@
-#include "checkpoint/pinned_pool.h"
+#include "checkpoint/pool/pinned_pool.h"
 
 #include <sys/mman.h>
 
 #include <cstring>
 
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/params.h"

@@ -1,4 +1,4 @@
-#include "checkpoint/versions.h"
+#include "checkpoint/read/versions.h"
 
 #include <sys/stat.h>
 
@@ -8,14 +8,17 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/commit.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/commit/commit.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/params.h"
 #include "rtft/checkpoint.h"
 
 namespace rtft {
 namespace {
+
+// A version number and a newline, with room to spare.
+constexpr uint64_t kMaxLatestBytes = 4096;
 
 bool IsDirectory(const std::string& path) {
   struct stat st;
@@ -156,17 +159,19 @@ StatusOr<uint64_t> LatestVersion(const std::string& dir) {
   RTFT_RETURN_IF_ERROR(CheckRootExists(dir));
   RTFT_ASSIGN_OR_RETURN(auto io, CreateReadBackend());
   const std::string path = LatestPath(dir);
-  auto text = ReadSmallFile(io.get(), path, 4096);
-  if (text.status().code() == StatusCode::kNotFound)
+  auto file = io->Open(path, {OpenMode::kReadOnly, false});
+  if (file.status().code() == StatusCode::kNotFound)
     return Status::NotFound("no version of " + dir + " was committed yet (no LATEST file)");
-  if (text.status().code() == StatusCode::kDataLoss)
+  if (!file.ok()) return file.status();
+  RTFT_ASSIGN_OR_RETURN(uint64_t size, (*file)->Size());
+  if (size > kMaxLatestBytes)
     return Status::DataLoss(path + " is damaged: too large for a version number");
-  if (!text.ok()) return text.status();
+  RTFT_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(file->get(), kMaxLatestBytes));
   uint64_t version = 0;
-  if (!ParseLatest(*text, &version)) {
-    std::string shown = text->substr(0, 40);
-    return Status::DataLoss(path + " is damaged: it holds '" + shown + "', not a version number");
-  }
+  // Its bytes are not shown: LATEST may be a link to a file that is none of our business.
+  if (!ParseLatest(text, &version))
+    return Status::DataLoss(path + " is damaged: its " + std::to_string(text.size()) +
+                            " bytes are not a decimal version number");
   auto global = ReadGlobalManifest(io.get(), dir, version);
   if (!global.ok())
     return Status::DataLoss("LATEST of " + dir + " names version " + std::to_string(version) +

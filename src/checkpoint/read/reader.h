@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "checkpoint/io_backend.h"
-#include "checkpoint/manifest.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/manifest.h"
 #include "rtft/status.h"
 
 namespace rtft {
@@ -23,9 +23,12 @@ class CheckpointFileReader {
 
   // Reads and checks the manifest of `path` (InvalidArgument: not an rt-ft checkpoint; DataLoss:
   // damaged or truncated; Unimplemented: a newer format) and opens the file for reading through
-  // `io`, which must outlive the reader.
+  // `io`, which must outlive the reader. The file is opened once, as a regular file (a symbolic
+  // link only with `follow_symlinks`: a path the user named), and everything, HDF5's reads
+  // included, is read through that descriptor.
   static StatusOr<std::unique_ptr<CheckpointFileReader>> Open(const std::string& path,
-                                                              IoBackend* io);
+                                                              IoBackend* io,
+                                                              bool follow_symlinks = false);
 
   const std::string& path() const { return path_; }
   const FileManifest& manifest() const { return manifest_; }

@@ -1,4 +1,4 @@
-#include "checkpoint/device_staging.h"
+#include "checkpoint/read/device_staging.h"
 
 #include <sys/mman.h>
 

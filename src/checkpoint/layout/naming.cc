@@ -1,4 +1,4 @@
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,6 @@
 // The I/O backend interface: every byte of tensor data that the checkpoint engine writes or
 // reads goes through it, so tests can inject faults (ENOSPC, short writes, failing fsync) at one
 // seam. Backends: posix (pwrite/pread), uring (io_uring, batched), fault (wraps another).
-// HDF5's own metadata I/O goes through HDF5's driver, not through this interface.
 #pragma once
 
 #include <cstddef>
@@ -29,11 +28,17 @@ enum class OpenMode {
   kReadOnly,   // must exist
 };
 
+// Every backend opens only regular files: a FIFO, device or directory in place of a checkpoint
+// file is refused at once (it is opened non-blocking and checked with fstat on the descriptor that
+// is then used, so nothing can swap the file in between), and so is a symbolic link unless
+// `follow_symlinks` says the caller named that path itself.
 struct OpenOptions {
   OpenMode mode = OpenMode::kReadOnly;
   // Ask for O_DIRECT. A file system that refuses it (tmpfs before Linux 6.6) falls back to
   // buffered I/O; File::direct() tells which one was granted.
   bool direct = false;
+  // Files inside a checkpoint directory are never links; a path a user typed may be one.
+  bool follow_symlinks = false;
 };
 
 class File {
@@ -44,6 +49,8 @@ class File {
   virtual Status Write(const std::vector<IoRequest>& requests) = 0;
   // Reads every request completely; reading past end of file is DataLoss (truncated file).
   virtual Status Read(const std::vector<IoRequest>& requests) = 0;
+  // Sets the file's size (HDF5 extends a file over its early-allocated datasets this way).
+  virtual Status Truncate(uint64_t size) = 0;
   virtual Status Sync() = 0;   // fdatasync
   virtual Status Close() = 0;  // idempotent; the destructor closes without reporting
   virtual StatusOr<uint64_t> Size() = 0;

@@ -1,10 +1,10 @@
-#include "checkpoint/reader.h"
+#include "checkpoint/read/reader.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 #include "core/checksum.h"
 
 namespace rtft {
@@ -31,13 +31,15 @@ CheckpointFileReader::CheckpointFileReader(std::string path, std::string json,
       file_size_(file_size) {}
 
 StatusOr<std::unique_ptr<CheckpointFileReader>> CheckpointFileReader::Open(const std::string& path,
-                                                                           IoBackend* io) {
-  RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(path));
-  auto manifest = FileManifest::FromJson(json);
-  if (!manifest.ok()) return manifest.status().Annotate(path);
+                                                                           IoBackend* io,
+                                                                           bool follow_symlinks) {
   OpenOptions options;
   options.mode = OpenMode::kReadOnly;
+  options.follow_symlinks = follow_symlinks;
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, io->Open(path, options));
+  RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
+  auto manifest = FileManifest::FromJson(json);
+  if (!manifest.ok()) return manifest.status().Annotate(path);
   RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   std::unique_ptr<CheckpointFileReader> reader(new CheckpointFileReader(
       path, std::move(json), std::move(manifest).value(), std::move(file), size));

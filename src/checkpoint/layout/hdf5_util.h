@@ -53,8 +53,8 @@ void SilenceHdf5Errors();
 Status Hdf5Error(StatusCode code, const std::string& what);
 // The HDF5 file type of a dtype (little-endian); the caller owns the returned handle.
 H5Handle Hdf5FileType(DType dtype);
-// File access properties rt-ft uses everywhere: sec2 driver, file locking off (parallel file
-// systems often refuse it), 4 KiB alignment for large objects.
+// The layout properties of every file access: 4 KiB alignment for large objects, metadata in
+// large blocks. The driver is set on top of them (hdf5_driver.h).
 H5Handle Hdf5FileAccess();
 
 }  // namespace rtft

@@ -1,4 +1,4 @@
-#include "checkpoint/commit.h"
+#include "checkpoint/commit/commit.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 
@@ -33,6 +33,22 @@ bool Exists(const std::string& path) {
   return std::filesystem::exists(path, ec);
 }
 
+// A rank's file appears only by rename after it is durable, so a file that opens is done. It is
+// opened once and read through that descriptor: size, manifest.
+StatusOr<std::unique_ptr<File>> WaitForRankFile(IoBackend* io, const std::string& path,
+                                                uint64_t version, int rank,
+                                                std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    StatusOr<std::unique_ptr<File>> file = io->Open(path, {OpenMode::kReadOnly, false});
+    if (file.status().code() != StatusCode::kNotFound) return file;
+    if (std::chrono::steady_clock::now() > deadline)
+      return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
+                                      std::to_string(rank) + "'s file " + path +
+                                      " did not appear in time; the version is not committed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 }  // namespace
 
 Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::string& content) {
@@ -52,9 +68,14 @@ Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::st
 
 StatusOr<std::string> ReadSmallFile(IoBackend* io, const std::string& path, uint64_t max_bytes) {
   RTFT_ASSIGN_OR_RETURN(auto file, io->Open(path, OpenOptions{OpenMode::kReadOnly, false}));
+  return ReadSmallFile(file.get(), max_bytes);
+}
+
+StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes) {
   RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   if (size > max_bytes)
-    return Status::DataLoss(path + " is " + std::to_string(size) + " bytes, more than expected");
+    return Status::DataLoss(file->path() + " is " + std::to_string(size) +
+                            " bytes, more than expected");
   std::string content(size, '\0');
   if (size > 0) RTFT_RETURN_IF_ERROR(file->Read({IoRequest{0, content.data(), content.size()}}));
   return content;
@@ -68,23 +89,15 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   global.world_size = world_size;
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string path = RankFilePath(root, version, rank);
-    // A rank's file appears only by rename after it is durable, so existence means done.
-    while (!Exists(path)) {
-      if (std::chrono::steady_clock::now() > deadline)
-        return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
-                                        std::to_string(rank) + "'s file " + path +
-                                        " did not appear in time; the version is not committed");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(path));
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                          WaitForRankFile(io, path, version, rank, deadline));
+    RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
     RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
     if (m.version != version || m.rank != rank || m.world_size != world_size)
       return Status::DataLoss(path + " belongs to version " + std::to_string(m.version) +
                               ", rank " + std::to_string(m.rank) + " of " +
                               std::to_string(m.world_size) + "; refusing to commit it");
-    std::error_code ec;
-    uint64_t bytes = std::filesystem::file_size(path, ec);
-    if (ec) return Status::FromErrno(ec.value(), "stat " + path);
+    RTFT_ASSIGN_OR_RETURN(uint64_t bytes, file->Size());
     global.files.push_back(
         GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
   }

@@ -1,4 +1,4 @@
-#include "checkpoint/box_copy.h"
+#include "checkpoint/read/box_copy.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,16 +8,19 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {
 
 // Temp file, write, fsync, rename over `path`, fsync the directory.
 Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::string& content);
-// Reads a whole small file; DataLoss when it is larger than max_bytes.
+// Reads a whole small file (a regular file, no link followed); DataLoss when it is larger than
+// max_bytes.
 StatusOr<std::string> ReadSmallFile(IoBackend* io, const std::string& path,
                                     uint64_t max_bytes = 64ull << 20);
+// The same through a file the caller opened.
+StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes = 64ull << 20);
 
 // Rank 0's commit: waits (up to `timeout`) until every rank's file of `version` exists, checks
 // each one's manifest, writes the version's MANIFEST.json, then moves LATEST to `version`.
