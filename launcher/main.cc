@@ -59,8 +59,15 @@ int RunJob(const LaunchOptions& options) {
                                 << options.spares << " spares), coordinator at " << boot->endpoint;
   }
   std::unique_ptr<control::Coordinator> coordinator = std::move(boot->coordinator);
-  AgentConfig config{options,     boot->slot,     boot->slots, boot->host,
-                     boot->peers, boot->endpoint, boot->keys};
+  AgentConfig config;
+  config.options = options;
+  config.launcher = env.kind;
+  config.slot = boot->slot;
+  config.slots = boot->slots;
+  config.host = boot->host;
+  config.peers = boot->peers;
+  config.endpoint = boot->endpoint;
+  config.keys = boot->keys;
   int code;
   {
     Agent agent(std::move(config));
