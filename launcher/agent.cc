@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/logging.h"
+#include "launcher/job_end.h"
 
 namespace rtft::launch {
 namespace {
@@ -140,17 +141,19 @@ void Agent::ListenLink() {
 
 int Agent::Run() {
   Status s = Join();
+  // An agent that cannot reach slot 0 is, as far as it can tell, a job without slot 0.
+  coordinator_lost_ = !s.ok();
   if (s.ok()) s = OpenLink();
   if (!s.ok()) {
     RTFT_LOG(kError, kLogLaunch) << s;
-    return 1;
+    return kExitJobFailed;
   }
   if (assignment_.role == control::Role::kRetired) return 0;
   s = StartApp();
   if (!s.ok()) {
     RTFT_LOG(kError, kLogLaunch) << s;
-    (void)client_->ReportExit(127);
-    return 127;
+    (void)client_->ReportExit(kExitNoStart);
+    return kExitNoStart;
   }
   while (!done_) WaitAndHandle();
   return exit_code_;
@@ -184,6 +187,7 @@ void Agent::WaitAndHandle() {
     HandleEvent(e);
   }
   if (lost && !done_) {
+    coordinator_lost_ = true;
     if (app_.child) app_.child->Kill();
     return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
   }
@@ -214,8 +218,8 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     Status s = StartApp();
     if (!s.ok()) {
       RTFT_LOG(kError, kLogLaunch) << s;
-      (void)client_->ReportExit(127);
-      Finish(127, "cannot restart the application");
+      (void)client_->ReportExit(kExitNoStart);
+      Finish(kExitNoStart, "cannot restart the application");
     }
     return;
   }

@@ -59,6 +59,8 @@ class Agent {
   ~Agent();
   // Until the job ends for this slot; returns dp-launch's exit code.
   int Run();
+  // Run() ended because slot 0's coordinator stopped answering.
+  bool coordinator_lost() const { return coordinator_lost_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -129,6 +131,7 @@ class Agent {
   std::vector<PendingGet> gets_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
   bool done_ = false;
+  bool coordinator_lost_ = false;
   int exit_code_ = 0;
 };
 

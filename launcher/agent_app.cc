@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "launcher/agent.h"
+#include "launcher/job_end.h"
 #include "runtime/app_env.h"
 
 namespace rtft::launch {
@@ -157,7 +158,7 @@ void Agent::OnChildExit(const ChildExit& exit) {
         client_->ReportFailure(control::FailureKind::kProcessCrash, control::kNoRank, exit.code());
     if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the spare's crash: " << s;
     s = StartApp();
-    if (!s.ok()) Finish(127, s.ToString());
+    if (!s.ok()) Finish(kExitNoStart, s.ToString());
     return;
   }
   const bool crashed = exit.signaled() || exit.code() == kRestartExitCode;

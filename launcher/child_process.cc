@@ -227,36 +227,45 @@ std::string ChildExit::ToString() const {
   return "exited with code " + std::to_string(code());
 }
 
-StatusOr<std::string> ResolveExecutable(const std::string& app) {
-  if (app.empty()) return Status::InvalidArgument("the application's name is empty");
-  auto check = [](const std::string& path) -> Status {
+int FindExecutable(const std::string& app, std::string* path) {
+  if (app.empty()) return ENOENT;
+  auto check = [](const std::string& candidate) -> int {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
-    if (!S_ISREG(st.st_mode)) return Status::PermissionDenied(path + " is not a regular file");
-    if (::access(path.c_str(), X_OK) != 0) return Status::FromErrno(errno, path);
-    return Status::Ok();
+    if (::stat(candidate.c_str(), &st) != 0) return errno;
+    if (!S_ISREG(st.st_mode)) return EACCES;  // as execve: a directory, a device...
+    return ::access(candidate.c_str(), X_OK) != 0 ? errno : 0;
   };
   if (app.find('/') != std::string::npos) {
-    Status s = check(app);
-    if (!s.ok()) return s.Annotate("the application cannot be executed");
-    return app;
+    const int err = check(app);
+    if (err == 0) *path = app;
+    return err;
   }
   const char* path_env = std::getenv("PATH");
-  const std::string path = path_env && *path_env ? path_env : "/bin:/usr/bin";
-  Status first = Status::NotFound("'" + app + "' is not in PATH (" + path + ")");
+  const std::string dirs = path_env && *path_env ? path_env : "/bin:/usr/bin";
+  int first = ENOENT;
   size_t begin = 0;
-  while (begin <= path.size()) {
-    size_t end = path.find(':', begin);
-    if (end == std::string::npos) end = path.size();
-    const std::string dir = end > begin ? path.substr(begin, end - begin) : ".";
-    const std::string candidate = dir + "/" + app;
-    Status s = check(candidate);
-    if (s.ok()) return candidate;
+  while (begin <= dirs.size()) {
+    size_t end = dirs.find(':', begin);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string candidate = (end > begin ? dirs.substr(begin, end - begin) : ".") + "/" + app;
+    const int err = check(candidate);
+    if (err == 0) {
+      *path = candidate;
+      return 0;
+    }
     // As execvp: a file that exists but may not be run is reported over one that is absent.
-    if (s.code() != StatusCode::kNotFound && first.code() == StatusCode::kNotFound) first = s;
+    if (err != ENOENT && err != ENOTDIR && first == ENOENT) first = err;
     begin = end + 1;
   }
-  return first.Annotate("the application cannot be executed");
+  return first;
+}
+
+StatusOr<std::string> ResolveExecutable(const std::string& app) {
+  std::string path;
+  const int err = FindExecutable(app, &path);
+  if (err == 0) return path;
+  return Status::FromErrno(err, "the application '" + app + "' cannot be executed" +
+                                    (app.find('/') == std::string::npos ? " (searched PATH)" : ""));
 }
 
 StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spec,

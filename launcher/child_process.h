@@ -57,6 +57,8 @@ struct ChildExit {
 // Resolves APP as execvp would (PATH when it has no '/'): a regular file this process may
 // execute. The error names APP and says what is wrong.
 StatusOr<std::string> ResolveExecutable(const std::string& app);
+// The same as an errno (0: found, into *path), for the bootstrap's exchange.
+int FindExecutable(const std::string& app, std::string* path);
 
 class ChildProcess {
  public:

@@ -158,20 +158,27 @@ void Job::Start(const JobSpec& spec) {
   slots_ = spec.slots;
   kind_ = spec.launcher.kind;
   std::vector<std::string> args = LauncherArgs(spec);
-  auto app_context = [&](int np, const std::vector<std::string>& extra) {
+  auto app_context = [&](int np, const std::vector<std::string>& extra,
+                         const std::vector<std::string>& app) {
     args.insert(args.end(), {"-np", std::to_string(np), spec.launcher.dp_launch});
     args.insert(args.end(), spec.dp_args.begin(), spec.dp_args.end());
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--exit-code-file", dir_ + "/exit-code", "--"});
-    args.insert(args.end(), spec.app.begin(), spec.app.end());
+    args.insert(args.end(), app.begin(), app.end());
   };
   if (spec.per_slot_args.empty()) {
-    app_context(spec.slots, {});
+    const int extra = spec.extra_context.empty() ? 0 : std::atoi(spec.extra_context[1].c_str());
+    app_context(spec.slots - extra, {}, spec.app);
   } else {
     for (size_t i = 0; i < spec.per_slot_args.size(); ++i) {
       if (i) args.push_back(":");
-      app_context(1, spec.per_slot_args[i]);
+      app_context(1, spec.per_slot_args[i],
+                  i < spec.per_slot_app.size() ? spec.per_slot_app[i] : spec.app);
     }
+  }
+  if (!spec.extra_context.empty()) {
+    args.push_back(":");
+    args.insert(args.end(), spec.extra_context.begin(), spec.extra_context.end());
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -71,8 +71,13 @@ struct JobSpec {
   Launcher launcher;
   // MPMD: when not empty, per-slot extra dp-launch options (one app context per slot).
   std::vector<std::vector<std::string>> per_slot_args;
-  // What dp-launch runs (after --): the test application, or a wrapper around it.
+  // What dp-launch runs (after --): the test application, or a wrapper around it; with
+  // per_slot_args, per_slot_app (when not empty) gives each slot's.
   std::vector<std::string> app = {RTFT_TEST_APP};
+  std::vector<std::vector<std::string>> per_slot_app;
+  // One more app context after the dp-launch ones (-np N PROGRAM ARGS): a slot that is no
+  // dp-launch, e.g. one that dies before MPI_Init. Counts in `slots`.
+  std::vector<std::string> extra_context;
 };
 
 // The test application behind a shell that stays its parent (bash forks it and waits), as in
