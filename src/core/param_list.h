@@ -37,6 +37,7 @@ RTFT_PARAM(kJobKeyFile, "RTFT_JOB_KEY_FILE", kString, "none", "dp-launch: file w
 RTFT_PARAM(kJoinTimeoutS, "RTFT_JOIN_TIMEOUT_S", kInt, "60", "dp-launch: every slot must reach the coordinator within this many seconds")
 RTFT_PARAM(kShutdownGraceS, "RTFT_SHUTDOWN_GRACE_S", kInt, "30", "dp-launch: how long an application may take to exit after SIGTERM or a shutdown event before SIGKILL")
 RTFT_PARAM(kExitCodeFile, "RTFT_EXIT_CODE_FILE", kString, "none", "dp-launch: slot 0 writes the job's exit code here (mpirun --enable-recovery always exits 0)")
+RTFT_PARAM(kAppIsolation, "RTFT_APP_ISOLATION", kString, "auto", "dp-launch: how the application's process tree is held: auto (a PID namespace where allowed, else a process group under a subreaper, with a warning), pid-namespace (or fail), process-group")
 RTFT_PARAM(kCtrlRequestTimeoutMs, "RTFT_CTRL_REQUEST_TIMEOUT_MS", kInt, "5000", "control plane: how long an agent waits for the coordinator to answer a request (failure or exit report, KV put)")
 RTFT_PARAM(kCtrlCoordinatorTimeoutMs, "RTFT_CTRL_COORDINATOR_TIMEOUT_MS", kInt, "5000", "control plane: an agent that hears nothing from the coordinator this long considers slot 0 lost")
 RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, point[@n][:action],... with action kill, stop, hang or exit=N (docs/testing.md)")
