@@ -1,5 +1,6 @@
 #include "tools/rtft_bench/comm_bench.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -72,6 +73,65 @@ bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout) {
   return pred();
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The pid, as this process sees it, of the job's process named `comm` (the first 15 characters)
+// on `slot`: its environment holds `marker` and RTFT_SLOT=<slot>.
+pid_t SlotProcess(const std::string& marker, int slot, const std::string& comm) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    const std::string dir = "/proc/" + std::string(e->d_name);
+    std::string name = ReadFile(dir + "/comm");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (name != comm.substr(0, 15)) continue;
+    const std::string env = ReadFile(dir + "/environ");
+    const std::string want = std::string("RTFT_SLOT=") + std::to_string(slot) + '\0';
+    if (env.find(marker) != std::string::npos && env.find(want) != std::string::npos)
+      found = static_cast<pid_t>(pid);
+  }
+  closedir(d);
+  return found;
+}
+
+// Every process of a job (its environment holds `marker`) still alive.
+void KillMarked(const std::string& marker) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    if (ReadFile("/proc/" + std::string(e->d_name) + "/environ").find(marker) != std::string::npos)
+      kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  closedir(d);
+}
+
+// The dp-launch running `pid` (its parent, or further up: a keeper may stand between).
+pid_t AgentOf(pid_t pid) {
+  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string skip;
+    pid_t ppid = 0;
+    stat >> skip >> skip >> skip >> ppid;
+    std::ifstream comm("/proc/" + std::to_string(ppid) + "/comm");
+    std::string name;
+    if ((comm >> name) && name == "dp-launch") return ppid;
+    pid = ppid;
+  }
+  return 0;
+}
+
 // One `mpirun --enable-recovery dp-launch ... -- rtft-bench comm --worker ...` job.
 class Job {
  public:
@@ -81,11 +141,10 @@ class Job {
       kill(-pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
-    // Processes Open MPI put in groups of their own, named in the logs.
-    for (int s = 0; s < slots_; ++s)
-      for (const auto& kind : {"begin", "event", "ready", "single", "bw", "error"})
-        for (const auto& l : Lines(dir_, s, kind)) KillOurs(Num(l, "pid"));
+    // Processes Open MPI put in groups of their own.
+    KillMarked(Marker());
   }
+  std::string Marker() const { return "RTFT_FAULT_LOG=" + dir_ + "/faults.log"; }
   Status Start(const std::vector<std::string>& args) {
     std::vector<std::string> a = args;
     std::vector<char*> argv;
@@ -117,31 +176,10 @@ class Job {
   const std::string& dir() const { return dir_; }
 
  private:
-  static void KillOurs(long long pid) {
-    if (pid <= 1) return;
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    if ((comm >> name) && name == "rtft-bench") kill(static_cast<pid_t>(pid), SIGKILL);
-  }
   std::string dir_;
   int slots_;
   pid_t pid_ = -1;
 };
-
-// The dp-launch running `pid` (its parent, or further up).
-pid_t AgentOf(pid_t pid) {
-  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string skip;
-    pid_t ppid = 0;
-    stat >> skip >> skip >> skip >> ppid;
-    std::ifstream comm("/proc/" + std::to_string(ppid) + "/comm");
-    std::string name;
-    if ((comm >> name) && name == "dp-launch") return ppid;
-    pid = ppid;
-  }
-  return 0;
-}
 
 class CommCommand final : public BenchCommand {
  public:
@@ -197,13 +235,35 @@ class CommCommand final : public BenchCommand {
 std::vector<std::string> CommCommand::JobArgs(int slots, int spares, const std::string& mode,
                                               const std::string& dir,
                                               const std::string& bytes) const {
-  std::vector<std::string> a = {"mpirun", "--bind-to", "none", "--oversubscribe",
-                                "--enable-recovery", "-np", std::to_string(slots), dp_launch_,
-                                "--spares", std::to_string(spares), "--heartbeat-ms", "50",
-                                "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_),
-                                "--", SelfPath(), "comm", "--worker", mode, "--backend",
-                                backend_, "--bytes", bytes, "--rounds", std::to_string(rounds_),
-                                "--gpus", std::to_string(gpus_), "--dir", dir};
+  std::vector<std::string> a = {"mpirun",
+                                "--bind-to",
+                                "none",
+                                "--oversubscribe",
+                                "--enable-recovery",
+                                "-np",
+                                std::to_string(slots),
+                                dp_launch_,
+                                "--spares",
+                                std::to_string(spares),
+                                "--heartbeat-ms",
+                                "50",
+                                "--heartbeat-timeout-ms",
+                                std::to_string(heartbeat_timeout_ms_),
+                                "--",
+                                SelfPath(),
+                                "comm",
+                                "--worker",
+                                mode,
+                                "--backend",
+                                backend_,
+                                "--bytes",
+                                bytes,
+                                "--rounds",
+                                std::to_string(rounds_),
+                                "--gpus",
+                                std::to_string(gpus_),
+                                "--dir",
+                                dir};
   return a;
 }
 
@@ -244,33 +304,37 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
   // The victim (rank 1) stops in the middle of its second all-reduce: Gloo, at the middle
   // message of its ring; NCCL, before it enqueues.
   const uint64_t seg = 1 << 20;
-  const uint64_t msgs = 2ull * (ranks_ - 1) * std::max<uint64_t>(1, (bytes / ranks_ + seg - 1) / seg);
-  const std::string fault = be_ == CommBackend::kGloo
-                                ? "comm.gloo.ring_segment@" + std::to_string(std::max<uint64_t>(1, msgs / 2)) + ":hang"
-                                : "comm.nccl.allreduce@1:hang";
+  const uint64_t msgs =
+      2ull * (ranks_ - 1) * std::max<uint64_t>(1, (bytes / ranks_ + seg - 1) / seg);
+  const std::string fault =
+      be_ == CommBackend::kGloo
+          ? "comm.gloo.ring_segment@" + std::to_string(std::max<uint64_t>(1, msgs / 2)) + ":hang"
+          : "comm.nccl.allreduce@1:hang";
   args.insert(args.end(), {"--victim", "1", "--victim-fault", fault});
   Progress("comm: failure job, " + std::to_string(ranks_) + " ranks + 1 spare, " +
            FormatBytes(bytes));
   RTFT_RETURN_IF_ERROR(job.Start(args));
-  pid_t victim = 0;
+  int victim_slot = -1;
   if (!WaitUntil(
           [&] {
             std::ifstream in(dir + "/faults.log");
             std::string w;
             while (in >> w)
-              if (w.rfind("pid=", 0) == 0) victim = std::atoi(w.c_str() + 4);
-            return victim > 0;
+              if (w.rfind("slot=", 0) == 0) victim_slot = std::atoi(w.c_str() + 5);
+            return victim_slot >= 0;
           },
           milliseconds(120000)))
     return Status::DeadlineExceeded("the victim never reached its fault point (see " + dir + ")");
-  const pid_t agent = AgentOf(victim);
+  const pid_t victim = SlotProcess(job.Marker(), victim_slot, "rtft-bench");
+  const pid_t agent = victim > 0 ? AgentOf(victim) : 0;
   if (agent <= 0) return Status::Internal("the victim's dp-launch was not found");
   // The others are inside the same all-reduce.
   auto began = [&] {
     int n = 0;
     for (int s = 0; s < slots; ++s)
-      for (const auto& l : Lines(dir, s, "begin"))
-        if (Num(l, "i") == 1 && Num(l, "pid") != victim) ++n;
+      if (s != victim_slot)
+        for (const auto& l : Lines(dir, s, "begin"))
+          if (Num(l, "i") == 1) ++n;
     return n >= ranks_ - 1;
   };
   if (!WaitUntil(began, milliseconds(60000)))

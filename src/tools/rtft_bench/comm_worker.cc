@@ -94,9 +94,9 @@ Status RtftAllReduce(Communicator& comm, const Buffers& b, size_t count) {
 
 Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, SlotLog& log) {
   const RuntimeInfo me = rt.current();
-  RTFT_ASSIGN_OR_RETURN(auto direct, NewDirectAllReduce(o.backend, me.rank, me.world_size,
-                                                         rt.comm_store(), "bench/direct/",
-                                                         me.rank % std::max(1, o.gpus)));
+  RTFT_ASSIGN_OR_RETURN(auto direct,
+                        NewDirectAllReduce(o.backend, me.rank, me.world_size, rt.comm_store(),
+                                           "bench/direct/", me.rank % std::max(1, o.gpus)));
   for (uint64_t bytes : o.bytes) {
     const size_t count = bytes / 4;
     Buffers b(o.backend, count);
@@ -211,8 +211,7 @@ int RunCommWorker(const CommWorkerOptions& o) {
   });
   const RuntimeInfo me = rt.info();
 #if RTFT_WITH_NCCL
-  if (o.backend == CommBackend::kNccl && me.rank >= 0)
-    cudaSetDevice(me.rank % std::max(1, o.gpus));
+  if (o.backend == CommBackend::kNccl && me.rank >= 0) cudaSetDevice(me.rank % std::max(1, o.gpus));
 #endif
   std::unique_ptr<Communicator> comm;
   if (me.role == RuntimeRole::kInitial || me.role == RuntimeRole::kStandalone) {
