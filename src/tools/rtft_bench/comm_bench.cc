@@ -350,7 +350,7 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
   if (!WaitUntil([&] { return afters() >= ranks_; }, milliseconds(120000)))
     return Status::DeadlineExceeded("the next epoch never completed an all-reduce (see " + dir +
                                     ")");
-  double abort_ms = 0, rebuild_ms = 0;
+  double abort_ms = 0, rebuild_ms = 0, from_kill_ms = 0;
   long long first_event = LLONG_MAX, last_ready = 0;
   for (int s = 0; s < slots; ++s) {
     auto ends = Lines(dir, s, "end");
@@ -362,10 +362,17 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
     first_event = std::min(first_event, ev);
     if (ends.back().at("code") != "ABORTED")
       return Status::Internal("a survivor's call ended with " + ends.back().at("code"));
-    abort_ms = std::max(abort_ms, (Num(ends.back(), "t") - std::min(ev, killed)) / 1000.0);
+    // From the earlier of the failure event and the communicator's own detection (its abort
+    // flag), and, as an upper bound, from the kill.
+    long long learned = ev;
+    if (Num(ends.back(), "aborted_at") > 0)
+      learned = std::min(learned, Num(ends.back(), "aborted_at"));
+    abort_ms = std::max(abort_ms, (Num(ends.back(), "t") - learned) / 1000.0);
+    from_kill_ms = std::max(from_kill_ms, (Num(ends.back(), "t") - killed) / 1000.0);
   }
   rebuild_ms = (last_ready - first_event) / 1000.0;
   (*result)["abort_ms"] = abort_ms;
+  (*result)["abort_from_kill_ms"] = from_kill_ms;
   (*result)["rebuild_ms"] = rebuild_ms;
   (void)job.Wait(milliseconds(60000));
   (void)RemoveTree(dir);

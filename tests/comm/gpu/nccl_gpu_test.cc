@@ -27,9 +27,9 @@ int Gpus() {
   return n;
 }
 
-#define RTFT_REQUIRE_GPU()                                                      \
-  do {                                                                          \
-    if (Gpus() < 1) GTEST_SKIP() << "no CUDA device";                           \
+#define RTFT_REQUIRE_GPU()                            \
+  do {                                                \
+    if (Gpus() < 1) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 struct Device {
@@ -39,7 +39,9 @@ struct Device {
     EXPECT_EQ(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
   }
   ~Device() { cudaFree(p); }
-  void From(const std::vector<char>& h) { cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice); }
+  void From(const std::vector<char>& h) {
+    cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice);
+  }
   std::vector<char> To(size_t bytes) const {
     std::vector<char> h(bytes);
     cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
@@ -137,8 +139,10 @@ TEST(NcclGpuTest, SumsAreTheSameBytesOnEveryRankAndEveryRun) {
       got[r] = o.To(count * 4);
     });
     for (int r = 1; r < n; ++r) EXPECT_TRUE(got[r] == got[0]) << "rank " << r;
-    if (run == 0) first = got;
-    else EXPECT_TRUE(got[0] == first[0]) << "the second run differs";
+    if (run == 0)
+      first = got;
+    else
+      EXPECT_TRUE(got[0] == first[0]) << "the second run differs";
   }
 }
 
@@ -151,10 +155,8 @@ TEST(NcclGpuTest, AbortIsQuickAndFinal) {
   const auto t0 = Clock::now();
   comms[0]->Abort();
   comms[0]->Abort();
-  const double abort_call_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  EXPECT_LT(abort_call_ms, 50.0)
-      << "Abort() must not wait for ncclCommAbort";
+  const double abort_call_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_LT(abort_call_ms, 50.0) << "Abort() must not wait for ncclCommAbort";
   EXPECT_EQ(comms[0]->AllReduce(s.p, o.p, 1024, DType::kFloat32, ReduceOp::kSum).code(),
             StatusCode::kAborted);
   EXPECT_EQ(comms[0]->Wait(nullptr, milliseconds(1000)).code(), StatusCode::kAborted);
@@ -169,6 +171,12 @@ TEST(NcclGpuTest, AbortEndsAWaitForAPeerThatNeverComes) {
   if (Gpus() < 2) GTEST_SKIP() << "needs two GPUs";
   auto store = NewLocalCommStore();
   auto comms = CreateNccl(2, store.get(), 1);
+  // One all-reduce together first: NCCL connects its ranks at their first collective.
+  RunRanks(2, [&](int r) {
+    Device a(r, 4096), b(r, 4096);
+    ASSERT_TRUE(comms[r]->AllReduce(a.p, b.p, 1024, DType::kFloat32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(comms[r]->Wait(nullptr, milliseconds(30000)).ok());
+  });
   Device s(0, 1 << 24), o(0, 1 << 24);
   cudaSetDevice(0);
   ASSERT_TRUE(comms[0]->AllReduce(s.p, o.p, 1 << 22, DType::kFloat32, ReduceOp::kSum).ok());
