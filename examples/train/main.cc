@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <xxhash.h>
+#include <CLI/CLI.hpp>
 
 #include "model.h"
 #include "rtft/protect.h"
@@ -43,8 +43,7 @@ struct Options {
   int batch = 16;
   uint64_t seed = 42;
   int log_every = 10;
-  std::string fault;  // RTFT_FAULT for one rank (tests and the demo)
-  int fault_rank = -1;
+  std::string fault;  // RANK:point[@n][:action],... (tests and the demo)
 };
 
 // ZeRO-1 partition of n parameters: rank r owns [start, start + count).
@@ -95,8 +94,7 @@ class Trainer {
   void Report(const rtft::RecoveryInfo& r, double took) {
     char line[320];
     std::snprintf(line, sizeof(line),
-                  "recovered epoch=%" PRIu64 " step=%" PRIu64
-                  " source=%s fed=%d bytes=%" PRIu64
+                  "recovered epoch=%" PRIu64 " step=%" PRIu64 " source=%s fed=%d bytes=%" PRIu64
                   " event_s=%.3f agree_s=%.3f rebuild_s=%.3f transfer_s=%.3f took_s=%.3f",
                   r.epoch, r.step, r.source.c_str(), r.ranks_fed, r.bytes_moved, r.wait_event_s,
                   r.agree_s, r.rebuild_s, r.transfer_s, took);
@@ -125,9 +123,10 @@ Status Trainer::Step(uint64_t step) {
   float mean = 0;
   RTFT_RETURN_IF_ERROR(c->AllReduce(&loss, &mean, 1, DType::kFloat32, ReduceOp::kAvg));
   RTFT_RETURN_IF_ERROR(p_->BeforeUpdate());  // the state changes from here on
-  AdamW(params_.data() + shard_.start, m_.data(), v_.data(), grad_shard_.data(), shard_.count, step);
-  RTFT_RETURN_IF_ERROR(c->AllGatherV(params_.data() + shard_.start, params_.data(), shard_.counts,
-                                     DType::kFloat32));
+  AdamW(params_.data() + shard_.start, m_.data(), v_.data(), grad_shard_.data(), shard_.count,
+        step);
+  RTFT_RETURN_IF_ERROR(
+      c->AllGatherV(params_.data() + shard_.start, params_.data(), shard_.counts, DType::kFloat32));
   loss_ema_ = step == 0 ? mean : 0.9 * loss_ema_ + 0.1 * mean;
   if (rank_ == 0 && (step % o_.log_every == 0 || step + 1 == o_.steps)) {
     char line[96];
@@ -141,9 +140,21 @@ int Trainer::Run() {
   const rtft::RuntimeInfo me = rt_->current();
   rank_ = me.rank;
   world_ = me.world_size;
-  if (!o_.fault.empty() && me.rank == o_.fault_rank &&
-      (me.role == rtft::RuntimeRole::kInitial || me.role == rtft::RuntimeRole::kStandalone))
-    setenv("RTFT_FAULT", o_.fault.c_str(), 1);
+  // Test hook: arm this rank's named fault points (docs/testing.md). A process restarted or
+  // activated later does not arm them again.
+  if (me.role == rtft::RuntimeRole::kInitial || me.role == rtft::RuntimeRole::kStandalone) {
+    std::string mine;
+    size_t at = 0;
+    while (at < o_.fault.size()) {
+      const size_t end = std::min(o_.fault.find(',', at), o_.fault.size());
+      const std::string item = o_.fault.substr(at, end - at);
+      at = end + 1;
+      const size_t colon = item.find(':');
+      if (colon == std::string::npos || std::atoi(item.c_str()) != me.rank) continue;
+      mine += (mine.empty() ? "" : ",") + item.substr(colon + 1);
+    }
+    if (!mine.empty()) setenv("RTFT_FAULT", mine.c_str(), 1);
+  }
   const size_t n = shape_.params();
   params_.resize(n);
   grad_.resize(n);
@@ -242,8 +253,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the data and the initial parameters");
   app.add_option("--log-every", o.log_every, "print the loss every N steps")
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--fault", o.fault, "test hook: RTFT_FAULT for --fault-rank (docs/testing.md)");
-  app.add_option("--fault-rank", o.fault_rank, "test hook: the rank that arms --fault");
+  app.add_option("--fault", o.fault,
+                 "test hook: named fault points per rank, RANK:point[@n][:action],... "
+                 "(docs/testing.md)");
   CLI11_PARSE(app, argc, argv);
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {

@@ -133,7 +133,8 @@ float LossAndGradient(const ModelShape& s, const float* p, const std::vector<flo
     for (int c = 0; c < s.classes; ++c) sum += std::exp(l[c] - m);
     loss += std::log(sum) + m - l[y[b]];
     for (int c = 0; c < s.classes; ++c)
-      d3[size_t(b) * s.classes + c] = (std::exp(l[c] - m) / sum - (c == y[b] ? 1.0f : 0.0f)) / batch;
+      d3[size_t(b) * s.classes + c] =
+          (std::exp(l[c] - m) / sum - (c == y[b] ? 1.0f : 0.0f)) / batch;
   }
   std::vector<float> d2(h2.size()), d1(h1.size());
   DenseBackward(h2.data(), p + o.w3, d3.data(), batch, s.hidden, s.classes, g + o.w3, g + o.b3,

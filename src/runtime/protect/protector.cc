@@ -133,15 +133,24 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   if (!train_) return Status::FailedPrecondition("Protector::Start() first");
   RTFT_RETURN_IF_ERROR(JoinCapture());
   RTFT_RETURN_IF_ERROR(Aborted());
-  // The area this capture overwrites held step - 2: its replica must be out first.
-  if (replicator_ && step >= 2) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 2));
+  // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
+  // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
+  if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
   FaultPoint("protect.capture");
-  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
   step_ = step;
   in_step_ = true;
+  capture_status_ = Status::Ok();
+  // Right after a recovery the snapshot of this step is the state itself: capturing it again
+  // would only open a window in which it is incomplete.
+  if (step == restored_step_ && l1_->Verify(step)) {
+    restored_step_ = kNoStep;
+    if (replicator_) replicator_->Submit(step);
+    return Status::Ok();
+  }
+  restored_step_ = kNoStep;
+  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
   const RuntimeInfo now = rt_->current();
   const uint64_t epoch = train_->epoch();
-  capture_status_ = Status::Ok();
   capture_ = std::thread([this, step, epoch, now, objects = std::move(objects)] {
     capture_status_ = l1_->Capture(step, epoch, now.rank, now.world_size, objects);
     if (capture_status_.ok() && replicator_) replicator_->Submit(step);

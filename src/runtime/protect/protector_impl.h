@@ -24,20 +24,21 @@ using std::chrono::milliseconds;
 struct RankState {
   int rank = -1;
   uint64_t layout_hash = 0;  // of its replicated tensors: the same on every rank of a job
-  std::vector<uint64_t> l1;                       // complete L1 steps
-  std::vector<std::pair<int, uint64_t>> l2;       // (owner, step) of complete replicas
+  std::vector<uint64_t> l1;  // complete L1 steps
+  std::vector<std::pair<int, uint64_t>> l2;  // (owner, step) of complete replicas
 };
 
 // Who feeds whom, decided identically on every rank from the published states.
 struct RecoveryPlan {
   bool ok = false;
   uint64_t step = 0;
-  std::vector<int> needy;        // ranks without a usable L1 snapshot of `step`
-  std::vector<int> holder;       // per needy rank: the rank holding its replica
-  int replicated_source = -1;    // a rank whose L1 has `step`
-  std::string why;               // when !ok
+  std::vector<int> needy;      // ranks without a usable L1 snapshot of `step`
+  std::vector<int> holder;     // per needy rank: the rank holding its replica
+  int replicated_source = -1;  // a rank whose L1 has `step`
+  std::string why;             // when !ok
 };
-// `layout_hash`: this rank's replicated-tensor hash; ranks that publish another hold nothing usable.
+// `layout_hash`: this rank's replicated-tensor hash; ranks that publish another hold nothing
+// usable.
 RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash);
 
 class ProtectorImpl final : public Protector {
@@ -85,7 +86,9 @@ class ProtectorImpl final : public Protector {
   uint64_t l3_every_ = 0;
 
   // The step in progress: its capture runs on capture_; BeforeUpdate joins it.
+  static constexpr uint64_t kNoStep = ~uint64_t{0};
   uint64_t step_ = 0;
+  uint64_t restored_step_ = kNoStep;  // the step the last recovery restored
   bool in_step_ = false;
   std::thread capture_;
   Status capture_status_;

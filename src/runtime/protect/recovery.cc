@@ -17,7 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string Key(uint64_t epoch, int rank) {
   return "protect/e" + std::to_string(epoch) + "/rank/" + std::to_string(rank);
@@ -26,8 +28,7 @@ std::string Key(uint64_t epoch, int rank) {
 std::string Encode(const RankState& s) {
   json l2 = json::array();
   for (const auto& [owner, step] : s.l2) l2.push_back({owner, step});
-  return json{{"v", 1}, {"rank", s.rank}, {"hash", s.layout_hash}, {"l1", s.l1}, {"l2", l2}}
-      .dump();
+  return json{{"v", 1}, {"rank", s.rank}, {"hash", s.layout_hash}, {"l1", s.l1}, {"l2", l2}}.dump();
 }
 
 // What a peer published; anything malformed counts as holding nothing.
@@ -76,9 +77,9 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_h
       // Rank r holds nothing of `step`: its replica is on its right neighbour.
       const int h = (r + 1) % n;
       const RankState& holder = ranks[h];
-      const bool held = holder.layout_hash == layout_hash &&
-                        std::find(holder.l2.begin(), holder.l2.end(),
-                                  std::make_pair(r, step)) != holder.l2.end();
+      const bool held =
+          holder.layout_hash == layout_hash &&
+          std::find(holder.l2.begin(), holder.l2.end(), std::make_pair(r, step)) != holder.l2.end();
       if (!held || h == r) {
         possible = false;
         p.why = "rank " + std::to_string(r) + "'s state of step " + std::to_string(step) +
@@ -92,9 +93,8 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_h
       p.ok = true;
       return p;
     }
-    if (plan.why.empty()) plan.why = p.replicated_source < 0 ? "no rank holds step " +
-                                                                   std::to_string(step)
-                                                             : p.why;
+    if (plan.why.empty())
+      plan.why = p.replicated_source < 0 ? "no rank holds step " + std::to_string(step) : p.why;
   }
   if (plan.why.empty()) plan.why = "no rank holds a complete snapshot";
   return plan;
@@ -123,8 +123,8 @@ StatusOr<uint64_t> ProtectorImpl::Recover() {
     const uint64_t epoch = EventEpoch();
     auto step = RecoverInto(epoch);
     if (step.ok() || step.status().code() != StatusCode::kAborted || shutdown_) return step;
-    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch
-                                 << " failed: " << step.status() << "; waiting for the next epoch";
+    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
+                                 << "; waiting for the next epoch";
     while (EventEpoch() <= epoch && !shutdown_ && Clock::now() < deadline)
       std::this_thread::sleep_for(milliseconds(1));
     if (EventEpoch() <= epoch) return step;
@@ -161,7 +161,8 @@ StatusOr<std::vector<RankState>> ProtectorImpl::Gather(uint64_t epoch, const Ran
 StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   const auto t0 = Clock::now();
   const RuntimeInfo now = rt_->current();
-  if (now.epoch != epoch) return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
+  if (now.epoch != epoch)
+    return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
   FaultPoint("protect.recover");
   RankState mine;
   mine.rank = now.rank;
@@ -183,6 +184,7 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   info_.transfer_s = Since(t0);
   RTFT_RETURN_IF_ERROR(l1_->Restore(plan.step));
   info_.step = plan.step;
+  restored_step_ = plan.step;
   info_.source = "l1";
   info_.ranks_fed = static_cast<int>(plan.needy.size());
   step_ = plan.step;
@@ -196,7 +198,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
 // part in that one order, so no two ranks wait on each other.
 Status ProtectorImpl::Transfer(const RecoveryPlan& plan, uint64_t epoch) {
   if (plan.needy.empty()) return Status::Ok();
-  if (!replicator_) return Status::Internal("a recovery transfer without a replication communicator");
+  if (!replicator_)
+    return Status::Internal("a recovery transfer without a replication communicator");
   Communicator* c = replicator_->comm();
   const int me = c->rank();
   const uint64_t step = plan.step;

@@ -43,8 +43,8 @@ std::vector<ReplicaStore::Held> ReplicaStore::Complete() const {
   std::vector<Held> held;
   for (int k = 0; k < 2; ++k) {
     const auto* h = reinterpret_cast<const ReplicaHeader*>(area_[k]->data());
-    if (h->magic != kReplicaMagic || h->state != kComplete || h->step % 2 != static_cast<uint64_t>(k) ||
-        h->bytes > area_[k]->size() - kAlign)
+    if (h->magic != kReplicaMagic || h->state != kComplete ||
+        h->step % 2 != static_cast<uint64_t>(k) || h->bytes > area_[k]->size() - kAlign)
       continue;
     if (Xxh3(area_[k]->data() + kAlign, h->bytes) != h->checksum) continue;
     held.push_back({h->owner, h->step, h->bytes});
@@ -115,11 +115,9 @@ void Replicator::Submit(uint64_t step) {
 Status Replicator::Wait(uint64_t step) {
   std::unique_lock<std::mutex> lock(mu_);
   // A step this replicator was never given (one of an earlier epoch) has nothing to wait for.
-  if (std::find(submitted_.begin(), submitted_.end(), step) == submitted_.end())
-    return error_;
+  if (std::find(submitted_.begin(), submitted_.end(), step) == submitted_.end()) return error_;
   cv_.wait(lock, [&] {
-    return !error_.ok() || stop_ ||
-           std::find(done_.begin(), done_.end(), step) != done_.end() ||
+    return !error_.ok() || stop_ || std::find(done_.begin(), done_.end(), step) != done_.end() ||
            (!done_.empty() && done_.back() > step);
   });
   if (!error_.ok()) return error_;
@@ -187,10 +185,14 @@ Status Replicator::Exchange(uint64_t step) {
   };
   if (r % 2 == 0) {
     RTFT_RETURN_IF_ERROR(send());
-    return recv();
+    RTFT_RETURN_IF_ERROR(recv());
+  } else {
+    RTFT_RETURN_IF_ERROR(recv());
+    RTFT_RETURN_IF_ERROR(send());
   }
-  RTFT_RETURN_IF_ERROR(recv());
-  return send();
+  // Every rank has now sealed its neighbour's replica of `step`: only from here on may a rank's
+  // next capture drop step - 1 from its snapshot (docs/protect.md, "Why a barrier").
+  return comm_->Barrier();
 }
 
 }  // namespace rtft::protect

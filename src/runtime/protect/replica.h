@@ -41,8 +41,9 @@ class ReplicaStore {
 };
 
 // The background sender and receiver of one epoch: Submit(step) after the L1 capture of `step`;
-// the thread sends that snapshot's replica range to rank + 1 and receives rank - 1's into the
-// store. Errors (an aborted communicator) are kept and reported by Wait and error().
+// the thread sends that snapshot's replica range to rank + 1, receives rank - 1's into the store,
+// and meets every rank in a barrier: once Wait(step) returns, every rank's replica of `step` is
+// sealed at its holder. Errors (an aborted communicator) are kept and reported by Wait.
 class Replicator {
  public:
   Replicator(std::unique_ptr<Communicator> comm, Snapshot* l1, ReplicaStore* l2);

@@ -90,8 +90,7 @@ StatusOr<std::string> SerializeObjects(const std::vector<ObjectDesc>& objects) {
   return out;
 }
 
-Status DeserializeObjects(const std::vector<ObjectDesc>& objects, const char* data,
-                          size_t bytes) {
+Status DeserializeObjects(const std::vector<ObjectDesc>& objects, const char* data, size_t bytes) {
   size_t at = 0;
   for (const ObjectDesc& o : objects) {
     uint32_t n = 0;
@@ -107,8 +106,8 @@ Status DeserializeObjects(const std::vector<ObjectDesc>& objects, const char* da
     std::memcpy(&d, data + at, sizeof(d));
     at += sizeof(d);
     if (bytes - at < d) return Status::DataLoss("object '" + o.name + "' is cut short");
-    RTFT_RETURN_IF_ERROR(o.deserialize(std::string(data + at, d))
-                             .Annotate("restoring object '" + o.name + "'"));
+    RTFT_RETURN_IF_ERROR(
+        o.deserialize(std::string(data + at, d)).Annotate("restoring object '" + o.name + "'"));
     at += d;
   }
   return Status::Ok();
@@ -145,8 +144,8 @@ char* Snapshot::payload(uint64_t step) const {
 bool Snapshot::Verify(uint64_t step) const {
   const AreaHeader* h = header(step);
   if (h->magic != kAreaMagic || h->format != kFormat || h->state != kComplete ||
-      h->layout_hash != layout_.hash || h->step != step || h->payload_bytes != layout_.payload_bytes ||
-      h->object_bytes > layout_.object_capacity)
+      h->layout_hash != layout_.hash || h->step != step ||
+      h->payload_bytes != layout_.payload_bytes || h->object_bytes > layout_.object_capacity)
     return false;
   return Xxh3(payload(step), layout_.objects_begin + h->object_bytes) == h->checksum;
 }
