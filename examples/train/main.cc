@@ -78,6 +78,9 @@ void AdamW(float* p, float* m, float* v, const float* g, size_t n, uint64_t step
 class Trainer {
  public:
   Trainer(const Options& o, rtft::Runtime* rt) : o_(o), rt_(rt) { shape_.hidden = o.hidden; }
+  ~Trainer() {
+    if (listener_ != 0) rt_->Unsubscribe(listener_);
+  }
 
   int Run();
 
@@ -109,6 +112,7 @@ class Trainer {
   Shard shard_;
   std::vector<float> params_, m_, v_, grad_, grad_shard_;
   double loss_ema_ = 0;
+  uint64_t listener_ = 0;
   std::vector<float> x_;
   std::vector<int> y_;
 };
@@ -185,6 +189,13 @@ int Trainer::Run() {
                          return Status::Ok();
                        }});
   if (!s.ok()) return Fail("declaring the state", s);
+  // Failure events as they arrive, for the timeline (the Protector acts on them itself).
+  listener_ = rt_->Subscribe([this](const rtft::FailureEvent& e) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "event epoch=%" PRIu64 " failed=%zu shutdown=%d", e.epoch,
+                  e.failed_ranks.size(), e.shutdown ? 1 : 0);
+    Say(text);
+  });
   const double t0 = WallSeconds();
   auto start = p_->Start();
   if (!start.ok()) return Fail("starting protection", start.status());
