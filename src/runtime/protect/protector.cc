@@ -125,8 +125,8 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
     return step_;
   }
   // A spare just activated, or a process restarted on its slot: it joins the recovery of the
-  // epoch it was given.
-  return RecoverInto(me.epoch);
+  // epoch it was given (or of a later one, when another failure comes meanwhile).
+  return RecoverFrom(me.epoch, Clock::now() + recovery_timeout_);
 }
 
 Status ProtectorImpl::BeginStep(uint64_t step) {

@@ -66,6 +66,7 @@ class ProtectorImpl final : public Protector {
   Status Aborted() const;
   uint64_t EventEpoch() const;
   StatusOr<uint64_t> RecoverInto(uint64_t epoch);
+  StatusOr<uint64_t> RecoverFrom(uint64_t epoch, Clock::time_point deadline);
   StatusOr<std::vector<RankState>> Gather(uint64_t epoch, const RankState& mine);
   Status Transfer(const RecoveryPlan& plan, uint64_t epoch);
   Status MaybeCheckpoint(uint64_t step, bool now);

@@ -118,16 +118,20 @@ StatusOr<uint64_t> ProtectorImpl::Recover() {
                                     " ms of a failed call (is dp-launch running this job?)");
   info_ = RecoveryInfo();
   info_.wait_event_s = Since(t0);
-  // A failure during recovery moves the job to another epoch: start over there.
-  for (int attempt = 0;; ++attempt) {
-    const uint64_t epoch = EventEpoch();
+  return RecoverFrom(EventEpoch(), deadline);
+}
+
+// A failure during recovery moves the job to another epoch: start over there.
+StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point deadline) {
+  while (true) {
     auto step = RecoverInto(epoch);
     if (step.ok() || step.status().code() != StatusCode::kAborted || shutdown_) return step;
-    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
-                                 << "; waiting for the next epoch";
+    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch
+                                 << " failed: " << step.status() << "; waiting for the next epoch";
     while (EventEpoch() <= epoch && !shutdown_ && Clock::now() < deadline)
       std::this_thread::sleep_for(milliseconds(1));
-    if (EventEpoch() <= epoch) return step;
+    if (EventEpoch() <= epoch || shutdown_) return step;
+    epoch = EventEpoch();
   }
 }
 
