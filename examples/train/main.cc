@@ -44,6 +44,7 @@ struct Options {
   uint64_t seed = 42;
   int log_every = 10;
   std::string fault;  // RANK:point[@n][:action],... (tests and the demo)
+  bool protect = true;
 };
 
 // ZeRO-1 partition of n parameters: rank r owns [start, start + count).
@@ -169,6 +170,7 @@ int Trainer::Run() {
   grad_shard_.assign(shard_.count, 0.0f);
 
   rtft::ProtectOptions po;
+  po.enabled = o_.protect;
   po.l3_every = o_.l3_every;
   po.ckpt_dir = o_.ckpt_dir;
   auto p = rtft::Protector::Create(rt_, po);
@@ -207,10 +209,17 @@ int Trainer::Run() {
   if (me.role != rtft::RuntimeRole::kInitial && me.role != rtft::RuntimeRole::kStandalone)
     Report(p_->last_recovery(), WallSeconds() - t0);
   uint64_t step = *start;
+  // Mean step time after the first three steps (warm-up), for rtft-bench protect.
+  double timed_s = 0;
+  uint64_t timed = 0;
   while (step < o_.steps) {
     const double begin = WallSeconds();
     s = Step(step);
     if (s.ok()) {
+      if (step >= *start + 3) {
+        timed_s += WallSeconds() - begin;
+        ++timed;
+      }
       ++step;
       continue;
     }
@@ -244,8 +253,9 @@ int Trainer::Run() {
   XXH3_64bits_update(h, &loss_ema_, 8);
   const uint64_t digest = XXH3_64bits_digest(h);
   XXH3_freeState(h);
-  std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64,
-                o_.steps, loss_ema_, digest);
+  std::snprintf(line, sizeof(line),
+                "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " step_s=%.6f", o_.steps,
+                loss_ema_, digest, timed ? timed_s / timed : 0.0);
   Say(line);
   return 0;
 }
@@ -267,6 +277,8 @@ int main(int argc, char** argv) {
   app.add_option("--fault", o.fault,
                  "test hook: named fault points per rank, RANK:point[@n][:action],... "
                  "(docs/testing.md)");
+  app.add_flag("!--no-protect", o.protect,
+               "run without per-step snapshots and replicas (to measure what they cost)");
   CLI11_PARSE(app, argc, argv);
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {

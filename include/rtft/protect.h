@@ -36,6 +36,9 @@
 namespace rtft {
 
 struct ProtectOptions {
+  // false: no snapshot and no replica (the step calls only watch for failure events), to measure
+  // what protection costs; a failure then cannot be recovered from.
+  bool enabled = true;
   // The training communicator's backend; replication always goes host to host over Gloo.
   CommBackend backend = CommBackend::kGloo;
   // Name of the training communicator ("train").
@@ -55,15 +58,15 @@ struct ProtectOptions {
 
 // What Recover() did, for logs and timelines.
 struct RecoveryInfo {
-  uint64_t epoch = 0;         // the epoch recovered into
-  uint64_t step = 0;          // the step training resumes at
-  std::string source;         // "l1" (every rank from its own snapshot and replicas) or "l3"
-  int ranks_fed = 0;          // ranks that received state from a peer
-  uint64_t bytes_moved = 0;   // state sent to them
-  double wait_event_s = 0;    // until the failure event was known
-  double agree_s = 0;         // until the rollback step was agreed
-  double rebuild_s = 0;       // until the next epoch's communicators were ready
-  double transfer_s = 0;      // until every rank had its state
+  uint64_t epoch = 0;        // the epoch recovered into
+  uint64_t step = 0;         // the step training resumes at
+  std::string source;        // "l1" (every rank from its own snapshot and replicas) or "l3"
+  int ranks_fed = 0;         // ranks that received state from a peer
+  uint64_t bytes_moved = 0;  // state sent to them
+  double wait_event_s = 0;   // until the failure event was known
+  double agree_s = 0;        // until the rollback step was agreed
+  double rebuild_s = 0;      // until the next epoch's communicators were ready
+  double transfer_s = 0;     // until every rank had its state
 };
 
 class RTFT_EXPORT Protector {

@@ -101,7 +101,7 @@ Status ProtectorImpl::BuildComms(uint64_t epoch) {
   RTFT_ASSIGN_OR_RETURN(train_, rt_->CreateCommunicator(o_.comm_name, train));
   if (train_->epoch() != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(train_->epoch()));
-  if (train_->world_size() > 1) {
+  if (train_->world_size() > 1 && o_.enabled) {
     CommOptions replica;
     replica.backend = CommBackend::kGloo;
     replica.create_timeout = recovery_timeout_;
@@ -133,6 +133,10 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   if (!train_) return Status::FailedPrecondition("Protector::Start() first");
   RTFT_RETURN_IF_ERROR(JoinCapture());
   RTFT_RETURN_IF_ERROR(Aborted());
+  if (!o_.enabled) {
+    step_ = step;
+    return Status::Ok();
+  }
   // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
   // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));

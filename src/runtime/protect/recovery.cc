@@ -102,6 +102,10 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_h
 
 StatusOr<uint64_t> ProtectorImpl::Recover() {
   if (!started_) return Status::FailedPrecondition("Protector::Start() first");
+  if (!o_.enabled)
+    return Status::FailedPrecondition(
+        "protection is off (ProtectOptions::enabled): nothing to "
+        "recover from");
   (void)JoinCapture();
   in_step_ = false;
   StopReplication();
@@ -126,8 +130,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point 
   while (true) {
     auto step = RecoverInto(epoch);
     if (step.ok() || step.status().code() != StatusCode::kAborted || shutdown_) return step;
-    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch
-                                 << " failed: " << step.status() << "; waiting for the next epoch";
+    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
+                                 << "; waiting for the next epoch";
     while (EventEpoch() <= epoch && !shutdown_ && Clock::now() < deadline)
       std::this_thread::sleep_for(milliseconds(1));
     if (EventEpoch() <= epoch || shutdown_) return step;
