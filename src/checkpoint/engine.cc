@@ -240,10 +240,14 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
     return Status::NotFound("version " + std::to_string(version) +
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
+  // Until the version is captured, copies may still be reading the caller's memory: not even a
+  // failed version returns before that, or the caller could free memory a copy still reads.
   const bool done = cv_.wait_for(lock, timeout, [&] {
-    return !v->error.ok() || !loop_error_.ok() || (persisted ? v->done() : v->captured());
+    if (!loop_error_.ok()) return true;
+    if (!v->captured()) return false;
+    return !v->error.ok() || !persisted || v->done();
   });
-  if (!v->error.ok()) return v->error;
+  if (!v->error.ok() && v->captured()) return v->error;
   if (!loop_error_.ok() && !(persisted ? v->done() : v->captured())) return loop_error_;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +

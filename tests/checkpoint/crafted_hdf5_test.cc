@@ -170,9 +170,9 @@ TEST_F(CraftedHdf5, ManifestThatLeadsToAnotherFile) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   Craft(path_, [&](hid_t file) {
     ASSERT_GE(H5Ldelete(file, kManifestDataset, H5P_DEFAULT), 0);
-    ASSERT_GE(H5Lcreate_external(fifo.c_str(), "/x", file, kManifestDataset, H5P_DEFAULT,
-                                 H5P_DEFAULT),
-              0);
+    ASSERT_GE(
+        H5Lcreate_external(fifo.c_str(), "/x", file, kManifestDataset, H5P_DEFAULT, H5P_DEFAULT),
+        0);
   });
   ExpectRefused("a link to somewhere else");
   Craft(path_, [](hid_t file) {

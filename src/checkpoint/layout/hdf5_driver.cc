@@ -36,8 +36,8 @@ herr_t Guard(Hdf5DriverState* state, Fn&& fn) noexcept {
     if (state->error.ok()) state->error = s;
   } catch (const std::exception& e) {
     if (state->error.ok())
-      state->error = Status::Internal(std::string("uncaught exception in the HDF5 driver: ") +
-                                      e.what());
+      state->error =
+          Status::Internal(std::string("uncaught exception in the HDF5 driver: ") + e.what());
   } catch (...) {
     if (state->error.ok()) state->error = Status::Internal("uncaught exception in the HDF5 driver");
   }
@@ -106,7 +106,8 @@ herr_t Read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, void* bu
       return Status::DataLoss("HDF5 read past the largest file address");
     const uint64_t stored = addr < f->eof ? std::min<uint64_t>(size, f->eof - addr) : 0;
     if (stored > 0)
-      RTFT_RETURN_IF_ERROR(f->state->file->Read({IoRequest{addr, buf, static_cast<size_t>(stored)}}));
+      RTFT_RETURN_IF_ERROR(
+          f->state->file->Read({IoRequest{addr, buf, static_cast<size_t>(stored)}}));
     std::memset(static_cast<char*>(buf) + stored, 0, size - stored);
     return Status::Ok();
   });

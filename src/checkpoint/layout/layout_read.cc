@@ -45,8 +45,7 @@ Status CheckFormatVersion(hid_t file, const Hdf5DriverState& io, const std::stri
   H5Handle attr(H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT), H5Aclose);
   H5Handle type(attr.valid() ? H5Aget_type(attr.get()) : H5I_INVALID_HID, H5Tclose);
   H5Handle space(attr.valid() ? H5Aget_space(attr.get()) : H5I_INVALID_HID, H5Sclose);
-  if (!type.valid() || !space.valid())
-    return Damaged(io, "reading the format version of " + path);
+  if (!type.valid() || !space.valid()) return Damaged(io, "reading the format version of " + path);
   const size_t size = H5Tget_size(type.get());
   if (H5Tget_class(type.get()) != H5T_INTEGER || size == 0 || size > 8 || !IsScalar(space.get()))
     return Status::DataLoss(path + " is damaged: its format version is not one integer");
@@ -66,7 +65,8 @@ Status CheckFormatVersion(hid_t file, const Hdf5DriverState& io, const std::stri
 Status CheckManifestLink(hid_t file, const Hdf5DriverState& io, const std::string& path) {
   const htri_t exists = H5Lexists(file, kManifestDataset, H5P_DEFAULT);
   if (exists < 0) return Damaged(io, path + " is damaged: HDF5 cannot read its root group");
-  if (exists == 0) return Status::DataLoss(path + " has no manifest: it was not completely written");
+  if (exists == 0)
+    return Status::DataLoss(path + " has no manifest: it was not completely written");
   H5L_info_t link;
   if (H5Lget_info(file, kManifestDataset, &link, H5P_DEFAULT) < 0)
     return Damaged(io, "reading the manifest of " + path);
@@ -77,8 +77,8 @@ Status CheckManifestLink(hid_t file, const Hdf5DriverState& io, const std::strin
 
 // The manifest dataset: a scalar, fixed-length string of at most kMaxManifestBytes (and no more
 // than the file holds), stored in this file, contiguous or compact. Returns its size.
-StatusOr<size_t> CheckManifestDataset(hid_t ds, const Hdf5DriverState& io,
-                                      const std::string& path, uint64_t file_size) {
+StatusOr<size_t> CheckManifestDataset(hid_t ds, const Hdf5DriverState& io, const std::string& path,
+                                      uint64_t file_size) {
   const std::string damaged = path + " is damaged: its manifest ";
   H5Handle type(H5Dget_type(ds), H5Tclose);
   H5Handle space(H5Dget_space(ds), H5Sclose);
@@ -131,8 +131,7 @@ StatusOr<std::string> ReadFileManifestJson(File* file) {
   state.file = file;
   H5Handle fapl = Hdf5FileAccessOver(&state);
   H5Handle h5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!h5.valid())
-    return Damaged(state, path + " is damaged or truncated: HDF5 cannot open it");
+  if (!h5.valid()) return Damaged(state, path + " is damaged or truncated: HDF5 cannot open it");
   RTFT_RETURN_IF_ERROR(CheckFormatVersion(h5.get(), state, path));
   return ReadManifest(h5.get(), state, path, size);
 }
