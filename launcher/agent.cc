@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/logging.h"
+#include "launcher/job_end.h"
 
 namespace rtft::launch {
 namespace {
@@ -17,7 +18,7 @@ std::atomic<int> g_signal{0};
 
 void OnSignal(int sig) {
   int expected = 0;
-  g_signal.compare_exchange_strong(expected, sig);
+  if (sig != SIGUSR1 && sig != SIGUSR2) g_signal.compare_exchange_strong(expected, sig);
   pid_t child = g_child_pid.load();
   if (child > 0) kill(child, sig);
 }
@@ -34,7 +35,7 @@ void InstallAgentSignalHandlers() {
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 
@@ -64,6 +65,7 @@ Status Agent::Join() {
   o.heartbeat_period = config_.options.heartbeat;
   // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, but never shorter than the slots' own timeout.
   o.coordinator_timeout = std::max(o.coordinator_timeout, config_.options.heartbeat_timeout);
+  coordinator_timeout_ = o.coordinator_timeout;
   auto client = control::AgentClient::Connect(o);
   if (!client.ok()) return client.status().Annotate("connecting to the coordinator " + o.endpoint);
   client_ = std::move(*client);
@@ -124,7 +126,7 @@ void Agent::ListenLink() {
       auto pid = link_->WaitAttach(std::chrono::milliseconds(10));
       if (!pid.ok()) continue;
       std::lock_guard<std::mutex> lock(inbox_.mu);
-      ++inbox_.attaches;
+      inbox_.attaches.push_back(*pid);
       inbox_.expect_attach = false;
       inbox_.cv.notify_all();
       continue;
@@ -139,17 +141,19 @@ void Agent::ListenLink() {
 
 int Agent::Run() {
   Status s = Join();
+  // An agent that cannot reach slot 0 is, as far as it can tell, a job without slot 0.
+  coordinator_lost_ = !s.ok();
   if (s.ok()) s = OpenLink();
   if (!s.ok()) {
     RTFT_LOG(kError, kLogLaunch) << s;
-    return 1;
+    return kExitJobFailed;
   }
   if (assignment_.role == control::Role::kRetired) return 0;
   s = StartApp();
   if (!s.ok()) {
     RTFT_LOG(kError, kLogLaunch) << s;
-    (void)client_->ReportExit(127);
-    return 127;
+    (void)client_->ReportExit(kExitNoStart);
+    return kExitNoStart;
   }
   while (!done_) WaitAndHandle();
   return exit_code_;
@@ -158,22 +162,21 @@ int Agent::Run() {
 void Agent::WaitAndHandle() {
   std::deque<control::ControlEvent> events;
   std::deque<control::RuntimeReport> reports;
-  int attaches;
+  std::deque<int32_t> attaches;
   std::optional<Status> lost;
   {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     inbox_.cv.wait_for(lock, kTick, [&] {
-      return !inbox_.events.empty() || !inbox_.reports.empty() || inbox_.attaches > 0 ||
+      return !inbox_.events.empty() || !inbox_.reports.empty() || !inbox_.attaches.empty() ||
              inbox_.child_exited || inbox_.coordinator_lost;
     });
     events.swap(inbox_.events);
     reports.swap(inbox_.reports);
-    attaches = inbox_.attaches;
-    inbox_.attaches = 0;
+    attaches.swap(inbox_.attaches);
     inbox_.child_exited = false;
     lost = inbox_.coordinator_lost;
   }
-  if (attaches > 0 && state_ == AppState::kRunning) OnAttach();
+  if (!attaches.empty() && state_ == AppState::kRunning) OnAttach(attaches.back());
   for (const auto& r : reports)
     if (state_ == AppState::kRunning) HandleReport(r);
   // The child's exit first: an event that answers its failure report may already be queued.
@@ -184,7 +187,8 @@ void Agent::WaitAndHandle() {
     HandleEvent(e);
   }
   if (lost && !done_) {
-    if (app_.child) app_.child->Signal(SIGKILL);
+    coordinator_lost_ = true;
+    if (app_.child) app_.child->Kill();
     return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
   }
   CheckWatchdog();
@@ -204,7 +208,7 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
   const bool was_spare = is_spare();
   assignment_ = event.assignment;
   if (assignment_.role == control::Role::kRetired) {
-    if (app_.child) app_.child->Signal(SIGKILL);
+    if (app_.child) app_.child->Kill();
     return Finish(0, "slot retired: " + event.reason);
   }
   if (state_ == AppState::kAwaitingDecision) {
@@ -214,8 +218,8 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     Status s = StartApp();
     if (!s.ok()) {
       RTFT_LOG(kError, kLogLaunch) << s;
-      (void)client_->ReportExit(127);
-      Finish(127, "cannot restart the application");
+      (void)client_->ReportExit(kExitNoStart);
+      Finish(kExitNoStart, "cannot restart the application");
     }
     return;
   }
@@ -238,7 +242,7 @@ void Agent::HandleShutdown(const control::ControlEvent& event) {
   exit_code_ = event.exit_code;
   if (state_ != AppState::kRunning || !app_.child) return Finish(event.exit_code, event.reason);
   if (!app_.assigned) {
-    app_.child->Signal(SIGKILL);  // a spare in standby has nothing to finish
+    app_.child->Kill();  // a spare in standby has nothing to finish
     return;
   }
   Status s = app_.attached ? link_->SendEvent(event) : Status::Ok();
@@ -269,9 +273,10 @@ void Agent::Fence() {
     if (at == Clock::time_point::max() || now < at) continue;
     at = Clock::time_point::max();
     const int pid = config_.peers[slot].pid;
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    if (!(comm >> name) || name != "dp-launch") continue;
+    // Still a dp-launch (named as this one is), not a process that took the pid since.
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
+    std::string name, own_name;
+    if (!(comm >> name) || !(own >> own_name) || name != own_name) continue;
     RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " was retired but its dp-launch (pid " << pid
                                 << ") still runs here: killing it and its application";
     kill(pid, SIGKILL);

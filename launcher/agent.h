@@ -32,7 +32,8 @@ namespace rtft::launch {
 constexpr int kRestartExitCode = 75;
 
 // SIGINT/SIGTERM/SIGHUP: forwarded at once to the current application, then the agent winds
-// down. Call once, before any thread starts.
+// down. SIGUSR1/SIGUSR2 (which mpirun and Slurm's --signal deliver): forwarded only. Call once,
+// before any thread starts.
 void InstallAgentSignalHandlers();
 // Internal, shared by agent.cc and agent_app.cc: the pid signals are forwarded to, and the
 // first signal received (0: none).
@@ -41,12 +42,15 @@ int AgentPendingSignal();
 
 struct AgentConfig {
   LaunchOptions options;
+  LauncherKind launcher = LauncherKind::kNone;
   int slot = 0;
   int slots = 1;
   std::string host;
   std::vector<Peer> peers;
   std::string endpoint;
   control::JobKeys keys;
+  // RLIMIT_NOFILE as dp-launch found it (it raised its own): what the application starts with.
+  std::optional<rlimit> app_nofile;
 };
 
 class Agent {
@@ -55,6 +59,8 @@ class Agent {
   ~Agent();
   // Until the job ends for this slot; returns dp-launch's exit code.
   int Run();
+  // Run() ended because slot 0's coordinator stopped answering.
+  bool coordinator_lost() const { return coordinator_lost_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -66,7 +72,7 @@ class Agent {
     std::condition_variable cv;
     std::deque<control::ControlEvent> events;
     std::deque<control::RuntimeReport> reports;
-    int attaches = 0;
+    std::deque<int32_t> attaches;  // pids, as the runtimes know themselves
     bool child_exited = false;
     std::optional<Status> coordinator_lost;
     bool expect_attach = false;
@@ -75,6 +81,7 @@ class Agent {
   struct App {
     std::unique_ptr<ChildProcess> child;
     bool attached = false;
+    pid_t pid = -1;         // the attached runtime's pid, as this process sees it
     bool assigned = false;  // the runtime has its logical rank
     bool progress_seen = false;
     Clock::time_point last_progress;
@@ -96,7 +103,8 @@ class Agent {
   void Fence();
 
   Status StartApp();
-  void OnAttach();
+  ChildSpec AppSpec();
+  void OnAttach(int32_t pid);
   void HandleReport(const control::RuntimeReport& report);
   void PollKvGets();
   void OnChildExit(const ChildExit& exit);
@@ -107,6 +115,7 @@ class Agent {
 
   AgentConfig config_;
   std::unique_ptr<control::AgentClient> client_;
+  std::chrono::milliseconds coordinator_timeout_{0};  // the client's: slot 0 silent this long
   std::unique_ptr<control::LocalServer> link_;
   std::string link_dir_;
   Inbox inbox_;
@@ -122,6 +131,7 @@ class Agent {
   std::vector<PendingGet> gets_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
   bool done_ = false;
+  bool coordinator_lost_ = false;
   int exit_code_ = 0;
 };
 

@@ -6,6 +6,7 @@
 
 #include "core/logging.h"
 #include "launcher/agent.h"
+#include "launcher/job_end.h"
 #include "runtime/app_env.h"
 
 namespace rtft::launch {
@@ -29,9 +30,17 @@ const char* RoleEnvName(control::Role role) {
 
 }  // namespace
 
-Status Agent::StartApp() {
+ChildSpec Agent::AppSpec() {
   ChildSpec spec;
   spec.argv = config_.options.command;
+  spec.isolation = config_.options.isolation;
+  spec.app_nofile = config_.app_nofile;
+  // A stopped agent is lost to the job once the coordinator's deadline for it passes (slot 0's
+  // is the other agents' coordinator timeout); its keeper then ends the tree and the agent. A
+  // job of one slot has no one to replace it: job control in a terminal keeps working there.
+  if (config_.launcher != LauncherKind::kNone)
+    spec.stop_limit = config_.slot == 0 ? coordinator_timeout_ : config_.options.heartbeat_timeout;
+
   spec.env = {{runtime::kEnvAgentSocket, link_->path()},
               {runtime::kEnvRank, std::to_string(assignment_.rank)},
               {runtime::kEnvWorldSize, std::to_string(assignment_.world_size)},
@@ -39,6 +48,11 @@ Status Agent::StartApp() {
               {runtime::kEnvSlot, std::to_string(config_.slot)},
               {runtime::kEnvRole, RoleEnvName(assignment_.role)},
               {runtime::kEnvRestartCount, std::to_string(starts_)}};
+  return spec;
+}
+
+Status Agent::StartApp() {
+  ChildSpec spec = AppSpec();
   ++starts_;
   {
     std::lock_guard<std::mutex> lock(inbox_.mu);
@@ -53,16 +67,26 @@ Status Agent::StartApp() {
   };
   RTFT_ASSIGN_OR_RETURN(app.child, ChildProcess::Start(spec, wake));
   SetForwardedChild(app.child->pid());
-  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": started " << spec.argv[0] << " (pid "
-                              << app.child->pid() << ") as " << RoleEnvName(assignment_.role)
-                              << " rank " << assignment_.rank;
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": started " << spec.argv[0]
+                              << " (keeper pid " << app.child->pid() << ", "
+                              << IsolationName(app.child->isolation()) << ") as "
+                              << RoleEnvName(assignment_.role) << " rank " << assignment_.rank;
+  if (!app.child->proc_note().empty() && starts_ == 1)
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": " << app.child->proc_note()
+                                << ": the application sees the host's /proc, where "
+                                   "/proc/<getpid()> is another process (use /proc/self)";
   app_ = std::move(app);
   state_ = AppState::kRunning;
   return Status::Ok();
 }
 
-void Agent::OnAttach() {
+void Agent::OnAttach(int32_t pid) {
   app_.attached = true;
+  // The runtime attaches with getpid(), its pid in the application's namespace.
+  const auto outer = app_.child->OuterPid(pid);
+  app_.pid = outer.value_or(-1);
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": application attached: pid "
+                              << app_.pid << " (" << pid << " in its namespace)";
   if (is_spare() || shutting_down_) return;  // a spare waits in standby for its activation
   Status s = link_->SendAssignment(assignment_);
   if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "sending the assignment: " << s;
@@ -134,7 +158,7 @@ void Agent::OnChildExit(const ChildExit& exit) {
         client_->ReportFailure(control::FailureKind::kProcessCrash, control::kNoRank, exit.code());
     if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the spare's crash: " << s;
     s = StartApp();
-    if (!s.ok()) Finish(127, s.ToString());
+    if (!s.ok()) Finish(kExitNoStart, s.ToString());
     return;
   }
   const bool crashed = exit.signaled() || exit.code() == kRestartExitCode;
@@ -162,7 +186,7 @@ void Agent::CheckWatchdog() {
                               << limit.count() << " s: killing application pid "
                               << app_.child->pid();
   app_.watchdog_killed = true;
-  app_.child->Signal(SIGKILL);
+  app_.child->Kill();
 }
 
 void Agent::CheckSignalsAndDeadlines() {
@@ -178,7 +202,7 @@ void Agent::CheckSignalsAndDeadlines() {
       if (app_.assigned)
         kill_deadline_ = now + config_.options.shutdown_grace;
       else
-        app_.child->Signal(SIGKILL);
+        app_.child->Kill();
     }
   }
   if (state_ != AppState::kRunning || !app_.child) return;
@@ -191,7 +215,7 @@ void Agent::CheckSignalsAndDeadlines() {
     kill_deadline_.reset();
     RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
                                 << ": application did not exit in time: SIGKILL";
-    app_.child->Signal(SIGKILL);
+    app_.child->Kill();
   }
 }
 

@@ -6,6 +6,11 @@
 
 namespace rtft::launch {
 
+Status CheckApplication(const LaunchOptions& options) {
+  if (options.command.empty()) return Status::InvalidArgument("no application given");
+  return ResolveExecutable(options.command[0]).status();
+}
+
 StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
                                                                  const control::JobKeys& keys,
                                                                  int slots) {
@@ -32,6 +37,7 @@ std::string HostName() {
 }
 
 StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
+  RTFT_RETURN_IF_ERROR(CheckApplication(options));
   BootstrapResult r;
   r.host = HostName();
   r.peers.push_back({r.host, static_cast<int>(getpid())});

@@ -40,6 +40,13 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
                                                                  const control::JobKeys& keys,
                                                                  int slots);
 
+// Every slot checks before it joins that it can execute the application: a missing or
+// non-executable APP is bad usage (exit 2) of the whole job, not a crash to restart.
+Status CheckApplication(const LaunchOptions& options);
+
+// The prefix of an error that slot 0 decided and every slot received (slot 0 reports it).
+constexpr const char* kFromSlotZero = "slot 0: ";
+
 // srun: where slot 0 publishes the endpoint (removed by slot 0 at the end).
 std::string SlurmEndpointFile(const std::string& key_file);
 

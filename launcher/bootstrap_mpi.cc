@@ -9,6 +9,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +36,7 @@ constexpr const char* kRebuild = "-DRTFT_MPI=openmpi or mpich";
 struct PeerRecord {
   char host[kHostBytes];
   int32_t pid;
+  int32_t app_errno;  // 0: this slot can execute the application
 };
 
 Status MpiError(int rc, const char* what) {
@@ -43,21 +46,33 @@ Status MpiError(int rc, const char* what) {
   return Status::Unavailable(std::string(what) + ": " + text);
 }
 
-// Slot 0's message to all: "ok <endpoint> [keys]" or "error <text>".
-std::string RootMessage(const LaunchOptions& options, BootstrapResult* r) {
+std::string ErrorMessage(const Status& s) {
+  return "error " + std::to_string(static_cast<int>(s.code())) + " " + s.message();
+}
+
+// Slot 0's message to all: "ok <endpoint> [keys]" or "error <status code> <text>".
+std::string RootMessage(const LaunchOptions& options, const std::vector<PeerRecord>& all,
+                        BootstrapResult* r) {
+  for (size_t s = 0; s < all.size(); ++s) {
+    if (all[s].app_errno == 0) continue;
+    return ErrorMessage(
+        Status::FromErrno(all[s].app_errno, "slot " + std::to_string(s) + " (" + r->peers[s].host +
+                                                "): the application '" + options.command[0] +
+                                                "' cannot be executed there"));
+  }
   control::JobKeys keys;
   if (!options.job_key_file.empty()) {
     auto loaded = control::LoadJobKeys(options.job_key_file);
-    if (!loaded.ok()) return "error " + loaded.status().ToString();
+    if (!loaded.ok()) return ErrorMessage(loaded.status().Annotate("--job-key-file"));
     keys = *loaded;
   } else {
     auto generated = control::GenerateJobKeys();
-    if (!generated.ok()) return "error " + generated.status().ToString();
+    if (!generated.ok()) return ErrorMessage(generated.status());
     keys = *generated;
   }
   auto coordinator = StartCoordinator(options, keys, r->slots);
   if (!coordinator.ok())
-    return "error starting the coordinator: " + coordinator.status().ToString();
+    return ErrorMessage(coordinator.status().Annotate("starting the coordinator"));
   r->coordinator = std::move(*coordinator);
   r->keys = keys;
   r->endpoint = r->coordinator->endpoint();
@@ -69,6 +84,8 @@ Status Exchange(const LaunchOptions& options, BootstrapResult* r) {
   PeerRecord mine{};
   std::strncpy(mine.host, r->host.c_str(), kHostBytes - 1);
   mine.pid = static_cast<int32_t>(getpid());
+  std::string path;
+  mine.app_errno = options.command.empty() ? ENOENT : FindExecutable(options.command[0], &path);
   std::vector<PeerRecord> all(r->slots);
   int rc = MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE,
                          MPI_COMM_WORLD);
@@ -77,7 +94,7 @@ Status Exchange(const LaunchOptions& options, BootstrapResult* r) {
     r->peers.push_back({std::string(p.host, strnlen(p.host, kHostBytes)), p.pid});
 
   std::string message;
-  if (r->slot == 0) message = RootMessage(options, r);
+  if (r->slot == 0) message = RootMessage(options, all, r);
   int len = static_cast<int>(message.size());
   rc = MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Bcast");
@@ -85,8 +102,14 @@ Status Exchange(const LaunchOptions& options, BootstrapResult* r) {
   rc = MPI_Bcast(message.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Bcast");
 
-  if (message.rfind("error ", 0) == 0)
-    return Status::FailedPrecondition("slot 0: " + message.substr(6));
+  if (message.rfind("error ", 0) == 0) {
+    char* end = nullptr;
+    const long code = std::strtol(message.c_str() + 6, &end, 10);
+    const bool known = end != message.c_str() + 6 && *end == ' ' && code > 0 &&
+                       code <= static_cast<long>(StatusCode::kInternal);
+    return Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
+                  kFromSlotZero + std::string(known ? end + 1 : message.c_str() + 6));
+  }
   if (message.rfind("ok ", 0) != 0) return Status::Internal("bad bootstrap message");
   if (r->slot == 0) return Status::Ok();
   const size_t nl = message.find('\n');

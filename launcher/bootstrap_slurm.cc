@@ -56,6 +56,7 @@ StatusOr<BootstrapResult> BootstrapSlurm(const LaunchOptions& options) {
         "under srun, dp-launch needs --job-key-file (or RTFT_JOB_KEY_FILE): a file with the "
         "job's keys, mode 0600, on a path every node can read; without MPI there is no way to "
         "hand out generated keys. Create one with: dp-launch --new-key-file PATH");
+  RTFT_RETURN_IF_ERROR(CheckApplication(options));
   BootstrapResult r;
   RTFT_ASSIGN_OR_RETURN(r.slot, EnvInt("SLURM_PROCID"));
   RTFT_ASSIGN_OR_RETURN(r.slots, EnvInt("SLURM_NTASKS"));

@@ -17,6 +17,13 @@ bool Truthy(const char* v) {
                !std::strcmp(v, "on"));
 }
 
+int SlotFrom(const char* v) {
+  if (!v) return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && n >= 0 && n < 1000000 ? static_cast<int>(n) : -1;
+}
+
 }  // namespace
 
 const char* LauncherName(LauncherKind kind) {
@@ -35,7 +42,9 @@ const char* LauncherName(LauncherKind kind) {
 
 LaunchEnv DetectLaunchEnv() {
   LaunchEnv env;
+  env.launcher_slot = 0;
   if (Env("OMPI_COMM_WORLD_RANK")) {
+    env.launcher_slot = SlotFrom(Env("OMPI_COMM_WORLD_RANK"));
     env.kind = LauncherKind::kOpenMpi;
     if (const char* size = Env("OMPI_COMM_WORLD_SIZE")) env.launcher_slots = std::atoi(size);
     // mpirun --enable-recovery exports its MCA setting to every process it starts.
@@ -52,6 +61,7 @@ LaunchEnv DetectLaunchEnv() {
           "--exit-code-file/RTFT_EXIT_CODE_FILE");
   } else if (Env("SLURM_PROCID") && Env("SLURM_NTASKS")) {
     env.kind = LauncherKind::kSlurm;
+    env.launcher_slot = SlotFrom(Env("SLURM_PROCID"));
     // srun exports the variable when it was given in the environment; the option
     // --kill-on-bad-exit and the cluster's KillOnBadExit are not visible to the task.
     const char* kill = Env("SLURM_KILL_BAD_EXIT");
@@ -72,6 +82,7 @@ LaunchEnv DetectLaunchEnv() {
           "whole job when a node fails; allocate with sbatch/salloc --no-kill to survive it");
   } else if (Env("PMI_RANK") || Env("PMIX_RANK") || Env("MPI_LOCALRANKID")) {
     env.kind = LauncherKind::kMpich;
+    env.launcher_slot = SlotFrom(Env("PMI_RANK") ? Env("PMI_RANK") : Env("PMIX_RANK"));
     if (const char* size = Env("PMI_SIZE")) env.launcher_slots = std::atoi(size);
     // Measured with MPICH 4.0.2: hydra_pmi_proxy SIGKILLs the other processes as soon as one it
     // started dies by a signal; -disable-auto-cleanup and MPIR_CVAR_ENABLE_FT change nothing.

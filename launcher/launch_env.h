@@ -17,6 +17,9 @@ struct LaunchEnv {
   // The slot count the launcher announces (OMPI_COMM_WORLD_SIZE, PMI_SIZE; 0: unknown). The MPI
   // bootstrap checks it: a dp-launch built against another MPI sees a world of one.
   int launcher_slots = 0;
+  // This process's slot as the launcher numbers it (OMPI_COMM_WORLD_RANK, PMI_RANK,
+  // SLURM_PROCID; 0 without a launcher; -1: unknown). Known before the bootstrap.
+  int launcher_slot = -1;
   // Warnings to print at start (slot 0 prints them once).
   std::vector<std::string> warnings;
 };

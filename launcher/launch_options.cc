@@ -77,6 +77,8 @@ void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
       Help("time an application gets to exit after SIGTERM/shutdown", Param::kShutdownGraceS));
   app->add_option("--exit-code-file", f->exit_code_file,
                   Help("slot 0 writes the job's exit code here", Param::kExitCodeFile));
+  app->add_option("--app-isolation", f->app_isolation,
+                  Help("auto | pid-namespace | process-group", Param::kAppIsolation));
   app->add_flag("--print-config", f->print_config,
                 "list every RTFT_* setting with its default and current value, then exit");
   app->add_option("command", f->command, "the application and its arguments (after --)");
@@ -117,6 +119,10 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   RTFT_RETURN_IF_ERROR(CheckRange(grace, 0, 24 * 3600, "--shutdown-grace-s"));
   o.shutdown_grace = std::chrono::seconds(grace);
   o.exit_code_file = PathSetting(f.exit_code_file, Param::kExitCodeFile);
+  const std::string isolation = StringSetting(f.app_isolation, Param::kAppIsolation);
+  if (!ParseIsolationPolicy(isolation, &o.isolation))
+    return Status::InvalidArgument("--app-isolation '" + isolation +
+                                   "': use auto, pid-namespace or process-group");
   o.command = f.command;
   return o;
 }

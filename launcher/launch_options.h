@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "control/types.h"
+#include "launcher/child_process.h"
 #include "rtft/status.h"
 
 namespace rtft::launch {
@@ -27,6 +28,7 @@ struct LaunchOptions {
   std::chrono::seconds join_timeout{60};
   std::chrono::seconds shutdown_grace{30};
   std::string exit_code_file;
+  IsolationPolicy isolation = IsolationPolicy::kAuto;
   std::vector<std::string> command;  // APP [ARGS]
 };
 
@@ -34,7 +36,7 @@ struct LaunchOptions {
 struct LaunchFlags {
   std::string spares, heartbeat_ms, heartbeat_timeout_ms, max_restarts_per_slot;
   std::string on_spares_exhausted, watchdog_s, log_level, job_key_file, join_timeout_s;
-  std::string shutdown_grace_s, exit_code_file;
+  std::string shutdown_grace_s, exit_code_file, app_isolation;
   bool print_config = false;
   std::vector<std::string> command;
 };

@@ -6,51 +6,51 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "control/keys.h"
 #include "core/logging.h"
+#include "core/params.h"
 #include "launcher/agent.h"
 #include "launcher/bootstrap.h"
+#include "launcher/job_end.h"
 #include "launcher/launch_env.h"
 #include "launcher/launch_options.h"
 
 namespace rtft::launch {
 namespace {
 
-constexpr int kExitUsage = 2;
-
 const char* kDescription =
     "dp-launch: runs APP under rt-ft's fault tolerance, one dp-launch per slot.\n"
     "  mpirun -np N --enable-recovery dp-launch [options] -- APP [ARGS]\n"
     "  srun --kill-on-bad-exit=0 dp-launch --job-key-file F [options] -- APP [ARGS]\n"
     "Exit codes: the job's (0 when every rank's application exited 0 or checkpoint-and-exit\n"
-    "completed; else the first failing application's code; 1 when spares ran out under `fail`\n"
-    "or the coordinator was lost; 2 bad usage). An application that exits with 75 is\n"
-    "restarted like a crashed one; any other non-zero code ends the job with it.\n";
+    "completed; else the first failing application's code; 1 when the job could not start or\n"
+    "go on: spares ran out under `fail`, slot 0 was lost, the bootstrap did not complete in\n"
+    "--join-timeout-s; 2 bad usage: options, key file, an application that cannot be executed\n"
+    "on some slot). An application that exits with 75 is restarted like a crashed one; any\n"
+    "other non-zero code ends the job with it.\n";
 
-Status WriteExitCode(const std::string& path, int code) {
-  if (path.empty()) return Status::Ok();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << code << "\n";
-    if (!out) return Status::IoError("writing " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno(errno, path);
-  return Status::Ok();
-}
-
-int RunJob(const LaunchOptions& options) {
-  const LaunchEnv env = DetectLaunchEnv();
+int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
+  const JobEndReport report(options.exit_code_file, env.launcher_slot);
+  // MPI_Init and the bootstrap's collectives have no deadline of their own.
+  std::optional<BootstrapWatchdog> watchdog;
+  if (env.kind == LauncherKind::kOpenMpi || env.kind == LauncherKind::kMpich)
+    watchdog.emplace(options.join_timeout, report);
   auto boot = Bootstrap(env, options);
+  watchdog.reset();
   if (!boot.ok()) {
+    const int code = ExitCodeFor(boot.status());
     std::cerr << "dp-launch: bootstrap failed: " << boot.status() << "\n";
-    return 1;
+    if (report.slot() == 0)
+      report.Final(code);
+    else if (boot.status().message().rfind(kFromSlotZero, 0) != 0)
+      report.IfFirst(code);  // this slot's own failure: slot 0 may know nothing of it
+    return code;
   }
   SetLogRank(boot->slot);
   if (boot->slot == 0) {
@@ -59,24 +59,65 @@ int RunJob(const LaunchOptions& options) {
                                 << options.spares << " spares), coordinator at " << boot->endpoint;
   }
   std::unique_ptr<control::Coordinator> coordinator = std::move(boot->coordinator);
-  AgentConfig config{options,     boot->slot,     boot->slots, boot->host,
-                     boot->peers, boot->endpoint, boot->keys};
+  AgentConfig config;
+  config.options = options;
+  config.launcher = env.kind;
+  config.slot = boot->slot;
+  config.slots = boot->slots;
+  config.host = boot->host;
+  config.peers = boot->peers;
+  config.endpoint = boot->endpoint;
+  config.keys = boot->keys;
   int code;
+  bool coordinator_lost;
   {
     Agent agent(std::move(config));
     code = agent.Run();
+    coordinator_lost = agent.coordinator_lost();
   }
-  if (!coordinator) return code;
+  if (!coordinator) {
+    // Slot 0 is gone: no one else will say how the job ended.
+    if (coordinator_lost) code = report.IfFirst(code);
+    return code;
+  }
   // Slot 0 keeps the coordinator until the job is over, even when its own slot retired.
   code = coordinator->WaitJobEnd();
   // Let the last broadcast reach the other agents before the coordinator goes away.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   coordinator.reset();
   if (env.kind == LauncherKind::kSlurm) unlink(SlurmEndpointFile(options.job_key_file).c_str());
-  Status s = WriteExitCode(options.exit_code_file, code);
-  if (!s.ok()) std::cerr << "dp-launch: " << s << "\n";
-  std::cerr << "dp-launch: job exit code " << code << "\n";
+  report.Final(code);
   return code;
+}
+
+// Bad usage: exit 2, reported like any other ending (mpirun --enable-recovery would exit 0).
+int Usage(const std::string& message, const std::string& exit_code_file) {
+  std::cerr << "dp-launch: " << message << "\n";
+  const LaunchEnv env = DetectLaunchEnv();
+  JobEndReport report(exit_code_file, env.launcher_slot);
+  if (report.slot() == 0)
+    report.Final(kExitUsage);
+  else
+    report.IfFirst(kExitUsage);
+  return kExitUsage;
+}
+
+// The exit-code file when the options could not be resolved: the flag, even when the command
+// line as a whole was refused, else the variable.
+std::string ExitCodeFileOf(const LaunchFlags& flags, int argc, char** argv) {
+  std::string path = flags.exit_code_file;
+  const std::string flag = "--exit-code-file";
+  for (int i = 1; path.empty() && i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg == flag && i + 1 < argc) path = argv[i + 1];
+    if (arg.rfind(flag + "=", 0) == 0) path = arg.substr(flag.size() + 1);
+  }
+  if (path.empty()) {
+    const char* env = std::getenv(GetParamInfo(Param::kExitCodeFile).env);
+    if (env) path = env;
+  }
+  return path == "none" ? "" : path;
 }
 
 int Main(int argc, char** argv) {
@@ -92,7 +133,7 @@ int Main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitUsage;
+    return rc == 0 ? 0 : Usage("see dp-launch --help", ExitCodeFileOf(flags, argc, argv));
   }
   if (flags.print_config) {
     std::cout << FormatConfig();
@@ -103,27 +144,21 @@ int Main(int argc, char** argv) {
     Status s = keys.ok() ? control::SaveJobKeys(new_key_file, *keys) : keys.status();
     if (!s.ok()) {
       std::cerr << "dp-launch: " << s << "\n";
-      return 1;
+      return ExitCodeFor(s);
     }
     return 0;
   }
   auto options = ResolveOptions(flags);
-  if (!options.ok()) {
-    std::cerr << "dp-launch: " << options.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (options->command.empty()) {
-    std::cerr << "dp-launch: no application given; usage: dp-launch [options] -- APP [ARGS]\n";
-    return kExitUsage;
-  }
+  if (!options.ok()) return Usage(options.status().message(), ExitCodeFileOf(flags, argc, argv));
+  if (options->command.empty())
+    return Usage("no application given; usage: dp-launch [options] -- APP [ARGS]",
+                 options->exit_code_file);
   LogLevel level;
-  if (!ParseLogLevel(options->log_level, &level)) {
-    std::cerr << "dp-launch: unknown --log-level '" << options->log_level << "'\n";
-    return kExitUsage;
-  }
+  if (!ParseLogLevel(options->log_level, &level))
+    return Usage("unknown --log-level '" + options->log_level + "'", options->exit_code_file);
   SetLogLevel(level);
   InstallAgentSignalHandlers();
-  return RunJob(*options);
+  return RunJob(*options, DetectLaunchEnv());
 }
 
 }  // namespace

@@ -91,13 +91,18 @@ Status SaveJobKeys(const std::string& path, const JobKeys& keys) {
 }
 
 StatusOr<JobKeys> LoadJobKeys(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in the file's place must not hang the job; it is refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Status::FromErrno(errno, "opening job key file " + path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     return Status::FromErrno(err, "stat " + path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument("job key file " + path + " is not a regular file");
   }
   if ((st.st_mode & 077) != 0) {
     ::close(fd);

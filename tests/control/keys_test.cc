@@ -59,6 +59,10 @@ TEST(JobKeys, LoadRejectsBadFiles) {
                 .code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(write("bogus line here\n").code(), StatusCode::kInvalidArgument);
+  // A FIFO in the key file's place is refused at once instead of blocking the reader.
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(LoadJobKeys(fifo).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(JobKeys, BootstrapLine) {

@@ -47,13 +47,23 @@ class JobFixture : public ::testing::Test {
         << "rank " << rank << " never reached step " << step << "\n"
         << job_->Dump();
   }
-  // The launcher's own exit status; nullopt (and a failure) when the job did not end.
-  std::optional<int> WaitLauncher() {
-    auto rc = job_->Wait(std::chrono::seconds(60));
+  // The launcher's own exit status; nullopt (and a failure) when the job did not end. Fails
+  // too when a process of the job outlived the launcher.
+  std::optional<int> WaitLauncher(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    auto rc = job_->Wait(limit);
     EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job_->Dump();
+    EXPECT_EQ(job_->leftovers(), "") << "processes of the job outlived the launcher\n"
+                                     << job_->Dump();
     return rc;
   }
   std::vector<LogLine> Starts(int slot) { return LinesOf(dir_, slot, "start"); }
+  // The time (us) of the last line that the process with log id `id` wrote on `slot`.
+  long LastTime(int slot, const std::string& id) {
+    long t = -1;
+    for (const auto& l : ReadSlotLog(dir_, slot))
+      if (l.Get("id") == id) t = std::max(t, l.Int("t"));
+    return t;
+  }
   std::vector<LogLine> Events(int slot) { return LinesOf(dir_, slot, "event"); }
   // Tells the test application of `rank` to do `cmd` (crash, hang, exit N), atomically.
   void Command(int rank, const std::string& cmd) {

@@ -1,5 +1,6 @@
 #include "launcher/launch_job.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,84 @@
 #include <thread>
 
 namespace rtft::launch::test {
+
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool ReadProc(pid_t pid, ProcInfo* info) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  const std::string stat = ReadAll(dir + "/stat");
+  const size_t open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 4 > stat.size())
+    return false;
+  info->pid = pid;
+  info->comm = stat.substr(open + 1, close - open - 1);
+  info->state = stat[close + 2];
+  info->ppid = static_cast<pid_t>(std::atol(stat.c_str() + close + 4));
+  std::istringstream status(ReadAll(dir + "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream words(line.substr(6));
+    long v;
+    while (words >> v) info->nspid.push_back(v);
+  }
+  const std::string environ = ReadAll(dir + "/environ");
+  size_t begin = 0;
+  while (begin < environ.size()) {
+    size_t end = environ.find('\0', begin);
+    if (end == std::string::npos) end = environ.size();
+    const std::string entry = environ.substr(begin, end - begin);
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) info->env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    begin = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<ProcInfo> JobProcesses(const std::string& dir) {
+  std::vector<ProcInfo> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    ProcInfo info;
+    if (!ReadProc(static_cast<pid_t>(pid), &info) || info.state == 'Z' || info.state == 'X')
+      continue;
+    if (info.Env("RTFT_TEST_DIR") == dir) out.push_back(std::move(info));
+  }
+  closedir(d);
+  return out;
+}
+
+pid_t ParentOf(pid_t pid) {
+  ProcInfo info;
+  return ReadProc(pid, &info) ? info.ppid : 0;
+}
+
+bool Alive(pid_t pid) {
+  ProcInfo info;
+  return pid > 0 && ReadProc(pid, &info) && info.state != 'Z' && info.state != 'X';
+}
+
+std::string DpLaunchUnderTest() {
+  const char* other = std::getenv("RTFT_TEST_DP_LAUNCH");
+  return other && *other ? other : RTFT_DP_LAUNCH;
+}
+
+std::vector<std::string> BehindShell() {
+  return {"/bin/bash", "-c", std::string(RTFT_TEST_APP) + "; exit $?"};
+}
 
 std::vector<LogLine> ReadSlotLog(const std::string& dir, int slot) {
   std::vector<LogLine> lines;
@@ -54,20 +133,9 @@ Job::~Job() {
 }
 
 void Job::KillLeftovers() const {
-  // Open MPI may put the processes it starts in groups of their own: kill what the logs name,
-  // when it is still one of ours.
-  for (int s = 0; s < slots_; ++s) {
-    for (const auto& l : ReadSlotLog(dir_, s)) {
-      for (const char* key : {"pid", "ppid"}) {
-        const pid_t pid = static_cast<pid_t>(l.Int(key));
-        if (pid <= 1) continue;
-        std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-        std::string name;  // comm: the first 15 characters
-        if ((comm >> name) && (name == "dp-launch" || name == "launcher-test-a"))
-          kill(pid, SIGKILL);
-      }
-    }
-  }
+  // Open MPI may put the processes it starts in groups of their own: kill every process of the
+  // job, wherever it is.
+  for (const ProcInfo& p : JobProcesses(dir_)) kill(p.pid, SIGKILL);
 }
 
 namespace {
@@ -88,20 +156,29 @@ std::vector<std::string> LauncherArgs(const JobSpec& spec) {
 
 void Job::Start(const JobSpec& spec) {
   slots_ = spec.slots;
+  kind_ = spec.launcher.kind;
   std::vector<std::string> args = LauncherArgs(spec);
-  auto app_context = [&](int np, const std::vector<std::string>& extra) {
+  auto app_context = [&](int np, const std::vector<std::string>& extra,
+                         const std::vector<std::string>& app) {
     args.insert(args.end(), {"-np", std::to_string(np), spec.launcher.dp_launch});
     args.insert(args.end(), spec.dp_args.begin(), spec.dp_args.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--exit-code-file", dir_ + "/exit-code", "--", RTFT_TEST_APP});
+    args.insert(args.end(), {"--exit-code-file", dir_ + "/exit-code", "--"});
+    args.insert(args.end(), app.begin(), app.end());
   };
   if (spec.per_slot_args.empty()) {
-    app_context(spec.slots, {});
+    const int extra = spec.extra_context.empty() ? 0 : std::atoi(spec.extra_context[1].c_str());
+    app_context(spec.slots - extra, {}, spec.app);
   } else {
     for (size_t i = 0; i < spec.per_slot_args.size(); ++i) {
       if (i) args.push_back(":");
-      app_context(1, spec.per_slot_args[i]);
+      app_context(1, spec.per_slot_args[i],
+                  i < spec.per_slot_app.size() ? spec.per_slot_app[i] : spec.app);
     }
+  }
+  if (!spec.extra_context.empty()) {
+    args.push_back(":");
+    args.insert(args.end(), spec.extra_context.begin(), spec.extra_context.end());
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -136,7 +213,14 @@ std::optional<int> Job::Wait(std::chrono::seconds timeout) {
     pid_ = -1;
     return std::nullopt;
   }
-  // Stray processes of the job (there should be none) go with the group.
+  // No process of the job may outlive the launcher: give stragglers a moment to go, then record
+  // what is left for the test to fail on, and kill it.
+  std::vector<ProcInfo> left;
+  WaitFor([&] { return (left = JobProcesses(dir_)).empty(); }, std::chrono::seconds(5));
+  leftovers_.clear();
+  for (const ProcInfo& p : left)
+    leftovers_ += std::to_string(p.pid) + " " + p.comm + " (parent " + std::to_string(p.ppid) +
+                  ", slot " + p.Env("RTFT_SLOT") + ")\n";
   kill(-pid_, SIGKILL);
   pid_ = -1;
   KillLeftovers();
@@ -157,29 +241,45 @@ std::string Job::Output() const {
   return s.str();
 }
 
+pid_t Job::AgentOf(int slot) const {
+  const char* rank_var = kind_ == Launcher::Kind::kHydra ? "PMI_RANK" : "OMPI_COMM_WORLD_RANK";
+  for (const ProcInfo& p : JobProcesses(dir_))
+    if (p.comm.rfind("dp-launch", 0) == 0 && p.Env(rank_var) == std::to_string(slot)) return p.pid;
+  return 0;
+}
+
+bool Job::FindApp(int slot, long inner, pid_t* app, pid_t* agent) const {
+  for (const ProcInfo& p : JobProcesses(dir_)) {
+    if (p.comm != "launcher-test-a" || p.Env("RTFT_SLOT") != std::to_string(slot) ||
+        p.nspid.empty() || p.nspid.back() != inner)
+      continue;
+    *app = p.pid;
+    *agent = AgentOf(slot);
+    return *agent > 0;
+  }
+  return false;
+}
+
 bool Job::FindRank(int rank, pid_t* app, pid_t* agent, int* slot) const {
-  bool found = false;
+  int found_slot = -1;
+  long inner = -1;
   for (int s = 0; s < slots_; ++s) {
     for (const auto& l : LinesOf(dir_, s, "start")) {
       if (l.Int("rank") != rank) continue;
-      *app = static_cast<pid_t>(l.Int("pid"));
-      *agent = static_cast<pid_t>(l.Int("ppid"));
-      if (slot) *slot = s;
-      found = true;
+      found_slot = s;
+      inner = l.Int("pid");
     }
   }
-  return found;
+  if (found_slot < 0 || !FindApp(found_slot, inner, app, agent)) return false;
+  if (slot) *slot = found_slot;
+  return true;
 }
 
 bool Job::FindSpare(int slot, pid_t* app, pid_t* agent) const {
-  bool found = false;
-  for (const auto& l : LinesOf(dir_, slot, "launched")) {
-    if (l.Get("env_role") != "spare") continue;
-    *app = static_cast<pid_t>(l.Int("pid"));
-    *agent = static_cast<pid_t>(l.Int("ppid"));
-    found = true;
-  }
-  return found;
+  long inner = -1;
+  for (const auto& l : LinesOf(dir_, slot, "launched"))
+    if (l.Get("env_role") == "spare") inner = l.Int("pid");
+  return inner > 0 && FindApp(slot, inner, app, agent);
 }
 
 long Job::LastStep(int rank) const {

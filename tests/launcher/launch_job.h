@@ -25,6 +25,25 @@ struct LogLine {
   long Int(const std::string& key) const { return std::atol(Get(key).c_str()); }
 };
 
+// A process as /proc shows it to the test.
+struct ProcInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  char state = '?';
+  std::string comm;
+  std::vector<long> nspid;  // its pid in each PID namespace, the test's first
+  std::map<std::string, std::string> env;
+  std::string Env(const std::string& name) const {
+    auto it = env.find(name);
+    return it == env.end() ? "" : it->second;
+  }
+};
+// Every live process (zombies excluded) whose environment holds RTFT_TEST_DIR=<dir>: mpirun,
+// the dp-launch agents, their keepers (comm "dp-keeper"), the applications and what they start.
+std::vector<ProcInfo> JobProcesses(const std::string& dir);
+bool Alive(pid_t pid);      // and not a zombie
+pid_t ParentOf(pid_t pid);  // 0 when gone
+
 std::vector<LogLine> ReadSlotLog(const std::string& dir, int slot);
 // Lines of `kind` in slot's log.
 std::vector<LogLine> LinesOf(const std::string& dir, int slot, const std::string& kind);
@@ -32,11 +51,15 @@ std::vector<LogLine> LinesOf(const std::string& dir, int slot, const std::string
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
 // Which MPI launcher starts the job, and the dp-launch built against its MPI.
+// The dp-launch under test: this build's, or RTFT_TEST_DP_LAUNCH (to run the tests against
+// another build, e.g. to see a test fail on an older one).
+std::string DpLaunchUnderTest();
+
 struct Launcher {
   enum class Kind { kOpenMpi, kHydra };
   Kind kind = Kind::kOpenMpi;
   std::string mpiexec = "mpirun";
-  std::string dp_launch = RTFT_DP_LAUNCH;
+  std::string dp_launch = DpLaunchUnderTest();
 };
 
 struct JobSpec {
@@ -48,7 +71,18 @@ struct JobSpec {
   Launcher launcher;
   // MPMD: when not empty, per-slot extra dp-launch options (one app context per slot).
   std::vector<std::vector<std::string>> per_slot_args;
+  // What dp-launch runs (after --): the test application, or a wrapper around it; with
+  // per_slot_args, per_slot_app (when not empty) gives each slot's.
+  std::vector<std::string> app = {RTFT_TEST_APP};
+  std::vector<std::vector<std::string>> per_slot_app;
+  // One more app context after the dp-launch ones (-np N PROGRAM ARGS): a slot that is no
+  // dp-launch, e.g. one that dies before MPI_Init. Counts in `slots`.
+  std::vector<std::string> extra_context;
 };
+
+// The test application behind a shell that stays its parent (bash forks it and waits), as in
+// `bash run.sh`.
+std::vector<std::string> BehindShell();
 
 class Job {
  public:
@@ -62,10 +96,17 @@ class Job {
   int JobExitCode() const;
   std::string Output() const;  // the launcher's stdout and stderr
 
-  // The pid (and its agent's, the parent) of the latest process that started with `rank`.
+  // The pid (as the test sees it: the application runs in a PID namespace of its own) of the
+  // live process that started last with `rank`, and its slot's dp-launch.
   bool FindRank(int rank, pid_t* app, pid_t* agent, int* slot = nullptr) const;
+  // The live application logged on `slot` as `inner` (its own getpid()), and the slot's agent.
+  bool FindApp(int slot, long inner, pid_t* app, pid_t* agent) const;
   // The pid and agent of the spare waiting on `slot`.
   bool FindSpare(int slot, pid_t* app, pid_t* agent) const;
+  // The dp-launch of `slot` (0 when it is gone).
+  pid_t AgentOf(int slot) const;
+  // The job's processes still alive after the launcher exited (Wait() fills it), one per line.
+  const std::string& leftovers() const { return leftovers_; }
   // Highest step logged by `rank` so far (-1: none).
   long LastStep(int rank) const;
   // Every line of every slot log, for failure messages.
@@ -77,6 +118,8 @@ class Job {
   std::string dir_;
   int slots_ = 0;
   pid_t pid_ = -1;
+  Launcher::Kind kind_ = Launcher::Kind::kOpenMpi;
+  std::string leftovers_;
 };
 
 }  // namespace rtft::launch::test

@@ -5,13 +5,18 @@
 //   RTFT_TEST_DIR       log and command directory (required)
 //   RTFT_TEST_STEPS     steps to run (default 20); RTFT_TEST_STEP_MS: sleep per step (100)
 //   RTFT_TEST_EXIT_CODE exit code after the last step (0)
-// Commands: a file <dir>/cmd-rank<R> holding `crash`, `hang`, `exit N` or `device-error` is
-// consumed at the next step by the process holding logical rank R.
+// Commands: a file <dir>/cmd-rank<R> holding `crash`, `hang`, `exit N`, `device-error` or
+// `daemonize` (a grandchild that calls setsid() and outlives its parent, logging `daemon`) is
+// consumed at the next step by the process holding logical rank R. SIGUSR1 is logged
+// (`signal usr1`) at the next step.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +33,7 @@ namespace {
 std::mutex g_log_mu;
 FILE* g_log = stdout;
 std::atomic<bool> g_term{false};
+std::atomic<bool> g_usr1{false};
 
 long long NowUs() {
   timeval tv{};
@@ -35,9 +41,13 @@ long long NowUs() {
   return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
 }
 
+// Tells this process's lines from those of others on the slot: pids repeat across the PID
+// namespaces a slot's applications run in.
+long long g_id = NowUs();
+
 void Log(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_log_mu);
-  std::fprintf(g_log, "%s t=%lld\n", line.c_str(), NowUs());
+  std::fprintf(g_log, "%s id=%lld t=%lld\n", line.c_str(), g_id, NowUs());
   std::fflush(g_log);
 }
 
@@ -71,6 +81,24 @@ std::string TakeCommand(const std::string& dir, int rank) {
   return cmd;
 }
 
+// A process that leaves the application's group and session and is no child of it: setsid() in a
+// child, then a grandchild that the child leaves behind. It logs and waits to be killed.
+void Daemonize(int rank) {
+  const pid_t child = fork();
+  if (child < 0) return;
+  if (child == 0) {
+    setsid();
+    if (fork() == 0) {
+      g_id = NowUs();
+      Log("daemon rank=" + std::to_string(rank) + " pid=" + std::to_string(getpid()));
+      while (true) pause();
+    }
+    _exit(0);
+  }
+  while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -85,10 +113,14 @@ int main() {
   g_log = std::fopen(log_path.c_str(), "a");
   if (!g_log) return 2;
   signal(SIGTERM, [](int) { g_term = true; });
+  signal(SIGUSR1, [](int) { g_usr1 = true; });
   const char* role_env = std::getenv("RTFT_ROLE");
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
   Log("launched pid=" + std::to_string(getpid()) + " ppid=" + std::to_string(getppid()) +
       " env_role=" + (role_env ? role_env : "-") +
-      " env_rank=" + std::to_string(EnvLong("RTFT_RANK", -1)));
+      " env_rank=" + std::to_string(EnvLong("RTFT_RANK", -1)) + " uid=" + std::to_string(getuid()) +
+      " nofile=" + std::to_string(nofile.rlim_cur));
 
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {
@@ -128,8 +160,11 @@ int main() {
       Log("exit rank=" + std::to_string(rank) + " code=143 why=sigterm");
       return 143;
     }
+    if (g_usr1.exchange(false)) Log("signal usr1 rank=" + std::to_string(rank));
     const std::string cmd = TakeCommand(dir, rank);
-    if (cmd == "crash") {
+    if (cmd == "daemonize") {
+      Daemonize(rank);
+    } else if (cmd == "crash") {
       Log("crash rank=" + std::to_string(rank));
       kill(getpid(), SIGKILL);
     } else if (cmd == "hang") {

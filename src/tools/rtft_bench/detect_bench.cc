@@ -1,5 +1,6 @@
 #include "tools/rtft_bench/detect_bench.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -57,6 +58,56 @@ long Num(const std::map<std::string, std::string>& kv, const char* key) {
   return it == kv.end() ? -1 : std::atol(it->second.c_str());
 }
 
+std::string ReadProcFile(long pid, const char* name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + name, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A live process of the job: its pid as this process sees it, comm, environment, and its pid in
+// its own PID namespace (dp-launch runs each application in one: the logs carry that pid).
+struct JobProcess {
+  long pid = 0;
+  std::string comm;
+  std::string env;  // NUL-separated, with a NUL in front
+  long inner = 0;
+  bool Has(const std::string& var) const {
+    return env.find('\0' + var + '\0') != std::string::npos;
+  }
+};
+
+std::vector<JobProcess> JobProcesses(const std::string& dir) {
+  std::vector<JobProcess> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    JobProcess p;
+    char* end = nullptr;
+    p.pid = std::strtol(e->d_name, &end, 10);
+    if (p.pid <= 0 || *end != '\0') continue;
+    p.env = '\0' + ReadProcFile(p.pid, "environ");
+    if (!p.Has("RTFT_TEST_DIR=" + dir)) continue;
+    const std::string stat = ReadProcFile(p.pid, "stat");
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size() ||
+        stat[close + 2] == 'Z')
+      continue;
+    p.comm = stat.substr(open + 1, close - open - 1);
+    std::istringstream status(ReadProcFile(p.pid, "status"));
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("NSpid:", 0) == 0) {
+        std::istringstream ids(line.substr(6));
+        while (ids >> p.inner) {
+        }
+      }
+    out.push_back(std::move(p));
+  }
+  closedir(d);
+  return out;
+}
+
 bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout) {
   const auto end = Clock::now() + timeout;
   while (Clock::now() < end) {
@@ -75,10 +126,8 @@ class BenchJob {
       kill(-pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
-    for (int s = 0; s < slots_; ++s)  // processes Open MPI put in groups of their own
-      for (const auto& kind : {"launched", "start"})
-        for (const auto& l : Lines(dir_, s, kind))
-          for (const char* key : {"pid", "ppid"}) KillOurs(Num(l, key));
+    // Processes Open MPI put in groups of their own.
+    for (const JobProcess& p : JobProcesses(dir_)) kill(static_cast<pid_t>(p.pid), SIGKILL);
   }
 
   Status Start() {
@@ -119,17 +168,24 @@ class BenchJob {
     return Status::Ok();
   }
 
-  // The latest process holding `rank`: its pid and its agent's.
+  // The latest process holding `rank`: its pid and its slot's dp-launch.
   bool Find(int rank, pid_t* app, pid_t* agent) const {
-    bool found = false;
+    long slot = -1, inner = -1;
     for (int s = 0; s < slots_; ++s)
       for (const auto& l : Lines(dir_, s, "start"))
         if (Num(l, "rank") == rank) {
-          *app = Num(l, "pid");
-          *agent = Num(l, "ppid");
-          found = true;
+          slot = s;
+          inner = Num(l, "pid");
         }
-    return found;
+    *app = *agent = 0;
+    for (const JobProcess& p : JobProcesses(dir_)) {
+      if (p.comm == "launcher-test-a" && p.inner == inner &&
+          p.Has("RTFT_SLOT=" + std::to_string(slot)))
+        *app = static_cast<pid_t>(p.pid);
+      if (p.comm == "dp-launch" && p.Has("OMPI_COMM_WORLD_RANK=" + std::to_string(slot)))
+        *agent = static_cast<pid_t>(p.pid);
+    }
+    return *app > 0 && *agent > 0;
   }
   long LastStep(int rank) const {
     long last = -1;
@@ -146,13 +202,6 @@ class BenchJob {
   }
 
  private:
-  static void KillOurs(long pid) {
-    if (pid <= 1) return;
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    if ((comm >> name) && (name == "dp-launch" || name == "launcher-test-a")) kill(pid, SIGKILL);
-  }
-
   const DetectRealOptions& o_;
   const int slots_;
   const std::string dir_;
