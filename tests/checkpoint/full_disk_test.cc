@@ -36,8 +36,8 @@ struct SmallState {
     for (int i = 0; i < 64; ++i) small.push_back(Iota(200, static_cast<float>(i)));
     for (int i = 0; i < 64; ++i)
       provider.AddTensor(HostTensor("model/small" + std::to_string(i), &small[i]));
-    provider.AddObject({"rng", [] { return StatusOr<std::string>(std::string(3000, 'r')); },
-                        nullptr});
+    provider.AddObject(
+        {"rng", [] { return StatusOr<std::string>(std::string(3000, 'r')); }, nullptr});
   }
 };
 
@@ -98,7 +98,7 @@ bool FillLeaving(const std::string& mount, uint64_t free) {
 
 // Runs `argv` with `env` added, stderr into `error`; returns the exit code, 128 + signal.
 int RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-        std::string* error) {
+               std::string* error) {
   int fds[2];
   if (::pipe(fds) != 0) return -1;
   const pid_t pid = ::fork();
@@ -135,8 +135,8 @@ void ExpectNoDamagedFile(const std::string& root) {
       int rank;
       if (!ParseRankFileName(f.path().filename().string(), &rank)) continue;
       auto m = ReadFileManifest(f.path().string());
-      EXPECT_TRUE(m.ok()) << f.path() << " is under its final name but does not read: "
-                          << m.status();
+      EXPECT_TRUE(m.ok()) << f.path()
+                          << " is under its final name but does not read: " << m.status();
     }
     if (std::filesystem::exists(GlobalManifestPath(root, version), ec)) {
       Status s = VerifyVersion(root, version);
@@ -217,9 +217,9 @@ TEST_F(FullDisk, TheDemoFailsCleanlyAtEveryAmountOfFreeSpace) {
   const std::string root = dir_.path() + "/demo";
   // Two versions of 7 MB, captured in 256 KiB units by 4 threads: copies run for milliseconds,
   // long after a full disk failed the version.
-  const std::vector<std::string> argv = {demo,    "--dir",   root, "--layers", "1",
-                                         "--params-per-layer", "524288", "--steps", "4",
-                                         "--every", "2"};
+  const std::vector<std::string> argv = {
+      demo,     "--dir",   root, "--layers", "1", "--params-per-layer",
+      "524288", "--steps", "4",  "--every",  "2"};
   const std::vector<std::string> env = {"RTFT_CKPT_POOL_BYTES=16M", "RTFT_CKPT_CHUNK_BYTES=256K"};
   int completed = 0, failed = 0;
   for (uint64_t free = 0; free <= (18 << 20); free += free < (64 << 10) ? 8192 : (2 << 20)) {
