@@ -89,9 +89,9 @@ int RunSandboxed(const SandboxLimits& limits, const std::string& what,
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   const std::string memory =
-      limits.memory_bytes > 0 ? " or ran out of its " + FormatBytes(limits.memory_bytes) +
-                                    " of memory (--memory-limit)"
-                              : "";
+      limits.memory_bytes > 0
+          ? " or ran out of its " + FormatBytes(limits.memory_bytes) + " of memory (--memory-limit)"
+          : "";
   std::fprintf(stderr,
                "rtft-ckpt: %s is damaged: reading it crashed the reader (signal %d, %s)%s; it "
                "cannot be trusted\n",

@@ -112,8 +112,8 @@ void WriteSeeds(const std::string& dir, const std::string& corpus) {
     }
     for (const Recipe& r : recipes) {
       const std::string encoded = rtft::fuzz::EncodeRecipe(r);
-      const std::string name = corpus + "/seed-" +
-                               rtft::ChecksumToHex(rtft::Xxh3(encoded.data(), encoded.size()));
+      const std::string name =
+          corpus + "/seed-" + rtft::ChecksumToHex(rtft::Xxh3(encoded.data(), encoded.size()));
       std::ofstream(name, std::ios::binary) << encoded;
     }
   }

@@ -29,7 +29,8 @@ class Cursor {
     return static_cast<int32_t>(v);
   }
   std::string Rest() {
-    std::string s(reinterpret_cast<const char*>(data_) + std::min(at_, size_), size_ - std::min(at_, size_));
+    std::string s(reinterpret_cast<const char*>(data_) + std::min(at_, size_),
+                  size_ - std::min(at_, size_));
     at_ = size_;
     return s;
   }
@@ -86,9 +87,9 @@ void WriteAttribute(hid_t file, const Recipe& r) {
     default:
       break;
   }
-  H5Handle attr = Handle(
-      H5Acreate2(file, "rtft_format_version", type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-      H5Aclose);
+  H5Handle attr =
+      Handle(H5Acreate2(file, "rtft_format_version", type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+             H5Aclose);
   if (attr.valid()) H5Awrite(attr.get(), type, value.data());
 }
 
@@ -180,7 +181,8 @@ std::string FixJson(const Recipe& r, const Placed& placed, const Placed& objects
     tensors[i]["offset"] = placed[i].first;
     if (r.fix < 2 || !tensors[i].contains("bytes") || !tensors[i]["bytes"].is_number_unsigned())
       continue;
-    const uint64_t bytes = std::min<uint64_t>(tensors[i]["bytes"].get<uint64_t>(), placed[i].second);
+    const uint64_t bytes =
+        std::min<uint64_t>(tensors[i]["bytes"].get<uint64_t>(), placed[i].second);
     DType dtype = DType::kUInt8;
     if (bytes != tensors[i]["bytes"].get<uint64_t>()) {
       // The dataset was capped: the entry becomes a whole 1-D tensor of what is there.
@@ -309,7 +311,8 @@ std::string EncodeRecipe(const Recipe& r) {
   std::string out(1, static_cast<char>(r.mode));
   if (r.mode != 0) return out + r.json;
   out.push_back(static_cast<char>(r.attr_kind));
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(static_cast<uint32_t>(r.attr_value) >> (8 * i)));
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<char>(static_cast<uint32_t>(r.attr_value) >> (8 * i)));
   out.push_back(static_cast<char>(r.attr_count));
   out.push_back(static_cast<char>(r.tensors.size()));
   for (const TensorRecipe& t : r.tensors) {
@@ -328,8 +331,8 @@ Status BuildRankFile(const Recipe& r, File* file) {
   state.file = file;
   {
     H5Handle fapl = Hdf5FileAccessOver(&state);
-    H5Handle h5 = Handle(H5Fcreate(file->path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                         H5Fclose);
+    H5Handle h5 =
+        Handle(H5Fcreate(file->path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     if (!h5.valid()) return Status::Internal("the fuzzer could not create its file");
     WriteAttribute(h5.get(), r);
     const Placed placed = WriteTensors(h5.get(), r);

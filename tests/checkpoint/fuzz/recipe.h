@@ -23,24 +23,24 @@
 namespace rtft::fuzz {
 
 struct TensorRecipe {
-  uint8_t dtype = 0;               // DType, modulo their number
-  std::vector<uint16_t> dims;      // at most 3
+  uint8_t dtype = 0;           // DType, modulo their number
+  std::vector<uint16_t> dims;  // at most 3
 };
 
 struct Recipe {
   uint8_t mode = 0;
-  uint8_t attr_kind = 0;           // 0 int32 scalar, 1 absent, 2 int32 list, 3 float64, 4 string,
-                                   // 5 int8 scalar, 6 int64 scalar, 7 int32 of rank 2
+  uint8_t attr_kind = 0;  // 0 int32 scalar, 1 absent, 2 int32 list, 3 float64, 4 string,
+                          // 5 int8 scalar, 6 int64 scalar, 7 int32 of rank 2
   int32_t attr_value = 1;
-  uint8_t attr_count = 0;          // elements of a list attribute
+  uint8_t attr_count = 0;             // elements of a list attribute
   std::vector<TensorRecipe> tensors;  // at most 16
-  uint8_t link_kind = 0;   // 0 hard, 1 absent, 2 soft, 3 external, 4 a group
-  uint8_t type_kind = 0;   // 0 fixed string, 1 variable string, 2 int64, 3 nullterm, 4 UTF-8
-  int8_t size_delta = 0;   // added to the string type's size
-  uint8_t space_kind = 0;  // 0 scalar, 1 list of size_delta & 15 elements, 2 null
-  uint8_t layout_kind = 0; // 0 contiguous, 1 compact, 2 chunked (lists only), 3 late, unwritten
-  uint8_t written = 0;     // 0 written, 1 never written
-  uint8_t fix = 0;         // 1: tensor offsets made real; 2: checksums too (the reader accepts)
+  uint8_t link_kind = 0;              // 0 hard, 1 absent, 2 soft, 3 external, 4 a group
+  uint8_t type_kind = 0;    // 0 fixed string, 1 variable string, 2 int64, 3 nullterm, 4 UTF-8
+  int8_t size_delta = 0;    // added to the string type's size
+  uint8_t space_kind = 0;   // 0 scalar, 1 list of size_delta & 15 elements, 2 null
+  uint8_t layout_kind = 0;  // 0 contiguous, 1 compact, 2 chunked (lists only), 3 late, unwritten
+  uint8_t written = 0;      // 0 written, 1 never written
+  uint8_t fix = 0;          // 1: tensor offsets made real; 2: checksums too (the reader accepts)
   std::string json;
 };
 
