@@ -6,6 +6,7 @@
 
 #include "checkpoint/layout/manifest.h"
 #include "checkpoint/layout/naming.h"
+#include "checkpoint/pool/pool_size.h"
 #include "core/check.h"
 #include "core/checksum.h"
 #include "core/logging.h"
@@ -29,9 +30,6 @@ StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " of world size " +
                                    std::to_string(o.world_size) + " is not valid");
-  if (o.pool_bytes == 0) {
-    RTFT_ASSIGN_OR_RETURN(o.pool_bytes, ParamBytes(Param::kCkptPoolBytes));
-  }
   if (o.chunk_bytes == 0) {
     RTFT_ASSIGN_OR_RETURN(o.chunk_bytes, ParamBytes(Param::kCkptChunkBytes));
   }
@@ -42,6 +40,18 @@ StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in
   if (o.flush_threads <= 0) {
     RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptFlushThreads));
     o.flush_threads = static_cast<int>(n);
+  }
+  if (o.pool_bytes == 0) {
+    RTFT_ASSIGN_OR_RETURN(o.pool_bytes, ParamBytes(Param::kCkptPoolBytes));
+  }
+  if (o.pool_bytes == 0 && o.chunk_bytes > 0) {
+    const PoolSizing sizing = DefaultPoolSize(o.chunk_bytes, o.flush_threads);
+    o.pool_bytes = sizing.bytes;
+    RTFT_LOG(kInfo, kLogCkpt) << "pinned pool: " << FormatBytes(sizing.bytes) << " by default ("
+                              << FormatBytes(sizing.host_bytes) << " of host memory, "
+                              << sizing.local_ranks << " local rank(s) from "
+                              << sizing.local_ranks_from
+                              << ", an eighth each; RTFT_CKPT_POOL_BYTES chooses another size)";
   }
   if (o.io_backend.empty()) o.io_backend = ParamString(Param::kCkptIoBackend);
   if (o.io_depth <= 0) {
@@ -240,10 +250,14 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
     return Status::NotFound("version " + std::to_string(version) +
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
+  // Until the version is captured, copies may still be reading the caller's memory: not even a
+  // failed version returns before that, or the caller could free memory a copy still reads.
   const bool done = cv_.wait_for(lock, timeout, [&] {
-    return !v->error.ok() || !loop_error_.ok() || (persisted ? v->done() : v->captured());
+    if (!loop_error_.ok()) return true;
+    if (!v->captured()) return false;
+    return !v->error.ok() || !persisted || v->done();
   });
-  if (!v->error.ok()) return v->error;
+  if (!v->error.ok() && v->captured()) return v->error;
   if (!loop_error_.ok() && !(persisted ? v->done() : v->captured())) return loop_error_;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +

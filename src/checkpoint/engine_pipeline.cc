@@ -8,6 +8,7 @@
 #include "checkpoint/engine.h"
 #include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
+#include "core/fault_point.h"
 #include "core/logging.h"
 
 namespace rtft::internal {
@@ -110,6 +111,7 @@ void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
     // A copy that could not start still hands its span to a flush thread, which releases it.
     Status started = CatchAll("capture thread", [&] { return StartCopy(v, i, *span); });
     if (!started.ok()) OnUnitCaptured(v, i, *span, started);
+    FaultPoint("ckpt.capture");
   }
 }
 
@@ -267,6 +269,7 @@ Status Engine::WriteUnit(
   SplitLarge(&aligned);
   if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
   if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
+  FaultPoint("ckpt.flush");
   return Status::Ok();
 }
 
@@ -324,6 +327,7 @@ Status Engine::CreateFile(Version* v) {
       std::vector<uint64_t> offsets,
       CreateSkeleton(io_.get(), v->tmp_path, specs, v->object_blobs, &v->object_entries));
   for (size_t i = 0; i < offsets.size(); ++i) v->tensors[i].file_offset = offsets[i];
+  FaultPoint("ckpt.skeleton");
   return Status::Ok();
 }
 
@@ -340,13 +344,16 @@ Status Engine::FinalizeVersion(Version* v) {
   }
   m.objects = v->object_entries;
   RTFT_RETURN_IF_ERROR(FinalizeFile(io_.get(), v->tmp_path, {}, &m));
+  FaultPoint("ckpt.manifest_written");
   {
     RTFT_ASSIGN_OR_RETURN(auto file,
                           io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));
     RTFT_RETURN_IF_ERROR(file->Sync());
     RTFT_RETURN_IF_ERROR(file->Close());
   }
+  FaultPoint("ckpt.synced");
   RTFT_RETURN_IF_ERROR(io_->Rename(v->tmp_path, v->final_path));
+  FaultPoint("ckpt.renamed");
   RTFT_RETURN_IF_ERROR(io_->SyncDir(DirName(v->final_path)));
   std::lock_guard<std::mutex> lock(mu_);
   v->stats.persist_s = Seconds(Clock::now() - v->start);

@@ -4,7 +4,8 @@
 // clang-format off
 RTFT_PARAM(kLogLevel, "RTFT_LOG_LEVEL", kString, "warn", "log level: error, warn, info, debug, trace")
 RTFT_PARAM(kLogSubsys, "RTFT_LOG_SUBSYS", kString, "all", "subsystems to log: all, or a comma list of core,ckpt,io,comm,offload,ctrl,runtime,launch,tool")
-RTFT_PARAM(kCkptPoolBytes, "RTFT_CKPT_POOL_BYTES", kBytes, "1G", "size of the pinned host pool that captured state waits in before it is written (K/M/G suffixes)")
+RTFT_PARAM(kCkptPoolBytes, "RTFT_CKPT_POOL_BYTES", kBytes, "0", "size of the pinned host pool that captured state waits in before it is written (K/M/G suffixes); 0: an eighth of the node's memory per local rank, 2 chunks per flush thread to 64G, chosen and logged when the engine is created")
+RTFT_PARAM(kCkptLocalRanks, "RTFT_CKPT_LOCAL_RANKS", kInt, "0", "ranks sharing this node's memory, for the default pool size (0: from the launcher's environment, else one per GPU of the node, else 1)")
 RTFT_PARAM(kCkptChunkBytes, "RTFT_CKPT_CHUNK_BYTES", kBytes, "64M", "largest single capture/write unit; larger tensors are split (multiple of 4 KiB)")
 RTFT_PARAM(kCkptSmallTensorBytes, "RTFT_CKPT_SMALL_TENSOR_BYTES", kBytes, "16M", "tensors below this size are coalesced into shared transfers and merged writes")
 RTFT_PARAM(kCkptCaptureThreads, "RTFT_CKPT_CAPTURE_THREADS", kInt, "4", "host threads that copy host-resident tensors into the pool")

@@ -10,6 +10,8 @@
 
 #ifdef RTFT_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "checkpoint/capture/cuda_status.h"
 #endif
 
 namespace rtft::offload {
@@ -52,10 +54,9 @@ StatusOr<HostArray> HostArray::Allocate(size_t bytes, bool pinned) {
   if (pinned && CudaDevicePresent()) {
     cudaError_t err = cudaHostAlloc(&a.data_, bytes, cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      cudaGetLastError();
       a.data_ = nullptr;
-      return Status::ResourceExhausted("cudaHostAlloc of " + std::to_string(bytes) +
-                                       " bytes for optimizer state: " + cudaGetErrorString(err));
+      return CudaStatus(err,
+                        "cudaHostAlloc of " + std::to_string(bytes) + " bytes for optimizer state");
     }
     a.pinned_ = true;
     std::memset(a.data_, 0, bytes);

@@ -97,6 +97,9 @@ TEST(Manifest, IntegersMustBeIntegersOfTheirRange) {
   j["tensors"][0]["shape"][1] = -1;
   ExpectRefused(j, "'tensors[0].shape[1]'");
   j = ValidFileManifest();
+  j["chunk_bytes"] = 4097;  // chunks would split values
+  ExpectRefused(j, "'chunk_bytes' is not a positive multiple of 8");
+  j = ValidFileManifest();
   j["format_version"] = 1.0;
   ExpectRefused(j, "'format_version' must be an integer");
 }

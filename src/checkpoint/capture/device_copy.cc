@@ -6,18 +6,14 @@
 
 #ifdef RTFT_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "checkpoint/capture/cuda_status.h"
 #endif
 
 namespace rtft {
 
 #ifdef RTFT_WITH_CUDA
 namespace {
-
-Status CudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return Status::Ok();
-  // A sticky error means the context is unusable: the slot needs replacing, not a retry.
-  return Status::Internal(what + ": " + cudaGetErrorString(err));
-}
 
 class CudaTicket : public CopyTicket {
  public:
@@ -101,6 +97,9 @@ StatusOr<std::unique_ptr<DeviceCopier>> CreateDeviceCopier(int device) {
 Status CheckDevicePointer(const void* ptr, int device, const std::string& what) {
   cudaPointerAttributes attr{};
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  // After a sticky error every call fails: that is a lost device, not a wrong pointer.
+  if (err != cudaSuccess && IsStickyCudaError(static_cast<int>(err)))
+    return CudaStatus(err, what + ": checking its pointer");
   if (err != cudaSuccess) {
     cudaGetLastError();
     return Status::InvalidArgument(what + ": CUDA does not know its pointer (" +

@@ -10,6 +10,7 @@
 #include "checkpoint/layout/manifest.h"
 #include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
+#include "core/fault_point.h"
 #include "core/logging.h"
 
 namespace rtft {
@@ -103,7 +104,9 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   }
   global.created_unix_ms = NowUnixMs();
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
+  FaultPoint("ckpt.committed");
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, LatestPath(root), std::to_string(version) + "\n"));
+  FaultPoint("ckpt.latest");
   RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version << " (" << world_size << " ranks)";
   return Status::Ok();
 }
@@ -119,6 +122,7 @@ Status PruneVersions(IoBackend* io, const std::string& root, int keep) {
   for (uint64_t v : versions) {
     if (v >= oldest_kept) break;
     RTFT_LOG(kDebug, kLogCkpt) << "pruning version " << v;
+    FaultPoint("ckpt.prune");
     RTFT_RETURN_IF_ERROR(io->RemoveAll(VersionDir(root, v)));
   }
   return Status::Ok();

@@ -10,6 +10,7 @@
 #include "checkpoint/layout/hdf5_driver.h"
 #include "checkpoint/layout/hdf5_util.h"
 #include "checkpoint/layout/layout.h"
+#include "core/fault_point.h"
 
 namespace rtft {
 namespace {
@@ -123,6 +124,8 @@ StatusOr<std::string> ReadManifest(hid_t file, const Hdf5DriverState& io, const 
 }  // namespace
 
 StatusOr<std::string> ReadFileManifestJson(File* file) {
+  // A named phase for tests (core/fault_point.h): a reader that dies or hangs here.
+  FaultPoint("ckpt.read_manifest");
   SilenceHdf5Errors();
   const std::string& path = file->path();
   RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());

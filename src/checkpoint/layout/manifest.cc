@@ -16,6 +16,8 @@ using nlohmann::json;
 
 // Limits of what a reader accepts (docs/format.md, "Limits").
 constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
+// The largest dtype: chunks hold whole values of any dtype.
+constexpr uint64_t kChunkAlignment = 8;
 
 Status CheckFormat(const JsonFields& f, int* format_version) {
   std::string format;
@@ -178,7 +180,9 @@ StatusOr<FileManifest> FileManifest::FromJson(const std::string& text) {
   RTFT_RETURN_IF_ERROR(f.Int("rank", 0, m.world_size - 1, &rank));
   m.rank = static_cast<int>(rank);
   RTFT_RETURN_IF_ERROR(f.Uint("chunk_bytes", std::numeric_limits<uint64_t>::max(), &m.chunk_bytes));
-  if (m.chunk_bytes == 0) return f.Error("chunk_bytes", "is zero");
+  if (m.chunk_bytes == 0 || m.chunk_bytes % kChunkAlignment != 0)
+    return f.Error("chunk_bytes",
+                   "is not a positive multiple of " + std::to_string(kChunkAlignment));
   const json* tensors = nullptr;
   const json* objects = nullptr;
   RTFT_RETURN_IF_ERROR(f.List("tensors", &tensors));

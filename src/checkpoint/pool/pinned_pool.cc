@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <iterator>
 
 #include "checkpoint/capture/device_copy.h"
 #include "core/check.h"
@@ -38,7 +39,9 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(uint64_t bytes, bool re
 }
 
 PinnedPool::PinnedPool(char* base, uint64_t capacity, uint64_t segment)
-    : base_(base), capacity_(capacity), segment_(segment) {}
+    : base_(base), capacity_(capacity), segment_(segment) {
+  free_.emplace(0, capacity);
+}
 
 PinnedPool::~PinnedPool() {
   if (pinned_) UnregisterHostMemory(base_, capacity_, segment_);
@@ -51,30 +54,41 @@ uint64_t PinnedPool::FitInSegment(uint64_t at, uint64_t bytes) const {
 }
 
 bool PinnedPool::TryAllocateLocked(uint64_t bytes, uint64_t* offset) const {
-  if (blocks_.empty()) {
-    *offset = 0;
-    return bytes <= segment_;
-  }
-  if (tail_ > head_) {
-    // Live blocks occupy [head_, tail_); free space is [tail_, capacity_) and then [0, head_).
-    const uint64_t at = FitInSegment(tail_, bytes);
-    if (at + bytes <= capacity_) {
+  for (const auto& [start, size] : free_) {
+    const uint64_t at = FitInSegment(start, bytes);
+    if (at + bytes <= start + size) {
       *offset = at;
       return true;
     }
-    if (head_ >= bytes) {
-      *offset = 0;  // wrap around
-      return true;
-    }
-    return false;
-  }
-  // Wrapped: live blocks occupy [head_, capacity_) and [0, tail_); free space is [tail_, head_).
-  const uint64_t at = FitInSegment(tail_, bytes);
-  if (at + bytes <= head_) {
-    *offset = at;
-    return true;
   }
   return false;
+}
+
+// Carves [offset, offset + bytes) out of the free range holding it.
+void PinnedPool::TakeLocked(uint64_t offset, uint64_t bytes) {
+  auto it = std::prev(free_.upper_bound(offset));
+  const uint64_t start = it->first, end = it->first + it->second;
+  RTFT_CHECK(start <= offset && offset + bytes <= end);
+  free_.erase(it);
+  if (start < offset) free_.emplace(start, offset - start);
+  if (offset + bytes < end) free_.emplace(offset + bytes, end - offset - bytes);
+}
+
+// Returns [offset, offset + bytes) to the free ranges, merged with its neighbours.
+void PinnedPool::GiveBackLocked(uint64_t offset, uint64_t bytes) {
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && offset + bytes == next->first) {
+    bytes += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  free_.emplace(offset, bytes);
 }
 
 StatusOr<PoolSpan> PinnedPool::Allocate(uint64_t bytes, std::chrono::milliseconds timeout) {
@@ -95,38 +109,20 @@ StatusOr<PoolSpan> PinnedPool::Allocate(uint64_t bytes, std::chrono::millisecond
                                       " of pinned pool space");
     }
   }
-  if (blocks_.empty()) {
-    head_ = offset;
-  } else if (offset != tail_) {
-    // Space skipped before `offset` (the end of a segment, or of the buffer before a wrap) is
-    // charged to the newest block and freed with it.
-    const uint64_t skipped = (offset > tail_ ? offset : capacity_) - tail_;
-    blocks_.back().bytes += skipped;
-    used_ += skipped;
-  }
-  blocks_.push_back(Block{next_id_++, offset, need, false});
-  tail_ = offset + need;
+  TakeLocked(offset, need);
+  const uint64_t id = next_id_++;
+  live_.emplace(id, Block{offset, need});
   used_ += need;
-  return PoolSpan{blocks_.back().id, base_ + offset, bytes};
+  return PoolSpan{id, base_ + offset, bytes};
 }
 
 void PinnedPool::Release(const PoolSpan& span) {
   std::lock_guard<std::mutex> lock(mu_);
-  bool found = false;
-  for (Block& b : blocks_) {
-    if (b.id == span.id) {
-      RTFT_CHECK(!b.released);
-      b.released = true;
-      found = true;
-      break;
-    }
-  }
-  RTFT_CHECK(found);
-  while (!blocks_.empty() && blocks_.front().released) {
-    used_ -= blocks_.front().bytes;
-    blocks_.pop_front();
-  }
-  head_ = blocks_.empty() ? tail_ : blocks_.front().offset;
+  auto it = live_.find(span.id);
+  RTFT_CHECK(it != live_.end());  // released twice, or never allocated here
+  GiveBackLocked(it->second.offset, it->second.bytes);
+  used_ -= it->second.bytes;
+  live_.erase(it);
   freed_.notify_all();
 }
 

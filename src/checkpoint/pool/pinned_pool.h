@@ -1,7 +1,10 @@
-// The pinned host pool: one bounded, pre-allocated circular buffer that captured state waits in
-// until the flush threads have written it. Allocation blocks while the pool is full
-// (back-pressure on capture, never on the caller of Checkpoint()); memory never grows past the
-// bound. Spans may be released in any order; space is reused once everything before it is free.
+// The pinned host pool: one bounded, pre-allocated buffer that captured state waits in until the
+// flush threads have written it. Allocation blocks while the pool is full (back-pressure on
+// capture, never on the caller of Checkpoint()); memory never grows past the bound. Spans are
+// released in any order, and a released span's space is reusable at once (first fit over the
+// free ranges): with several flush threads finishing out of order, a ring buffer would keep
+// space behind the oldest unfinished write, and a pool smaller than the state would leave the
+// disk idle.
 // When CUDA is present the buffer is registered with the driver in chunks, so device-to-host
 // copies into it run at full PCIe bandwidth.
 #pragma once
@@ -10,7 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -55,12 +58,12 @@ class PinnedPool {
   bool TryAllocateLocked(uint64_t bytes, uint64_t* offset) const;
   // `at`, or the start of the next segment when [at, at + bytes) would cross a boundary.
   uint64_t FitInSegment(uint64_t at, uint64_t bytes) const;
+  void TakeLocked(uint64_t offset, uint64_t bytes);
+  void GiveBackLocked(uint64_t offset, uint64_t bytes);
 
   struct Block {
-    uint64_t id;
     uint64_t offset;
-    uint64_t bytes;  // including any wasted space at the end of the buffer before a wrap
-    bool released;
+    uint64_t bytes;  // rounded up to kAlignment
   };
 
   char* base_;
@@ -69,9 +72,8 @@ class PinnedPool {
   bool pinned_ = false;
   mutable std::mutex mu_;
   std::condition_variable freed_;
-  std::deque<Block> blocks_;  // allocation order; the front is the oldest live block
-  uint64_t head_ = 0;         // start of the oldest live block
-  uint64_t tail_ = 0;         // where the next block goes
+  std::map<uint64_t, uint64_t> free_;  // offset -> bytes; disjoint, never adjacent
+  std::map<uint64_t, Block> live_;     // span id -> where it is
   uint64_t used_ = 0;
   uint64_t next_id_ = 1;
   bool shutdown_ = false;

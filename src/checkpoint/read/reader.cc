@@ -121,14 +121,58 @@ Status CheckpointFileReader::ReadTensor(const TensorEntry& entry, void* dst, boo
   return Status::Ok();
 }
 
+StatusOr<uint64_t> CheckpointFileReader::HashAt(uint64_t offset, uint64_t bytes) const {
+  std::vector<char> buffer(std::min(bytes, kStreamBytes));
+  Xxh3Hasher hasher;
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(bytes - done, kStreamBytes);
+    RTFT_RETURN_IF_ERROR(ReadAt(offset + done, buffer.data(), n));
+    hasher.Update(buffer.data(), n);
+    done += n;
+  }
+  return hasher.Digest();
+}
+
+Status CheckpointFileReader::VerifyTensorChunk(const TensorEntry& entry, uint64_t chunk) const {
+  if (chunk >= ChunkCount(entry.bytes, manifest_.chunk_bytes) || chunk >= entry.xxh3.size())
+    return Status::InvalidArgument("tensor '" + entry.name + "' in " + path_ + " has no chunk " +
+                                   std::to_string(chunk));
+  const uint64_t begin = chunk * manifest_.chunk_bytes;
+  const uint64_t end = begin + ChunkSize(entry, chunk);
+  StatusOr<uint64_t> sum = HashAt(entry.offset + begin, end - begin);
+  if (!sum.ok()) return sum.status().Annotate("tensor '" + entry.name + "' in " + path_);
+  if (*sum != entry.xxh3[chunk])
+    return Status::DataLoss("tensor '" + entry.name + "' in " + path_ +
+                            ": checksum mismatch in chunk " + std::to_string(chunk) + " (" +
+                            Range(begin, end) + ")");
+  return Status::Ok();
+}
+
 Status CheckpointFileReader::VerifyTensor(const TensorEntry& entry,
                                           const ChunkCallback& on_chunk) const {
-  std::vector<char> buffer(std::min(entry.bytes, manifest_.chunk_bytes));
   const uint64_t chunks = ChunkCount(entry.bytes, manifest_.chunk_bytes);
   for (uint64_t c = 0; c < chunks; ++c) {
-    RTFT_RETURN_IF_ERROR(ReadTensorChunk(entry, c, buffer.data(), /*verify=*/true));
+    RTFT_RETURN_IF_ERROR(VerifyTensorChunk(entry, c));
     if (on_chunk) on_chunk(ChunkSize(entry, c));
   }
+  return Status::Ok();
+}
+
+Status CheckpointFileReader::ReadTensorBytes(const TensorEntry& entry, uint64_t begin, void* dst,
+                                             uint64_t bytes) const {
+  if (!EndsWithin(begin, bytes, entry.bytes))
+    return Status::InvalidArgument("tensor '" + entry.name + "' in " + path_ + " has no " +
+                                   Range(begin, begin + bytes));
+  Status read = ReadAt(entry.offset + begin, dst, bytes);
+  if (!read.ok()) return read.Annotate("tensor '" + entry.name + "' in " + path_);
+  return Status::Ok();
+}
+
+Status CheckpointFileReader::VerifyObject(const ObjectEntry& entry) const {
+  StatusOr<uint64_t> sum = HashAt(entry.offset, entry.bytes);
+  if (!sum.ok()) return sum.status().Annotate("object '" + entry.name + "' in " + path_);
+  if (*sum != entry.xxh3)
+    return Status::DataLoss("object '" + entry.name + "' in " + path_ + ": checksum mismatch");
   return Status::Ok();
 }
 
@@ -151,8 +195,8 @@ StatusOr<std::string> CheckpointFileReader::ReadObject(const ObjectEntry& entry,
 Status CheckpointFileReader::VerifyAll(const ChunkCallback& on_chunk) const {
   for (const TensorEntry& t : manifest_.tensors) RTFT_RETURN_IF_ERROR(VerifyTensor(t, on_chunk));
   for (const ObjectEntry& o : manifest_.objects) {
-    RTFT_ASSIGN_OR_RETURN(std::string bytes, ReadObject(o));
-    if (on_chunk) on_chunk(bytes.size());
+    RTFT_RETURN_IF_ERROR(VerifyObject(o));
+    if (on_chunk) on_chunk(o.bytes);
   }
   return Status::Ok();
 }

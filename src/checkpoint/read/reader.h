@@ -54,19 +54,32 @@ class CheckpointFileReader {
                     const ChunkCallback& on_chunk = {}) const;
   Status ReadTensor(const TensorEntry& entry, void* dst, bool verify = true,
                     const ChunkCallback& on_chunk = {}) const;
-  // Checks a tensor's checksums without keeping its bytes (a chunk_bytes buffer is reused).
+  // Checks one chunk's checksum without keeping its bytes: it is read in pieces of at most
+  // kStreamBytes, so memory stays bounded whatever chunk size the file declares.
+  Status VerifyTensorChunk(const TensorEntry& entry, uint64_t chunk) const;
+  // Checks a tensor's checksums without keeping its bytes (VerifyTensorChunk, chunk by chunk).
   Status VerifyTensor(const TensorEntry& entry, const ChunkCallback& on_chunk = {}) const;
+  // Reads `bytes` of a tensor from `begin` into `dst` without checking anything (the caller
+  // verified the chunks holding them); InvalidArgument past the tensor's end.
+  Status ReadTensorBytes(const TensorEntry& entry, uint64_t begin, void* dst, uint64_t bytes) const;
+  // Checks an object's checksum without keeping its bytes (read in bounded pieces).
+  Status VerifyObject(const ObjectEntry& entry) const;
   // A serialized object; NotFound when the file has none of that name.
   StatusOr<std::string> ReadObject(const std::string& name, bool verify = true) const;
   StatusOr<std::string> ReadObject(const ObjectEntry& entry, bool verify = true) const;
-  // Reads every tensor and object of the file and checks every checksum.
+  // Reads every tensor and object of the file and checks every checksum, in bounded memory.
   Status VerifyAll(const ChunkCallback& on_chunk = {}) const;
+
+  // The largest piece a verification reads at once.
+  static constexpr uint64_t kStreamBytes = 8ull << 20;
 
  private:
   CheckpointFileReader(std::string path, std::string json, FileManifest manifest,
                        std::unique_ptr<File> file, uint64_t file_size);
   Status CheckExtents() const;
   Status ReadAt(uint64_t offset, void* dst, uint64_t bytes) const;
+  // XXH3 of `bytes` at `offset`, read in pieces of at most kStreamBytes.
+  StatusOr<uint64_t> HashAt(uint64_t offset, uint64_t bytes) const;
 
   std::string path_;
   std::string manifest_json_;

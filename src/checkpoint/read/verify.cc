@@ -46,8 +46,8 @@ Status VerifyItem(const Item& item, Progress* progress) {
   if (item.tensor)
     return item.reader->VerifyTensor(*item.tensor,
                                      [&](uint64_t bytes) { progress->Add(path, bytes); });
-  RTFT_ASSIGN_OR_RETURN(std::string bytes, item.reader->ReadObject(*item.object));
-  progress->Add(path, bytes.size());
+  RTFT_RETURN_IF_ERROR(item.reader->VerifyObject(*item.object));
+  progress->Add(path, item.object->bytes);
   return Status::Ok();
 }
 
