@@ -189,6 +189,9 @@ void Agent::WaitAndHandle() {
   if (lost && !done_) {
     coordinator_lost_ = true;
     if (app_.child) app_.child->Kill();
+    // A slot 0 that is stopped or hung would hold the launcher forever (its keeper ends a stopped
+    // one too; this also covers one that runs but no longer answers).
+    KillPeer(0, "stopped answering");
     return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
   }
   CheckWatchdog();
@@ -272,15 +275,22 @@ void Agent::Fence() {
   for (auto& [slot, at] : fence_at_) {
     if (at == Clock::time_point::max() || now < at) continue;
     at = Clock::time_point::max();
-    const int pid = config_.peers[slot].pid;
-    // Still a dp-launch (named as this one is), not a process that took the pid since.
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
-    std::string name, own_name;
-    if (!(comm >> name) || !(own >> own_name) || name != own_name) continue;
-    RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " was retired but its dp-launch (pid " << pid
-                                << ") still runs here: killing it and its application";
-    kill(pid, SIGKILL);
+    KillPeer(slot, "was retired");
   }
+}
+
+void Agent::KillPeer(int slot, const char* why) {
+  if (slot < 0 || static_cast<size_t>(slot) >= config_.peers.size() || slot == config_.slot ||
+      config_.peers[slot].host != config_.host)
+    return;
+  const int pid = config_.peers[slot].pid;
+  // Still a dp-launch (named as this one is), not a process that took the pid since.
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
+  std::string name, own_name;
+  if (!(comm >> name) || !(own >> own_name) || name != own_name) return;
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " " << why << " but its dp-launch (pid " << pid
+                              << ") still runs here: killing it and its application";
+  kill(pid, SIGKILL);
 }
 
 void Agent::Finish(int code, const std::string& why) {

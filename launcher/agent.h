@@ -101,6 +101,8 @@ class Agent {
   void HandleShutdown(const control::ControlEvent& event);
   void ScheduleFencing(const control::Membership& m);
   void Fence();
+  // SIGKILLs `slot`'s dp-launch when it runs on this host (fencing).
+  void KillPeer(int slot, const char* why);
 
   Status StartApp();
   ChildSpec AppSpec();
