@@ -1,10 +1,13 @@
 // dp-launch: one per slot, under `mpirun --enable-recovery` or `srun --kill-on-bad-exit=0`.
 // Bootstraps the job (MPI or Slurm variables), hosts the coordinator on slot 0, then runs the
 // slot's agent, which starts and supervises the application.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -35,8 +38,24 @@ const char* kDescription =
     "on some slot). An application that exits with 75 is restarted like a crashed one; any\n"
     "other non-zero code ends the job with it.\n";
 
+// Raises this process's descriptor limit to the hard limit (the coordinator and its connections
+// live here) and returns the limit it found, which the application gets back.
+std::optional<rlimit> RaiseDescriptorLimit() {
+  rlimit original{};
+  if (getrlimit(RLIMIT_NOFILE, &original) != 0) return std::nullopt;
+  if (original.rlim_cur < original.rlim_max) {
+    rlimit raised = original;
+    raised.rlim_cur = original.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0)
+      RTFT_LOG(kWarn, kLogLaunch) << "cannot raise RLIMIT_NOFILE to " << original.rlim_max << ": "
+                                  << std::strerror(errno);
+  }
+  return original;
+}
+
 int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   const JobEndReport report(options.exit_code_file, env.launcher_slot);
+  const std::optional<rlimit> app_nofile = RaiseDescriptorLimit();
   // MPI_Init and the bootstrap's collectives have no deadline of their own.
   std::optional<BootstrapWatchdog> watchdog;
   if (env.kind == LauncherKind::kOpenMpi || env.kind == LauncherKind::kMpich)
@@ -68,6 +87,7 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.peers = boot->peers;
   config.endpoint = boot->endpoint;
   config.keys = boot->keys;
+  config.app_nofile = app_nofile;
   int code;
   bool coordinator_lost;
   {

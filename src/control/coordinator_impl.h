@@ -23,6 +23,10 @@
 
 namespace rtft::control {
 
+// Descriptors the coordinator's connection budget leaves to the rest of slot 0's process (the
+// agent's own sockets, pipes and the application's restarts).
+constexpr size_t kDescriptorReserve = 256;
+
 // What the coordinator knows of one slot's agent.
 struct CoordinatorSlot {
   bool joined = false;

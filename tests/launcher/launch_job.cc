@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,6 +193,10 @@ void Job::Start(const JobSpec& spec) {
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     setenv("RTFT_TEST_DIR", dir_.c_str(), 1);
     for (const auto& [k, v] : spec.env) setenv(k.c_str(), v.c_str(), 1);
+    if (spec.nofile_soft > 0) {
+      rlimit rl{static_cast<rlim_t>(spec.nofile_soft), static_cast<rlim_t>(spec.nofile_hard)};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
     FILE* f = std::fopen(out.c_str(), "w");
     if (f) {
       dup2(fileno(f), 1);

@@ -78,6 +78,8 @@ struct JobSpec {
   // One more app context after the dp-launch ones (-np N PROGRAM ARGS): a slot that is no
   // dp-launch, e.g. one that dies before MPI_Init. Counts in `slots`.
   std::vector<std::string> extra_context;
+  // RLIMIT_NOFILE (soft, hard) for the whole job; 0: inherited.
+  long nofile_soft = 0, nofile_hard = 0;
 };
 
 // The test application behind a shell that stays its parent (bash forks it and waits), as in
