@@ -251,12 +251,16 @@ void Agent::HandleShutdown(const control::ControlEvent& event) {
   Status s = app_.attached ? link_->SendEvent(event) : Status::Ok();
   if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding the shutdown: " << s;
   const auto now = Clock::now();
+  // A deadline already running (a signal came first) is never pushed back.
+  auto at_most = [](std::optional<Clock::time_point>& deadline, Clock::time_point at) {
+    if (!deadline || at < *deadline) deadline = at;
+  };
   if (event.checkpoint_first) {
     // The application checkpoints and exits by itself; SIGTERM only after the grace period.
-    term_deadline_ = now + config_.options.shutdown_grace;
+    if (!kill_deadline_) at_most(term_deadline_, now + config_.options.shutdown_grace);
   } else {
     app_.child->Signal(SIGTERM);
-    kill_deadline_ = now + config_.options.shutdown_grace;
+    at_most(kill_deadline_, now + config_.options.shutdown_grace);
   }
 }
 

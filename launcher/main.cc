@@ -53,6 +53,26 @@ std::optional<rlimit> RaiseDescriptorLimit() {
   return original;
 }
 
+// Open MPI's mpirun SIGKILLs its processes odls_base_sigkill_timeout seconds (default 1) after
+// it forwards a SIGTERM: shorter than the grace plus dp-launch's second, the application never
+// gets its grace (docs/launcher.md "Shutdown").
+std::optional<std::string> SigkillTimeoutWarning(const LaunchEnv& env,
+                                                 const LaunchOptions& options) {
+  if (env.kind != LauncherKind::kOpenMpi) return std::nullopt;
+  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  char* end = nullptr;
+  const long timeout = v && *v ? std::strtol(v, &end, 10) : 1;
+  const long needed = options.shutdown_grace.count() + 2;
+  if (v && *v && (*end != '\0' || timeout < 0)) return std::nullopt;  // not ours to judge
+  if (timeout >= needed) return std::nullopt;
+  return "mpirun SIGKILLs every dp-launch " + std::to_string(timeout) +
+         " s after it forwards a SIGTERM (odls_base_sigkill_timeout), before the application's "
+         "--shutdown-grace-s " +
+         std::to_string(options.shutdown_grace.count()) +
+         " s are over: run mpirun --mca odls_base_sigkill_timeout " + std::to_string(needed) +
+         " (or more) for a graceful shutdown\n";
+}
+
 int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   const JobEndReport report(options.exit_code_file, env.launcher_slot);
   const std::optional<rlimit> app_nofile = RaiseDescriptorLimit();
@@ -74,6 +94,7 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   SetLogRank(boot->slot);
   if (boot->slot == 0) {
     for (const auto& w : env.warnings) std::cerr << "dp-launch: warning: " << w << "\n";
+    if (auto w = SigkillTimeoutWarning(env, options)) std::cerr << "dp-launch: warning: " << *w;
     RTFT_LOG(kInfo, kLogLaunch) << LauncherName(env.kind) << ": " << boot->slots << " slots ("
                                 << options.spares << " spares), coordinator at " << boot->endpoint;
   }
@@ -90,20 +111,35 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.app_nofile = app_nofile;
   int code;
   bool coordinator_lost;
+  std::optional<std::chrono::steady_clock::time_point> gone_by;
   {
     Agent agent(std::move(config));
     code = agent.Run();
     coordinator_lost = agent.coordinator_lost();
+    gone_by = agent.gone_by();
   }
   if (!coordinator) {
     // Slot 0 is gone: no one else will say how the job ended.
     if (coordinator_lost) code = report.IfFirst(code);
     return code;
   }
-  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired.
-  code = coordinator->WaitJobEnd();
+  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired; after a
+  // signal, only until its own deadline (the other slots' reports may never come).
+  std::chrono::milliseconds linger(200);
+  if (!gone_by) {
+    code = coordinator->WaitJobEnd();
+  } else {
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    const auto left = [&](milliseconds margin) {
+      return std::max(milliseconds(0), duration_cast<milliseconds>(
+                                           *gone_by - margin - std::chrono::steady_clock::now()));
+    };
+    code = coordinator->WaitJobEndFor(left(milliseconds(300))).value_or(code);
+    linger = std::min(linger, left(milliseconds(150)));
+  }
   // Let the last broadcast reach the other agents before the coordinator goes away.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::this_thread::sleep_for(linger);
   coordinator.reset();
   if (env.kind == LauncherKind::kSlurm) unlink(SlurmEndpointFile(options.job_key_file).c_str());
   report.Final(code);

@@ -61,6 +61,10 @@ class AgentClientImpl final : public AgentClient {
     return StatusFrom(*reply);
   }
   StatusOr<std::optional<ControlEvent>> WaitEvent(milliseconds timeout) override;
+  void SetDeadline(SteadyClock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    deadline_ = deadline;
+  }
   Status KvPut(const std::string& key, const std::string& value) override {
     if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes)
       return Status::InvalidArgument("KV key or value too large");
@@ -105,7 +109,8 @@ class AgentClientImpl final : public AgentClient {
   std::optional<Assignment> first_;
   std::deque<ControlEvent> events_;
   std::unordered_map<uint64_t, std::optional<json>> pending_;
-  Status lost_;  // set once the coordinator is gone
+  Status lost_;                                      // set once the coordinator is gone
+  std::optional<SteadyClock::time_point> deadline_;  // SetDeadline
 };
 
 void AgentClientImpl::Post(MsgType type, const json& body) {
@@ -129,6 +134,10 @@ StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& 
     // The coordinator answers only connections that said hello.
     if (!hello_sent_)
       return Status::FailedPrecondition(std::string(MsgTypeName(type)) + " before Join");
+    if (deadline_)
+      timeout =
+          std::max(milliseconds(0), std::min(timeout, std::chrono::duration_cast<milliseconds>(
+                                                          *deadline_ - SteadyClock::now())));
     pending_[req];
   }
   Post(type, body);

@@ -77,6 +77,9 @@ class AgentClient {
   // The next event for this slot, or nullopt after `timeout`. kUnavailable once the coordinator
   // is lost.
   virtual StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) = 0;
+  // From now on no request waits past `deadline` (an agent shutting down within its grace: the
+  // coordinator may already be gone).
+  virtual void SetDeadline(std::chrono::steady_clock::time_point deadline) = 0;
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,

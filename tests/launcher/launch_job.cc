@@ -159,6 +159,7 @@ void Job::Start(const JobSpec& spec) {
   slots_ = spec.slots;
   kind_ = spec.launcher.kind;
   std::vector<std::string> args = LauncherArgs(spec);
+  args.insert(args.end(), spec.launcher_args.begin(), spec.launcher_args.end());
   auto app_context = [&](int np, const std::vector<std::string>& extra,
                          const std::vector<std::string>& app) {
     args.insert(args.end(), {"-np", std::to_string(np), spec.launcher.dp_launch});
@@ -206,6 +207,10 @@ void Job::Start(const JobSpec& spec) {
     _exit(127);
   }
   setpgid(pid_, pid_);
+}
+
+void Job::SignalLauncher(int sig) const {
+  if (pid_ > 0) kill(pid_, sig);
 }
 
 std::optional<int> Job::Wait(std::chrono::seconds timeout) {

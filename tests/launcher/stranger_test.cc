@@ -46,8 +46,8 @@ TEST_F(StrangerTest, IdleConnectionsToSlotZeroCannotStopARestart) {
   constexpr int kConnections = 1500;
   rlimit mine{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
-  if (mine.rlim_max < kConnections + 200) GTEST_SKIP() << "the test needs " << kConnections + 200
-                                                       << " descriptors";
+  if (mine.rlim_max < kConnections + 200)
+    GTEST_SKIP() << "the test needs " << kConnections + 200 << " descriptors";
   mine.rlim_cur = mine.rlim_max;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
 
