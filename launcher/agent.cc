@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <stdexcept>
 
+#include "control/guarded.h"
 #include "core/logging.h"
 #include "launcher/job_end.h"
 
@@ -89,8 +91,19 @@ Status Agent::Join() {
 Status Agent::OpenLink() {
   RTFT_ASSIGN_OR_RETURN(link_dir_, control::MakeLocalLinkDir());
   RTFT_ASSIGN_OR_RETURN(link_, control::LocalServer::Bind(link_dir_ + "/link"));
-  coordinator_listener_ = std::thread([this] { ListenCoordinator(); });
-  link_listener_ = std::thread([this] { ListenLink(); });
+  // A listener that fails (an exception, the link's own thread gone) ends the slot with its
+  // error instead of the process (control/guarded.h).
+  auto guarded = [this](const char* what, void (Agent::*listen)()) {
+    return std::thread([this, what, listen] {
+      Status s = control::RunGuarded(what, [this, listen] { (this->*listen)(); });
+      if (s.ok()) return;
+      std::lock_guard<std::mutex> lock(inbox_.mu);
+      if (!inbox_.failed) inbox_.failed = s;
+      inbox_.cv.notify_all();
+    });
+  };
+  coordinator_listener_ = guarded("the agent's coordinator listener", &Agent::ListenCoordinator);
+  link_listener_ = guarded("the agent's application listener", &Agent::ListenLink);
   return Status::Ok();
 }
 
@@ -124,6 +137,8 @@ void Agent::ListenLink() {
     if (expect_attach) {
       // Reports come only after the attach, so waiting for the attach alone loses nothing.
       auto pid = link_->WaitAttach(std::chrono::milliseconds(10));
+      if (!pid.ok() && pid.status().code() != StatusCode::kDeadlineExceeded)
+        throw std::runtime_error(pid.status().ToString());
       if (!pid.ok()) continue;
       std::lock_guard<std::mutex> lock(inbox_.mu);
       inbox_.attaches.push_back(*pid);
@@ -132,7 +147,8 @@ void Agent::ListenLink() {
       continue;
     }
     auto report = link_->PollReport(kListen);
-    if (!report.ok() || !report->has_value()) continue;
+    if (!report.ok()) throw std::runtime_error(report.status().ToString());
+    if (!report->has_value()) continue;
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.reports.push_back(std::move(**report));
     inbox_.cv.notify_all();
@@ -163,13 +179,14 @@ void Agent::WaitAndHandle() {
   std::deque<control::ControlEvent> events;
   std::deque<control::RuntimeReport> reports;
   std::deque<int32_t> attaches;
-  std::optional<Status> lost;
+  std::optional<Status> lost, failed;
   {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     inbox_.cv.wait_for(lock, kTick, [&] {
       return !inbox_.events.empty() || !inbox_.reports.empty() || !inbox_.attaches.empty() ||
-             inbox_.child_exited || inbox_.coordinator_lost;
+             inbox_.child_exited || inbox_.coordinator_lost || inbox_.failed;
     });
+    failed = inbox_.failed;
     events.swap(inbox_.events);
     reports.swap(inbox_.reports);
     attaches.swap(inbox_.attaches);
@@ -185,6 +202,12 @@ void Agent::WaitAndHandle() {
   for (const auto& e : events) {
     if (done_) break;
     HandleEvent(e);
+  }
+  if (failed && !done_) {
+    // The agent can no longer hear its application or the coordinator: the slot is lost to
+    // the job (the coordinator notices its silence and hands the rank to a spare).
+    if (app_.child) app_.child->Kill();
+    return Finish(kExitJobFailed, failed->ToString());
   }
   if (lost && !done_) {
     coordinator_lost_ = true;

@@ -78,6 +78,7 @@ class Agent {
     std::deque<int32_t> attaches;  // pids, as the runtimes know themselves
     bool child_exited = false;
     std::optional<Status> coordinator_lost;
+    std::optional<Status> failed;  // a listener thread ended with an error
     bool expect_attach = false;
     bool stop = false;
   };

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "control/guarded.h"
 #include "core/logging.h"
 
 extern char** environ;
@@ -432,7 +433,7 @@ void ChildProcess::Reap() {
   }
   exit_.at = Clock::now();
   done_.store(true, std::memory_order_release);
-  if (on_exit_) on_exit_();
+  if (on_exit_) (void)control::RunGuarded("the application's reaper", on_exit_);
 }
 
 std::optional<ChildExit> ChildProcess::exited() const {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "control/guarded.h"
 #include "control/messages.h"
 #include "control/zmq_util.h"
 #include "core/logging.h"
@@ -39,7 +40,14 @@ class AgentClientImpl final : public AgentClient {
       return Status::InvalidArgument("connecting to coordinator " + options_.endpoint + ": " +
                                      e.what());
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      Status s = RunGuarded("the agent client's thread", [this] { Run(); });
+      if (s.ok()) return;
+      // Nothing reaches the coordinator any more: every call says why from now on.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lost_.ok()) lost_ = s;
+      cv_.notify_all();
+    });
     return Status::Ok();
   }
 
@@ -191,6 +199,7 @@ void AgentClientImpl::Run() {
   bool beating = false;
   auto last_ack_request = SteadyClock::time_point{};
   while (!stop_) {
+    if (options_.fault_point) options_.fault_point();
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
     try {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "control/coordinator_impl.h"
+#include "control/guarded.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -58,7 +59,15 @@ Status CoordinatorImpl::Init() {
   stats_.epoch_declared_at = stats_.epoch_sent_at = SteadyClock::now();
   join_deadline_ = SteadyClock::now() + options_.join_timeout;
   Publish();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    Status s = RunGuarded("the coordinator's thread", [this] { Run(); });
+    if (s.ok()) return;
+    // No decision can be taken any more: the job ends (exit code 1), and says why.
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = s;
+    if (!job_code_) job_code_ = 1;
+    cv_.notify_all();
+  });
   RTFT_LOG(kInfo, kLogCtrl) << "coordinator at " << endpoint_ << ": " << options_.slots
                             << " slots, " << options_.spares << " spares, heartbeat timeout "
                             << options_.heartbeat_timeout.count() << " ms, on spares exhausted "
@@ -72,6 +81,7 @@ void CoordinatorImpl::Run() {
       std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20));
   auto next_tick = SteadyClock::now();
   while (!stop_) {
+    if (options_.fault_point) options_.fault_point();
     std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
     zap_->AddPollItems(&items);

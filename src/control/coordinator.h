@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct CoordinatorOptions {
   // At most this many connections in their handshake at once; more are closed as they are
   // accepted. 0: from the descriptor limit (PendingConnectionBudget in connection_guard.h).
   int32_t max_pending_connections = 0;
+  // Fault seam for tests: called at the top of every round of the coordinator's thread; what it
+  // throws must end the thread with a recorded error, never the process.
+  std::function<void()> fault_point;
 };
 
 // Counters for tests and rtft-bench detect --sim.
@@ -68,6 +72,9 @@ class Coordinator {
   virtual int WaitJobEnd() = 0;
   // WaitJobEnd with a deadline: nullopt when the job is still running after `timeout`.
   virtual std::optional<int> WaitJobEndFor(std::chrono::milliseconds timeout) = 0;
+  // Ok while the coordinator's thread runs; the error that ended it otherwise (the job then
+  // ends with exit code 1: WaitJobEnd returns).
+  virtual Status error() const = 0;
   virtual CoordinatorStats stats() const = 0;
 };
 

@@ -70,6 +70,10 @@ class CoordinatorImpl final : public Coordinator {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
   }
+  Status error() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
 
  private:
   void Run();
@@ -112,6 +116,7 @@ class CoordinatorImpl final : public Coordinator {
   Membership snapshot_;
   CoordinatorStats stats_;
   std::optional<int> job_code_;
+  Status error_;  // what ended the thread
 };
 
 }  // namespace rtft::control
