@@ -47,18 +47,18 @@ TEST(PlanTest, ASpareIsFedByItsRightNeighbourAndAPeer) {
 
 TEST(PlanTest, AReplicaThatLagsPullsTheStepBack) {
   // Rank 3 received rank 2's replica of step 8 only: step 8 is where all can be.
-  auto plan = PlanRecovery({Holds(0, {9, 8}, {}), Holds(1, {9, 8}, {}), Holds(2, {}, {}),
-                            Holds(3, {9, 8}, {{2, 8}})},
-                           7);
+  auto plan = PlanRecovery(
+      {Holds(0, {9, 8}, {}), Holds(1, {9, 8}, {}), Holds(2, {}, {}), Holds(3, {9, 8}, {{2, 8}})},
+      7);
   ASSERT_TRUE(plan.ok) << plan.why;
   EXPECT_EQ(plan.step, 8u);
   EXPECT_EQ(plan.needy, std::vector<int>({2}));
 }
 
 TEST(PlanTest, TwoNonNeighboursLostAreBothFed) {
-  auto plan = PlanRecovery({Holds(0, {5, 4}, {{3, 5}}), Holds(1, {}, {}), Holds(2, {5, 4}, {{1, 5}}),
-                            Holds(3, {}, {})},
-                           7);
+  auto plan = PlanRecovery(
+      {Holds(0, {5, 4}, {{3, 5}}), Holds(1, {}, {}), Holds(2, {5, 4}, {{1, 5}}), Holds(3, {}, {})},
+      7);
   ASSERT_TRUE(plan.ok) << plan.why;
   EXPECT_EQ(plan.needy, std::vector<int>({1, 3}));
   EXPECT_EQ(plan.holder, std::vector<int>({2, 0}));
@@ -66,9 +66,9 @@ TEST(PlanTest, TwoNonNeighboursLostAreBothFed) {
 
 TEST(PlanTest, NeighboursLostTogetherCannotBeFed) {
   // Rank 1's replica lived on rank 2, which is lost too.
-  auto plan = PlanRecovery({Holds(0, {5, 4}, {{3, 5}}), Holds(1, {}, {}), Holds(2, {}, {}),
-                            Holds(3, {5, 4}, {{2, 5}})},
-                           7);
+  auto plan = PlanRecovery(
+      {Holds(0, {5, 4}, {{3, 5}}), Holds(1, {}, {}), Holds(2, {}, {}), Holds(3, {5, 4}, {{2, 5}})},
+      7);
   EXPECT_FALSE(plan.ok);
   EXPECT_NE(plan.why.find("rank 1"), std::string::npos) << plan.why;
 }

@@ -29,8 +29,10 @@ class SnapshotTest : public ::testing::Test {
   Layout MakeLayout(size_t params) {
     params_.resize(params);
     Layout l;
-    l.replicated.push_back({TensorDesc{"params", DType::kFloat32, {int64_t(params)}, params_.data()}});
-    l.sharded.push_back({TensorDesc{"m", DType::kFloat32, {int64_t(shard_.size())}, shard_.data()}});
+    l.replicated.push_back(
+        {TensorDesc{"params", DType::kFloat32, {int64_t(params)}, params_.data()}});
+    l.sharded.push_back(
+        {TensorDesc{"m", DType::kFloat32, {int64_t(shard_.size())}, shard_.data()}});
     l.objects.push_back({"counter",
                          [this] { return StatusOr<std::string>(std::to_string(counter_)); },
                          [this](const std::string& s) {

@@ -18,7 +18,6 @@ namespace rtft::bench {
 
 using std::chrono::milliseconds;
 
-
 long long NowUs() {
   timeval tv{};
   gettimeofday(&tv, nullptr);

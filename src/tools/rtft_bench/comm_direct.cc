@@ -1,4 +1,5 @@
 #include "tools/rtft_bench/comm_direct.h"
+#include "core/build_config.h"
 
 #include <unistd.h>
 

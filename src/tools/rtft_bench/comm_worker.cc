@@ -1,6 +1,7 @@
 // The ranks of `rtft-bench comm`: the bench runs itself under `mpirun --enable-recovery
 // dp-launch` with --worker, and each rank measures from inside the job (comm_bench.h).
 #include "tools/rtft_bench/comm_worker.h"
+#include "core/build_config.h"
 
 #include <sys/time.h>
 #include <unistd.h>

@@ -45,12 +45,26 @@ class ProtectCommand final : public BenchCommand {
 StatusOr<double> ProtectCommand::OneRun(bool protect, uint64_t* params) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
   BenchJob job(dir, ranks_ + 1);
-  std::vector<std::string> args = {"mpirun", "--bind-to", "none", "--oversubscribe",
-                                   "--enable-recovery", "-np", std::to_string(ranks_ + 1),
-                                   NextTo("dp-launch"), "--spares", "1", "--",
-                                   NextTo("rtft-train"), "--steps", std::to_string(steps_),
-                                   "--hidden", std::to_string(hidden_), "--batch",
-                                   std::to_string(batch_), "--log-every", "1000000"};
+  std::vector<std::string> args = {"mpirun",
+                                   "--bind-to",
+                                   "none",
+                                   "--oversubscribe",
+                                   "--enable-recovery",
+                                   "-np",
+                                   std::to_string(ranks_ + 1),
+                                   NextTo("dp-launch"),
+                                   "--spares",
+                                   "1",
+                                   "--",
+                                   NextTo("rtft-train"),
+                                   "--steps",
+                                   std::to_string(steps_),
+                                   "--hidden",
+                                   std::to_string(hidden_),
+                                   "--batch",
+                                   std::to_string(batch_),
+                                   "--log-every",
+                                   "1000000"};
   if (!protect) args.push_back("--no-protect");
   RTFT_RETURN_IF_ERROR(job.Start(args));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "comm/comm_test_util.h"
+#include "core/build_config.h"
 
 #if RTFT_WITH_NCCL
 #include <cuda_runtime_api.h>

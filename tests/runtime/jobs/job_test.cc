@@ -21,8 +21,8 @@ namespace {
 using std::chrono::seconds;
 
 // A small model: the matrix of runs stays within CI's budget.
-const std::vector<std::string> kTrain = {"--steps", "16", "--hidden", "192", "--batch", "8",
-                                         "--log-every", "100"};
+const std::vector<std::string> kTrain = {"--steps", "16", "--hidden",    "192",
+                                         "--batch", "8",  "--log-every", "100"};
 
 class ProtectJobTest : public ::testing::Test {
  protected:
@@ -54,8 +54,8 @@ class ProtectJobTest : public ::testing::Test {
     Job job(run.dir);
     JobSpec spec;
     spec.slots = active + spares;
-    spec.dp_args = {"--spares", std::to_string(spares), "--heartbeat-ms", "50",
-                    "--heartbeat-timeout-ms", "500"};
+    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
+                    "50",       "--heartbeat-timeout-ms", "500"};
     spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
     spec.app = {RTFT_TEST_APP};
     spec.app.insert(spec.app.end(), kTrain.begin(), kTrain.end());
@@ -89,9 +89,9 @@ class ProtectJobTest : public ::testing::Test {
     for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
          it != std::sregex_iterator(); ++it)
       run.digests[std::stoi((*it)[1])] = (*it)[2];
-    run.recoveries = static_cast<int>(std::distance(
-        std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
-        std::sregex_iterator()));
+    run.recoveries = static_cast<int>(
+        std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
+                      std::sregex_iterator()));
     return run;
   }
 
@@ -123,8 +123,8 @@ class ProtectJobTest : public ::testing::Test {
 };
 
 TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase) {
-  for (const std::string& point :
-       {"protect.capture@6", "protect.l2.send@6", "comm.gloo.ring_segment@25", "protect.update@6"}) {
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6",
+                                   "comm.gloo.ring_segment@25", "protect.update@6"}) {
     SCOPED_TRACE(point);
     Run run = Start("crash-" + point, 4, 1, "1:" + point + ":kill", 0);
     ExpectIdentical(run, 4, "crash at " + point);
@@ -133,8 +133,8 @@ TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase
 }
 
 TEST_F(ProtectJobTest, ALostSlotIsReplacedByASpareAtEveryPhase) {
-  for (const std::string& point :
-       {"protect.capture@6", "protect.l2.send@6", "comm.gloo.ring_segment@25", "protect.update@6"}) {
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6",
+                                   "comm.gloo.ring_segment@25", "protect.update@6"}) {
     SCOPED_TRACE(point);
     Run run = Start("slot-" + point, 4, 1, "2:" + point + ":hang", 1);
     ExpectIdentical(run, 4, "slot lost at " + point);
