@@ -21,6 +21,8 @@ RTFT_PARAM(kCommCreateTimeoutMs, "RTFT_COMM_CREATE_TIMEOUT_MS", kInt, "60000", "
 RTFT_PARAM(kCommGlooHost, "RTFT_COMM_GLOO_HOST", kString, "", "address or host name the Gloo backend listens on (empty: this host's name)")
 RTFT_PARAM(kCommSegmentBytes, "RTFT_COMM_SEGMENT_BYTES", kBytes, "1M", "Gloo backend: the unit its ring collectives pipeline (bytes per message)")
 RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "1", "NCCL backend: set NCCL_ALGO=Ring and NCCL_PROTO=Simple (when unset) before the first communicator, for bitwise-reproducible reductions")
+RTFT_PARAM(kProtectL3Every, "RTFT_PROTECT_L3_EVERY", kInt, "0", "per-step protection: write a persistent (L3) checkpoint every N steps (0: never; needs RTFT_PROTECT_CKPT_DIR)")
+RTFT_PARAM(kProtectCkptDir, "RTFT_PROTECT_CKPT_DIR", kString, "", "per-step protection: directory of the L3 checkpoints (shared by every rank); a job started with one resumes from its newest version")
 RTFT_PARAM(kOffloadSubgroupElements, "RTFT_OFFLOAD_SUBGROUP_ELEMENTS", kInt, "8388608", "optimizer-offload subgroup size in parameters: the unit moved to the GPU or updated by one CPU task")
 RTFT_PARAM(kOffloadCpuThreads, "RTFT_OFFLOAD_CPU_THREADS", kInt, "0", "CPU threads of the offloaded AdamW update (0: one per hardware thread)")
 RTFT_PARAM(kOffloadCpuKernel, "RTFT_OFFLOAD_CPU_KERNEL", kString, "auto", "CPU AdamW kernel: auto, avx512, avx2, scalar")

@@ -34,8 +34,8 @@ ProtectorImpl::~ProtectorImpl() {
   rt_->Unsubscribe(listener_);
   if (capture_.joinable()) capture_.join();
   replicator_.reset();
-  train_.reset();
   l3_.reset();
+  train_.reset();
   l1_.reset();
   l2_.reset();
   if (owned_dir_) {
@@ -81,6 +81,7 @@ Status ProtectorImpl::Open() {
     recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
   }
   RTFT_RETURN_IF_ERROR(layout_.Finish(o_.max_object_bytes ? o_.max_object_bytes : (1u << 20)));
+  RTFT_RETURN_IF_ERROR(ResolveL3());
   RTFT_ASSIGN_OR_RETURN(dir_, ProtectDir(o_.shm_dir, &owned_dir_));
   RTFT_ASSIGN_OR_RETURN(l1_, Snapshot::Open(dir_, layout_));
   RTFT_ASSIGN_OR_RETURN(l2_, ReplicaStore::Open(dir_));
@@ -120,8 +121,15 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
     // A new job: what a slot's files hold is from no run of this job.
     for (uint64_t k = 0; k < 2; ++k) l1_->Invalidate(k);
     l2_->Clear();
-    RTFT_RETURN_IF_ERROR(BuildComms(rt_->current().epoch));
+    const uint64_t epoch = rt_->current().epoch;
+    RTFT_RETURN_IF_ERROR(BuildComms(epoch));
     step_ = 0;
+    if (o_.enabled && !ckpt_dir_.empty()) {
+      // A job started again with its checkpoint directory resumes from the newest version.
+      if (LatestVersion(ckpt_dir_).ok()) return RestoreL3(epoch);
+      RTFT_RETURN_IF_ERROR(PlaceShards());
+      RTFT_RETURN_IF_ERROR(OpenL3());
+    }
     return step_;
   }
   // A spare just activated, or a process restarted on its slot: it joins the recovery of the
@@ -140,6 +148,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
   // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
+  RTFT_RETURN_IF_ERROR(WaitL3Area(step));
   FaultPoint("protect.capture");
   step_ = step;
   in_step_ = true;
@@ -177,18 +186,8 @@ Status ProtectorImpl::EndStep() {
   RTFT_RETURN_IF_ERROR(JoinCapture());
   in_step_ = false;
   (void)rt_->ReportStep(step_);
-  RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
+  if (o_.enabled) RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
   return Aborted();
-}
-
-Status ProtectorImpl::MaybeCheckpoint(uint64_t, bool) { return Status::Ok(); }
-
-Status ProtectorImpl::CheckpointNow() {
-  return Status::Unimplemented("L3 checkpoints are not written by this build");
-}
-
-StatusOr<uint64_t> ProtectorImpl::RestoreL3(uint64_t) {
-  return Status::DataLoss("no L3 checkpoint to fall back to");
 }
 
 }  // namespace protect

@@ -20,6 +20,14 @@ namespace rtft::protect {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Where one rank's shard of a sharded tensor sits in the concatenation of every rank's (L3).
+struct ShardPlace {
+  int64_t global = 0;
+  int64_t offset = 0;
+};
+// The L3 object that holds the serialized objects of a step.
+constexpr const char* kObjectsName = "protect.objects";
+
 // What every rank publishes when a recovery starts, and what the plan is made of.
 struct RankState {
   int rank = -1;
@@ -69,7 +77,13 @@ class ProtectorImpl final : public Protector {
   StatusOr<uint64_t> RecoverFrom(uint64_t epoch, Clock::time_point deadline);
   StatusOr<std::vector<RankState>> Gather(uint64_t epoch, const RankState& mine);
   Status Transfer(const RecoveryPlan& plan, uint64_t epoch);
+  // L3 (l3.cc).
+  Status ResolveL3();
+  Status PlaceShards();
+  Status OpenL3();
+  void RetireL3();
   Status MaybeCheckpoint(uint64_t step, bool now);
+  Status WaitL3Area(uint64_t step);
   StatusOr<uint64_t> RestoreL3(uint64_t epoch);
 
   Runtime* rt_;
@@ -84,12 +98,15 @@ class ProtectorImpl final : public Protector {
   std::unique_ptr<Communicator> train_;
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<CheckpointEngine> l3_;
+  std::string ckpt_dir_;
   uint64_t l3_every_ = 0;
+  std::vector<ShardPlace> places_;
 
   // The step in progress: its capture runs on capture_; BeforeUpdate joins it.
   static constexpr uint64_t kNoStep = ~uint64_t{0};
   uint64_t step_ = 0;
   uint64_t restored_step_ = kNoStep;  // the step the last recovery restored
+  uint64_t l3_pending_ = kNoStep;     // the L3 version whose copy out of L1 may be running
   bool in_step_ = false;
   std::thread capture_;
   Status capture_status_;

@@ -141,6 +141,7 @@ StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point 
 
 void ProtectorImpl::StopReplication() {
   replicator_.reset();  // aborts its communicator; its thread ends
+  RetireL3();           // a commit may wait for a rank that is gone
 }
 
 StatusOr<std::vector<RankState>> ProtectorImpl::Gather(uint64_t epoch, const RankState& mine) {
@@ -182,10 +183,15 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
   if (!plan.ok) {
-    RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why;
+    RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why
+                                  << "; falling back to the newest L3 checkpoint";
     return RestoreL3(epoch);
   }
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
+  if (!ckpt_dir_.empty()) {
+    RTFT_RETURN_IF_ERROR(PlaceShards());
+    RTFT_RETURN_IF_ERROR(OpenL3());
+  }
   info_.rebuild_s = Since(t0);
   FaultPoint("protect.transfer");
   RTFT_RETURN_IF_ERROR(Transfer(plan, epoch));

@@ -6,6 +6,7 @@
 // bit, on every rank.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -47,7 +48,7 @@ class ProtectJobTest : public ::testing::Test {
   // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
   // all, as lost nodes.
   Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
-            const std::vector<std::string>& dp_extra = {}) {
+            const std::vector<std::string>& train_extra = {}) {
     Run run;
     run.dir = root_ + "/" + name;
     EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
@@ -56,10 +57,13 @@ class ProtectJobTest : public ::testing::Test {
     spec.slots = active + spares;
     spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
                     "50",       "--heartbeat-timeout-ms", "500"};
-    spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
     spec.app = {RTFT_TEST_APP};
-    spec.app.insert(spec.app.end(), kTrain.begin(), kTrain.end());
+    // kTrain's options, unless train_extra gives them another value.
+    for (size_t i = 0; i + 1 < kTrain.size(); i += 2)
+      if (std::find(train_extra.begin(), train_extra.end(), kTrain[i]) == train_extra.end())
+        spec.app.insert(spec.app.end(), {kTrain[i], kTrain[i + 1]});
     if (!faults.empty()) spec.app.insert(spec.app.end(), {"--fault", faults});
+    spec.app.insert(spec.app.end(), train_extra.begin(), train_extra.end());
     spec.env = {{"RTFT_FAULT_LOG", run.dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
     job.Start(spec);
     if (lose > 0) {
@@ -155,6 +159,41 @@ TEST_F(ProtectJobTest, TwoSlotsLostThatAreNotNeighboursAreBothReplaced) {
   // is on a survivor (2 and 0).
   Run run = Start("two-slots", 4, 2, "1:protect.update@6:hang,3:protect.update@6:hang", 2);
   ExpectIdentical(run, 4, "two slots lost");
+}
+
+TEST_F(ProtectJobTest, NeighboursLostTogetherFallBackToTheNewestL3Checkpoint) {
+  // Ranks 1 and 2 hang in step 8 and their slots are lost: rank 1's replica was on rank 2. Every
+  // rank restores the L3 checkpoint of step 5 and the run ends with the failure-free digest.
+  const std::string ckpt = root_ + "/l3-neighbours";
+  Run run = Start("neighbours", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
+                  {"--l3-every", "5", "--ckpt-dir", ckpt});
+  ExpectIdentical(run, 4, "neighbours lost, L3 fallback");
+  EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)
+      << run.output;
+}
+
+TEST_F(ProtectJobTest, NeighboursLostWithoutL3EndTheJobWithAClearError) {
+  Run run = Start("neighbours-no-l3", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("rank 1's state of step"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("no L3 checkpoint directory to fall back to"), std::string::npos)
+      << run.output;
+}
+
+TEST_F(ProtectJobTest, AJobStartedAgainResumesFromItsNewestL3Checkpoint) {
+  const std::string ckpt = root_ + "/l3-resume";
+  // 12 of the 16 steps, with L3 at steps 5 and 10; then the whole job again, to 16.
+  Run first =
+      Start("resume-1", 4, 0, "", 0, {"--l3-every", "5", "--ckpt-dir", ckpt, "--steps", "12"});
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  Run again = Start("resume-2", 4, 0, "", 0, {"--l3-every", "5", "--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 10 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
 }
 
 }  // namespace
