@@ -28,7 +28,11 @@ class AreaView final : public StateProvider {
  public:
   AreaView(const Layout& layout, const std::vector<ShardPlace>& places, const char* area,
            uint64_t object_bytes, int rank, int world)
-      : layout_(layout), places_(places), area_(area), object_bytes_(object_bytes), rank_(rank),
+      : layout_(layout),
+        places_(places),
+        area_(area),
+        object_bytes_(object_bytes),
+        rank_(rank),
         world_(world) {}
 
   Status Describe(StateDescription* out) const override {
@@ -44,17 +48,18 @@ class AreaView final : public StateProvider {
       std::vector<int64_t> shape = t.shape, offset(t.shape.size(), 0);
       shape[0] = end - begin;
       offset[0] = begin;
-      out->tensors.push_back(Slice(t, area_ + e.offset + begin * row_bytes, shape, t.shape, offset));
+      out->tensors.push_back(
+          Slice(t, area_ + e.offset + begin * row_bytes, shape, t.shape, offset));
     }
     for (size_t i = 0; i < layout_.sharded.size(); ++i) {
       const Entry& e = layout_.sharded[i];
       const int64_t n = static_cast<int64_t>(e.tensor.elements());
-      out->tensors.push_back(Slice(e.tensor, area_ + e.offset, {n}, {places_[i].global},
-                                   {places_[i].offset}));
+      out->tensors.push_back(
+          Slice(e.tensor, area_ + e.offset, {n}, {places_[i].global}, {places_[i].offset}));
     }
     const std::string objects(area_ + layout_.objects_begin, object_bytes_);
-    out->objects.push_back({kObjectsName, [objects] { return StatusOr<std::string>(objects); },
-                            nullptr});
+    out->objects.push_back(
+        {kObjectsName, [objects] { return StatusOr<std::string>(objects); }, nullptr});
     return Status::Ok();
   }
 
@@ -137,7 +142,8 @@ Status ProtectorImpl::PlaceShards() {
   places_.assign(n, ShardPlace());
   if (n == 0) return Status::Ok();
   std::vector<int64_t> mine(n);
-  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int64_t>(layout_.sharded[i].tensor.elements());
+  for (size_t i = 0; i < n; ++i)
+    mine[i] = static_cast<int64_t>(layout_.sharded[i].tensor.elements());
   const int world = train_ ? train_->world_size() : 1;
   const int rank = train_ ? train_->rank() : 0;
   std::vector<int64_t> all(n * world);
@@ -212,7 +218,8 @@ Status ProtectorImpl::WaitL3Area(uint64_t step) {
   // The capture of `step` overwrites the area of step - 2: the engine must have copied it.
   if (l3_ && l3_pending_ != kNoStep && l3_pending_ + 2 == step) {
     const Status s = l3_->WaitCaptured(l3_pending_);
-    if (!s.ok()) RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << l3_pending_ << ": " << s;
+    if (!s.ok())
+      RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << l3_pending_ << ": " << s;
     l3_pending_ = kNoStep;
   }
   return Status::Ok();
@@ -221,8 +228,9 @@ Status ProtectorImpl::WaitL3Area(uint64_t step) {
 Status ProtectorImpl::CheckpointNow() {
   if (!started_) return Status::FailedPrecondition("Protector::Start() first");
   if (ckpt_dir_.empty())
-    return Status::FailedPrecondition("no checkpoint directory (ProtectOptions::ckpt_dir or "
-                                      "RTFT_PROTECT_CKPT_DIR)");
+    return Status::FailedPrecondition(
+        "no checkpoint directory (ProtectOptions::ckpt_dir or "
+        "RTFT_PROTECT_CKPT_DIR)");
   RTFT_RETURN_IF_ERROR(JoinCapture());
   if (!l3_) RTFT_RETURN_IF_ERROR(OpenL3());
   RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/true));
@@ -232,8 +240,9 @@ Status ProtectorImpl::CheckpointNow() {
 
 StatusOr<uint64_t> ProtectorImpl::RestoreL3(uint64_t epoch) {
   if (ckpt_dir_.empty())
-    return Status::DataLoss("no step can be restored from memory and there is no L3 checkpoint "
-                            "directory to fall back to");
+    return Status::DataLoss(
+        "no step can be restored from memory and there is no L3 checkpoint "
+        "directory to fall back to");
   auto latest = LatestVersion(ckpt_dir_);
   if (!latest.ok())
     return Status::DataLoss("no step can be restored from memory and " + ckpt_dir_ +
@@ -244,8 +253,8 @@ StatusOr<uint64_t> ProtectorImpl::RestoreL3(uint64_t epoch) {
   LiveView view(layout_, places_, &objects);
   RestoreOptions r;
   r.version = *latest;
-  RTFT_RETURN_IF_ERROR(Restore(ckpt_dir_, r, view).Annotate("restoring L3 step " +
-                                                             std::to_string(*latest)));
+  RTFT_RETURN_IF_ERROR(
+      Restore(ckpt_dir_, r, view).Annotate("restoring L3 step " + std::to_string(*latest)));
   RTFT_RETURN_IF_ERROR(DeserializeObjects(layout_.objects, objects.data(), objects.size()));
   RTFT_RETURN_IF_ERROR(OpenL3());
   RTFT_LOG(kWarn, kLogRuntime) << "restored step " << *latest << " from the L3 checkpoint in "

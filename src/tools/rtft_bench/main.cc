@@ -13,6 +13,7 @@
 #include "tools/rtft_bench/detect_sim.h"
 #include "tools/rtft_bench/offload_bench.h"
 #include "tools/rtft_bench/protect_bench.h"
+#include "tools/rtft_bench/recovery_bench.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewDetectCommand());
   commands.push_back(rtft::bench::NewCommCommand());
   commands.push_back(rtft::bench::NewProtectCommand());
+  commands.push_back(rtft::bench::NewRecoveryCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);
