@@ -39,7 +39,7 @@ class ProtectCommand final : public BenchCommand {
   // Mean step time of rank 0 in one run, and the model's size.
   StatusOr<double> OneRun(bool protect, uint64_t* params);
 
-  int ranks_ = 4, steps_ = 40, hidden_ = 1024, batch_ = 16, repeats_ = 3;
+  int ranks_ = 4, steps_ = 40, hidden_ = 1024, batch_ = 24, repeats_ = 3;
 };
 
 StatusOr<double> ProtectCommand::OneRun(bool protect, uint64_t* params) {

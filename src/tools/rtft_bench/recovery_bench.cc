@@ -48,8 +48,7 @@ class RecoveryCommand final : public BenchCommand {
     cmd->add_option("--hidden", hidden_, "hidden width of the trainer's MLP")
         ->capture_default_str();
     cmd->add_option("--batch", batch_, "samples per rank and step")->capture_default_str();
-    cmd->add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms_,
-                    "dp-launch heartbeat timeout")
+    cmd->add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms_, "dp-launch heartbeat timeout")
         ->capture_default_str();
   }
   int Run() override;
@@ -63,21 +62,41 @@ class RecoveryCommand final : public BenchCommand {
   Status Failure(const std::string& kind, JsonLines* out);
   StatusOr<double> CheckpointRestart(double* step_s);
 
-  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 16;
+  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 24;
   int heartbeat_timeout_ms_ = 1000;
   double restart_s_ = -1;
 };
 
 std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                                const std::string& fault) const {
-  std::vector<std::string> a = {"mpirun", "--bind-to", "none", "--oversubscribe",
-                                "--enable-recovery", "-np", std::to_string(ranks_ + 1),
-                                NextTo("dp-launch"), "--spares", "1", "--heartbeat-ms", "100",
-                                "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_),
-                                "--", NextTo("rtft-train"), "--steps", std::to_string(step_ + 3),
-                                "--hidden", std::to_string(hidden_), "--batch",
-                                std::to_string(batch_), "--log-every", "1", "--l3-every",
-                                std::to_string(l3_every_), "--ckpt-dir", ckpt};
+  std::vector<std::string> a = {"mpirun",
+                                "--bind-to",
+                                "none",
+                                "--oversubscribe",
+                                "--enable-recovery",
+                                "-np",
+                                std::to_string(ranks_ + 1),
+                                NextTo("dp-launch"),
+                                "--spares",
+                                "1",
+                                "--heartbeat-ms",
+                                "100",
+                                "--heartbeat-timeout-ms",
+                                std::to_string(heartbeat_timeout_ms_),
+                                "--",
+                                NextTo("rtft-train"),
+                                "--steps",
+                                std::to_string(step_ + 3),
+                                "--hidden",
+                                std::to_string(hidden_),
+                                "--batch",
+                                std::to_string(batch_),
+                                "--log-every",
+                                "1",
+                                "--l3-every",
+                                std::to_string(l3_every_),
+                                "--ckpt-dir",
+                                ckpt};
   if (!fault.empty()) a.insert(a.end(), {"--fault", fault});
   return a;
 }
@@ -106,8 +125,8 @@ StatusOr<double> RecoveryCommand::CheckpointRestart(double* step_s) {
   // The whole job stops at the failure step (every process of it is killed).
   {
     BenchJob job(dir, ranks_ + 1);
-    RTFT_RETURN_IF_ERROR(job.Start(Args(ckpt, "0:protect.update@" + std::to_string(step_ + 1) +
-                                                  ":hang")));
+    RTFT_RETURN_IF_ERROR(
+        job.Start(Args(ckpt, "0:protect.update@" + std::to_string(step_ + 1) + ":hang")));
     if (!WaitUntil([&] { return job.FaultSlot() >= 0; }, milliseconds(1800000)))
       return Status::DeadlineExceeded("the job never reached step " + std::to_string(step_));
     const std::string out = job.Output();
@@ -124,8 +143,9 @@ StatusOr<double> RecoveryCommand::CheckpointRestart(double* step_s) {
   RTFT_RETURN_IF_ERROR(again.Wait(milliseconds(1800000)));
   const std::string out = again.Output();
   const double done = FirstTime(out, R"(\[train 0\] step )" + std::to_string(step_) + " ");
-  if (done < 0) return Status::Internal("the restarted job never completed step " +
-                                        std::to_string(step_) + " (see " + dir + ")");
+  if (done < 0)
+    return Status::Internal("the restarted job never completed step " + std::to_string(step_) +
+                            " (see " + dir + ")");
   (void)RemoveTree(dir);
   return done - killed / 1e6;
 }
@@ -133,7 +153,8 @@ StatusOr<double> RecoveryCommand::CheckpointRestart(double* step_s) {
 Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
   const bool slot = kind == "slot";
-  const std::string fault = "2:protect.update@" + std::to_string(step_ + 1) + (slot ? ":hang" : ":kill");
+  const std::string fault =
+      "2:protect.update@" + std::to_string(step_ + 1) + (slot ? ":hang" : ":kill");
   Progress("recovery: " + kind + " failure at step " + std::to_string(step_));
   long long failed_us = 0;
   std::function<long long(BenchJob&, int)> at_fault = [&](BenchJob& job, int s) -> long long {
@@ -143,8 +164,8 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
     if (agent > 0) kill(agent, SIGKILL);
     return t;
   };
-  RTFT_ASSIGN_OR_RETURN(std::string output, RunJob(dir, Args(dir + "/ckpt", fault), at_fault,
-                                                   &failed_us));
+  RTFT_ASSIGN_OR_RETURN(std::string output,
+                        RunJob(dir, Args(dir + "/ckpt", fault), at_fault, &failed_us));
   double failed = failed_us / 1e6;
   if (!slot) {
     const std::regex fired(R"(fault protect\.update kill .* t=(\d+))");
@@ -184,11 +205,15 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
              {"restart_s", restart_s_},
              {"speedup", speedup},
              {"targets",
-              {{"detect_s", detect_target}, {"resumed_s", resumed_target},
-               {"speedup", speedup_target}, {"reexecuted_steps", 1}}},
+              {{"detect_s", detect_target},
+               {"resumed_s", resumed_target},
+               {"speedup", speedup_target},
+               {"reexecuted_steps", 1}}},
              {"met",
-              {{"detect_s", detect_s <= detect_target}, {"resumed_s", resumed_s <= resumed_target},
-               {"speedup", speedup >= speedup_target}, {"reexecuted_steps", reexecuted <= 1}}}});
+              {{"detect_s", detect_s <= detect_target},
+               {"resumed_s", resumed_s <= resumed_target},
+               {"speedup", speedup >= speedup_target},
+               {"reexecuted_steps", reexecuted <= 1}}}});
   (void)RemoveTree(dir);
   return Status::Ok();
 }
