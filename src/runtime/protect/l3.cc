@@ -23,15 +23,24 @@ std::pair<int64_t, int64_t> Rows(int64_t rows, int world, int rank) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-// One step's snapshot (an L1 area) as the engine sees it.
+// One rank's shard of a sharded tensor, wherever its bytes are (L1, or an L2 replica).
+struct ShardBytes {
+  const TensorDesc* tensor;  // name and type
+  int64_t count = 0;
+  const char* data = nullptr;
+  ShardPlace place;
+};
+
+// One step of one rank's state as the engine sees it: its rows of every replicated tensor (from
+// any rank's L1 area: they are equal everywhere), its shards, its serialized objects.
 class AreaView final : public StateProvider {
  public:
-  AreaView(const Layout& layout, const std::vector<ShardPlace>& places, const char* area,
-           uint64_t object_bytes, int rank, int world)
+  AreaView(const Layout& layout, const char* replicated_area, std::vector<ShardBytes> shards,
+           std::string objects, int rank, int world)
       : layout_(layout),
-        places_(places),
-        area_(area),
-        object_bytes_(object_bytes),
+        area_(replicated_area),
+        shards_(std::move(shards)),
+        objects_(std::move(objects)),
         rank_(rank),
         world_(world) {}
 
@@ -51,13 +60,10 @@ class AreaView final : public StateProvider {
       out->tensors.push_back(
           Slice(t, area_ + e.offset + begin * row_bytes, shape, t.shape, offset));
     }
-    for (size_t i = 0; i < layout_.sharded.size(); ++i) {
-      const Entry& e = layout_.sharded[i];
-      const int64_t n = static_cast<int64_t>(e.tensor.elements());
+    for (const ShardBytes& b : shards_)
       out->tensors.push_back(
-          Slice(e.tensor, area_ + e.offset, {n}, {places_[i].global}, {places_[i].offset}));
-    }
-    const std::string objects(area_ + layout_.objects_begin, object_bytes_);
+          Slice(*b.tensor, b.data, {b.count}, {b.place.global}, {b.place.offset}));
+    const std::string objects = objects_;
     out->objects.push_back(
         {kObjectsName, [objects] { return StatusOr<std::string>(objects); }, nullptr});
     return Status::Ok();
@@ -78,9 +84,9 @@ class AreaView final : public StateProvider {
   }
 
   const Layout& layout_;
-  const std::vector<ShardPlace>& places_;
   const char* area_;
-  uint64_t object_bytes_;
+  std::vector<ShardBytes> shards_;
+  std::string objects_;
   int rank_, world_;
 };
 
@@ -140,6 +146,7 @@ Status ProtectorImpl::ResolveL3() {
 Status ProtectorImpl::PlaceShards() {
   const size_t n = layout_.sharded.size();
   places_.assign(n, ShardPlace());
+  counts_.clear();
   if (n == 0) return Status::Ok();
   std::vector<int64_t> mine(n);
   for (size_t i = 0; i < n; ++i)
@@ -153,8 +160,10 @@ Status ProtectorImpl::PlaceShards() {
   } else {
     all = mine;
   }
+  counts_.assign(world, std::vector<int64_t>(n));
   for (size_t i = 0; i < n; ++i) {
     for (int r = 0; r < world; ++r) {
+      counts_[r][i] = all[r * n + i];
       if (r < rank) places_[i].offset += all[r * n + i];
       places_[i].global += all[r * n + i];
     }
@@ -162,13 +171,11 @@ Status ProtectorImpl::PlaceShards() {
   return Status::Ok();
 }
 
-Status ProtectorImpl::OpenL3() {
-  if (ckpt_dir_.empty()) return Status::Ok();
-  RetireL3();
+CheckpointOptions ProtectorImpl::L3Options(int rank, int world) const {
   CheckpointOptions c;
   c.dir = ckpt_dir_;
-  c.rank = train_->rank();
-  c.world_size = train_->world_size();
+  c.rank = rank;
+  c.world_size = world;
   // A commit waiting for a rank that died is abandoned with its engine at the next recovery; it
   // then gives up after this long in the background.
   c.commit_timeout = recovery_timeout_;
@@ -182,7 +189,14 @@ Status ProtectorImpl::OpenL3() {
     c.flush_threads = 2;
     c.pool_bytes = std::max<uint64_t>(4 * chunk, (layout_.payload_bytes + mib - 1) / mib * mib);
   }
-  RTFT_ASSIGN_OR_RETURN(l3_, CheckpointEngine::Create(c));
+  return c;
+}
+
+Status ProtectorImpl::OpenL3() {
+  if (ckpt_dir_.empty()) return Status::Ok();
+  RetireL3();
+  RTFT_ASSIGN_OR_RETURN(l3_,
+                        CheckpointEngine::Create(L3Options(train_->rank(), train_->world_size())));
   return Status::Ok();
 }
 
@@ -202,9 +216,7 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_ || (!now && (l3_every_ == 0 || step == 0 || step % l3_every_ != 0))) return Status::Ok();
   if (!l1_->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
   if (l3_pending_ != kNoStep) RTFT_RETURN_IF_ERROR(l3_->WaitCaptured(l3_pending_));
-  AreaView view(layout_, places_, l1_->payload(step), l1_->header(step)->object_bytes,
-                train_->rank(), train_->world_size());
-  const Status s = l3_->Checkpoint(step, view);
+  const Status s = l3_->Checkpoint(step, *OwnView(step));
   if (!s.ok()) {
     RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << step << ": " << s;
     return s.code() == StatusCode::kAborted ? s : Status::Ok();
@@ -212,6 +224,51 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   l3_pending_ = step;
   RTFT_LOG(kInfo, kLogRuntime) << "L3: step " << step << " is being written to " << ckpt_dir_;
   return Status::Ok();
+}
+
+std::unique_ptr<StateProvider> ProtectorImpl::OwnView(uint64_t step) const {
+  const char* area = l1_->payload(step);
+  std::vector<ShardBytes> shards;
+  for (size_t i = 0; i < layout_.sharded.size(); ++i) {
+    const Entry& e = layout_.sharded[i];
+    shards.push_back(
+        {&e.tensor, static_cast<int64_t>(e.tensor.elements()), area + e.offset, places_[i]});
+  }
+  return std::make_unique<AreaView>(
+      layout_, area, std::move(shards),
+      std::string(area + layout_.objects_begin, l1_->header(step)->object_bytes), train_->rank(),
+      train_->world_size());
+}
+
+// Rank `lost`'s step as its replica (on this rank, its right neighbour) holds it: its shards laid
+// out as that rank laid them out (4 KiB aligned, in declaration order), then its objects.
+StatusOr<std::unique_ptr<StateProvider>> ProtectorImpl::ReplicaView(uint64_t step, int lost) const {
+  if (lost < 0 || static_cast<size_t>(lost) >= counts_.size())
+    return Status::Internal("no shard sizes for rank " + std::to_string(lost));
+  uint64_t bytes = 0;
+  for (const auto& h : l2_->Complete())
+    if (h.owner == lost && h.step == step) bytes = h.bytes;
+  if (bytes == 0)
+    return Status::DataLoss("this rank holds no replica of rank " + std::to_string(lost) +
+                            "'s step " + std::to_string(step));
+  const char* data = l2_->Data(step);
+  std::vector<ShardBytes> shards;
+  size_t at = 0;
+  for (size_t i = 0; i < layout_.sharded.size(); ++i) {
+    const TensorDesc& t = layout_.sharded[i].tensor;
+    const int64_t count = counts_[lost][i];
+    ShardPlace place;
+    for (int r = 0; r < static_cast<int>(counts_.size()); ++r) {
+      if (r < lost) place.offset += counts_[r][i];
+      place.global += counts_[r][i];
+    }
+    shards.push_back({&t, count, data + at, place});
+    at = AlignUp(at + count * DTypeSize(t.dtype));
+  }
+  if (at > bytes) return Status::DataLoss("rank " + std::to_string(lost) + "'s replica is short");
+  return std::unique_ptr<StateProvider>(new AreaView(layout_, l1_->payload(step), std::move(shards),
+                                                     std::string(data + at, bytes - at), lost,
+                                                     static_cast<int>(counts_.size())));
 }
 
 Status ProtectorImpl::WaitL3Area(uint64_t step) {
@@ -222,6 +279,70 @@ Status ProtectorImpl::WaitL3Area(uint64_t step) {
       RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << l3_pending_ << ": " << s;
     l3_pending_ = kNoStep;
   }
+  return Status::Ok();
+}
+
+Status ProtectorImpl::FinalCheckpoint() {
+  FailureEvent e;
+  {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    if (!shutdown_event_) return Status::Internal("no shutdown event");
+    e = *shutdown_event_;
+  }
+  if (ckpt_dir_.empty())
+    return Status::FailedPrecondition(
+        "checkpoint-and-exit: no checkpoint directory (ProtectOptions::ckpt_dir or "
+        "RTFT_PROTECT_CKPT_DIR) to write to");
+  if (!train_ || (counts_.empty() && !layout_.sharded.empty()))
+    return Status::FailedPrecondition("checkpoint-and-exit before protection started");
+  (void)JoinCapture();
+  replicator_.reset();
+  RetireL3();
+  const int world = train_->world_size(), me = train_->rank();
+  std::vector<bool> lost(world, false);
+  for (int f : e.failed_ranks)
+    if (f >= 0 && f < world) lost[f] = true;
+  // What every survivor holds, through the store (the lost ranks hold nothing).
+  RankState mine;
+  mine.rank = me;
+  mine.layout_hash = layout_.replicated_hash;
+  mine.l1 = l1_->CompleteSteps();
+  for (const auto& h : l2_->Complete()) mine.l2.emplace_back(h.owner, h.step);
+  const std::string prefix = "protect/final/e" + std::to_string(e.epoch) + "/rank/";
+  RTFT_RETURN_IF_ERROR(rt_->KvPut(prefix + std::to_string(me), EncodeRankState(mine)));
+  std::vector<RankState> all(world);
+  for (int r = 0; r < world; ++r) {
+    all[r].rank = r;
+    if (lost[r]) continue;
+    auto v = rt_->KvGet(prefix + std::to_string(r), recovery_timeout_);
+    if (!v.ok()) return v.status().Annotate("checkpoint-and-exit: rank " + std::to_string(r));
+    all[r] = DecodeRankState(*v, r);
+  }
+  const RecoveryPlan plan = PlanRecovery(all, layout_.replicated_hash);
+  if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
+  const uint64_t step = plan.step;
+  auto latest = LatestVersion(ckpt_dir_);
+  if (latest.ok() && *latest >= step) return Status::Ok();  // written already
+  // This rank's file, and those of the lost ranks whose replica it holds (a lost rank 0's too:
+  // its engine commits the version once every file is there).
+  std::vector<std::pair<int, std::unique_ptr<StateProvider>>> files;
+  files.emplace_back(me, OwnView(step));
+  for (size_t i = 0; i < plan.needy.size(); ++i) {
+    if (plan.holder[i] != me) continue;
+    RTFT_ASSIGN_OR_RETURN(auto view, ReplicaView(step, plan.needy[i]));
+    files.emplace_back(plan.needy[i], std::move(view));
+  }
+  std::vector<std::unique_ptr<CheckpointEngine>> engines;
+  for (auto& [rank, view] : files) {
+    RTFT_ASSIGN_OR_RETURN(auto engine, CheckpointEngine::Create(L3Options(rank, world)));
+    RTFT_RETURN_IF_ERROR(engine->Checkpoint(step, *view));
+    engines.push_back(std::move(engine));
+  }
+  for (size_t i = 0; i < engines.size(); ++i)
+    RTFT_RETURN_IF_ERROR(engines[i]->WaitPersisted(step).Annotate(
+        "checkpoint-and-exit: writing rank " + std::to_string(files[i].first) + "'s file"));
+  RTFT_LOG(kWarn, kLogRuntime) << "checkpoint-and-exit: step " << step << " written to "
+                               << ckpt_dir_ << " (" << files.size() << " file(s) by this rank)";
   return Status::Ok();
 }
 

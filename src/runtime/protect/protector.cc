@@ -23,7 +23,11 @@ namespace protect {
 ProtectorImpl::ProtectorImpl(Runtime* runtime, const ProtectOptions& options)
     : rt_(runtime), o_(options) {
   listener_ = rt_->Subscribe([this](const FailureEvent& e) {
-    if (e.shutdown) shutdown_ = true;
+    if (e.shutdown) {
+      std::lock_guard<std::mutex> lock(event_mu_);
+      shutdown_event_ = e;
+      shutdown_ = true;
+    }
     uint64_t seen = event_epoch_.load();
     while (e.epoch > seen && !event_epoch_.compare_exchange_weak(seen, e.epoch)) {
     }

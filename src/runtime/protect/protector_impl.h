@@ -48,6 +48,9 @@ struct RecoveryPlan {
 // `layout_hash`: this rank's replicated-tensor hash; ranks that publish another hold nothing
 // usable.
 RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash);
+// The JSON a rank publishes; anything malformed decodes as holding nothing.
+std::string EncodeRankState(const RankState& state);
+RankState DecodeRankState(const std::string& text, int rank);
 
 class ProtectorImpl final : public Protector {
  public:
@@ -80,10 +83,17 @@ class ProtectorImpl final : public Protector {
   // L3 (l3.cc).
   Status ResolveL3();
   Status PlaceShards();
+  CheckpointOptions L3Options(int rank, int world) const;
   Status OpenL3();
   void RetireL3();
   Status MaybeCheckpoint(uint64_t step, bool now);
   Status WaitL3Area(uint64_t step);
+  std::unique_ptr<StateProvider> OwnView(uint64_t step) const;
+  StatusOr<std::unique_ptr<StateProvider>> ReplicaView(uint64_t step, int lost) const;
+  // `--on-spares-exhausted checkpoint-and-exit`: the survivors write one complete L3 version,
+  // the holders of the lost ranks' replicas writing those ranks' files.
+  Status FinalCheckpoint();
+  Status ShutDown();
   StatusOr<uint64_t> RestoreL3(uint64_t epoch);
 
   Runtime* rt_;
@@ -101,6 +111,7 @@ class ProtectorImpl final : public Protector {
   std::string ckpt_dir_;
   uint64_t l3_every_ = 0;
   std::vector<ShardPlace> places_;
+  std::vector<std::vector<int64_t>> counts_;  // [rank][sharded tensor]: every rank's shard sizes
 
   // The step in progress: its capture runs on capture_; BeforeUpdate joins it.
   static constexpr uint64_t kNoStep = ~uint64_t{0};
@@ -115,6 +126,8 @@ class ProtectorImpl final : public Protector {
   uint64_t listener_ = 0;
   std::atomic<uint64_t> event_epoch_{0};
   std::atomic<bool> shutdown_{false};
+  std::mutex event_mu_;
+  std::optional<FailureEvent> shutdown_event_;  // the last shutdown event (under event_mu_)
 
   RecoveryInfo info_;
 };

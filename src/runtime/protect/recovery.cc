@@ -25,14 +25,15 @@ std::string Key(uint64_t epoch, int rank) {
   return "protect/e" + std::to_string(epoch) + "/rank/" + std::to_string(rank);
 }
 
-std::string Encode(const RankState& s) {
+}  // namespace
+
+std::string EncodeRankState(const RankState& s) {
   json l2 = json::array();
   for (const auto& [owner, step] : s.l2) l2.push_back({owner, step});
   return json{{"v", 1}, {"rank", s.rank}, {"hash", s.layout_hash}, {"l1", s.l1}, {"l2", l2}}.dump();
 }
 
-// What a peer published; anything malformed counts as holding nothing.
-RankState Decode(const std::string& text, int rank) {
+RankState DecodeRankState(const std::string& text, int rank) {
   RankState s;
   s.rank = rank;
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -47,6 +48,8 @@ RankState Decode(const std::string& text, int rank) {
       s.l2.emplace_back(v[0].get<int>(), v[1].get<uint64_t>());
   return s;
 }
+
+namespace {
 
 bool Has(const std::vector<uint64_t>& v, uint64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
@@ -102,6 +105,7 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_h
 
 StatusOr<uint64_t> ProtectorImpl::Recover() {
   if (!started_) return Status::FailedPrecondition("Protector::Start() first");
+  if (shutdown_) return ShutDown();
   if (!o_.enabled)
     return Status::FailedPrecondition(
         "protection is off (ProtectOptions::enabled): nothing to "
@@ -115,7 +119,7 @@ StatusOr<uint64_t> ProtectorImpl::Recover() {
   // The failure event names the epoch to recover into.
   while (EventEpoch() <= from && !shutdown_ && Clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(1));
-  if (shutdown_) return Status::Aborted("the job is shutting down");
+  if (shutdown_) return ShutDown();
   if (EventEpoch() <= from)
     return Status::DeadlineExceeded("no failure event came within " +
                                     std::to_string(recovery_timeout_.count()) +
@@ -123,6 +127,18 @@ StatusOr<uint64_t> ProtectorImpl::Recover() {
   info_ = RecoveryInfo();
   info_.wait_event_s = Since(t0);
   return RecoverFrom(EventEpoch(), deadline);
+}
+
+// The job is ending: under checkpoint-and-exit, the checkpoint first.
+Status ProtectorImpl::ShutDown() {
+  bool checkpoint = false;
+  {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    checkpoint = shutdown_event_ && shutdown_event_->checkpoint_first;
+  }
+  if (checkpoint) RTFT_RETURN_IF_ERROR(FinalCheckpoint());
+  return Status::Aborted(checkpoint ? "the job is shutting down (its checkpoint is written)"
+                                    : "the job is shutting down");
 }
 
 // A failure during recovery moves the job to another epoch: start over there.
@@ -145,7 +161,7 @@ void ProtectorImpl::StopReplication() {
 }
 
 StatusOr<std::vector<RankState>> ProtectorImpl::Gather(uint64_t epoch, const RankState& mine) {
-  RTFT_RETURN_IF_ERROR(rt_->KvPut(Key(epoch, mine.rank), Encode(mine)));
+  RTFT_RETURN_IF_ERROR(rt_->KvPut(Key(epoch, mine.rank), EncodeRankState(mine)));
   const int n = rt_->current().world_size;
   std::vector<RankState> all(n);
   const auto deadline = Clock::now() + recovery_timeout_;
@@ -154,7 +170,7 @@ StatusOr<std::vector<RankState>> ProtectorImpl::Gather(uint64_t epoch, const Ran
       if (EventEpoch() > epoch) return Status::Aborted("epoch " + std::to_string(epoch) + " ended");
       auto v = rt_->KvGet(Key(epoch, r), milliseconds(50));
       if (v.ok()) {
-        all[r] = Decode(*v, r);
+        all[r] = DecodeRankState(*v, r);
         break;
       }
       if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();
@@ -172,6 +188,11 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   const RuntimeInfo now = rt_->current();
   if (now.epoch != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
+  if (train_ && now.world_size != train_->world_size())
+    return Status::Unimplemented(
+        "the job shrank from " + std::to_string(train_->world_size()) + " to " +
+        std::to_string(now.world_size) + " ranks: redistributing the shards is not built yet " +
+        "(run with --on-spares-exhausted checkpoint-and-exit and start the job again)");
   FaultPoint("protect.recover");
   RankState mine;
   mine.rank = now.rank;

@@ -48,7 +48,8 @@ class ProtectJobTest : public ::testing::Test {
   // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
   // all, as lost nodes.
   Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
-            const std::vector<std::string>& train_extra = {}) {
+            const std::vector<std::string>& train_extra = {},
+            const std::vector<std::string>& dp_extra = {}) {
     Run run;
     run.dir = root_ + "/" + name;
     EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
@@ -57,6 +58,7 @@ class ProtectJobTest : public ::testing::Test {
     spec.slots = active + spares;
     spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
                     "50",       "--heartbeat-timeout-ms", "500"};
+    spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
     spec.app = {RTFT_TEST_APP};
     // kTrain's options, unless train_extra gives them another value.
     for (size_t i = 0; i + 1 < kTrain.size(); i += 2)
@@ -194,6 +196,40 @@ TEST_F(ProtectJobTest, AJobStartedAgainResumesFromItsNewestL3Checkpoint) {
       << again.output;
   ASSERT_EQ(again.digests.size(), 4u) << again.output;
   for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedCheckpointAndExitThenTheRelaunchEndsIdentical) {
+  // No spare: rank 2's slot is lost in step 8; under checkpoint-and-exit the survivors write one
+  // complete version (rank 3 writes rank 2's file from its replica) and the job exits 0. Started
+  // again, it resumes there and ends with the failure-free digest.
+  const std::string ckpt = root_ + "/l3-exit";
+  Run run = Start("exhausted-checkpoint", 4, 0, "2:protect.update@9:hang", 1, {"--ckpt-dir", ckpt},
+                  {"--on-spares-exhausted", "checkpoint-and-exit"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("checkpoint-and-exit: step 8 written"), std::string::npos)
+      << run.output;
+  Run again = Start("exhausted-relaunch", 4, 0, "", 0, {"--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 8 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedUnderFailOrShrinkEndTheJobWithAClearError) {
+  Run fail = Start("exhausted-fail", 4, 0, "2:protect.update@9:hang", 1, {},
+                   {"--on-spares-exhausted", "fail"});
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_TRUE(fail.digests.empty()) << fail.output;
+  // Shrinking renumbers the ranks and resizes the shards, which the protector does not do yet:
+  // every survivor says so and the job ends with an error, never with wrong bits.
+  Run shrink = Start("exhausted-shrink", 4, 0, "2:protect.update@9:hang", 1, {},
+                     {"--on-spares-exhausted", "shrink"});
+  EXPECT_NE(shrink.exit_code, 0) << shrink.output;
+  EXPECT_TRUE(shrink.digests.empty()) << shrink.output;
+  EXPECT_NE(shrink.output.find("redistributing the shards is not built yet"), std::string::npos)
+      << shrink.output;
 }
 
 }  // namespace
