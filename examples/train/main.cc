@@ -98,10 +98,11 @@ class Trainer {
   void Report(const rtft::RecoveryInfo& r, double took) {
     char line[320];
     std::snprintf(line, sizeof(line),
-                  "recovered epoch=%" PRIu64 " step=%" PRIu64 " source=%s fed=%d bytes=%" PRIu64
+                  "recovered epoch=%" PRIu64 " step=%" PRIu64
+                  " world=%d source=%s fed=%d bytes=%" PRIu64
                   " event_s=%.3f agree_s=%.3f rebuild_s=%.3f transfer_s=%.3f took_s=%.3f",
-                  r.epoch, r.step, r.source.c_str(), r.ranks_fed, r.bytes_moved, r.wait_event_s,
-                  r.agree_s, r.rebuild_s, r.transfer_s, took);
+                  r.epoch, r.step, r.world_size, r.source.c_str(), r.ranks_fed, r.bytes_moved,
+                  r.wait_event_s, r.agree_s, r.rebuild_s, r.transfer_s, took);
     Say(line);
   }
 
@@ -190,6 +191,20 @@ int Trainer::Run() {
                          std::memcpy(&loss_ema_, b.data(), 8);
                          return Status::Ok();
                        }});
+  // --on-spares-exhausted shrink: the survivors go on with fewer ranks, each with a new shard of
+  // the optimizer state (rt-ft fills it).
+  if (s.ok())
+    s = p_->OnShrink([this, n](int world, int rank) {
+      rank_ = rank;
+      world_ = world;
+      shard_ = Partition(n, world_, rank_);
+      m_.assign(shard_.count, 0.0f);
+      v_.assign(shard_.count, 0.0f);
+      grad_shard_.assign(shard_.count, 0.0f);
+      return rtft::StatusOr<std::vector<rtft::TensorDesc>>(std::vector<rtft::TensorDesc>{
+          {"adam_m", DType::kFloat32, {int64_t(shard_.count)}, m_.data()},
+          {"adam_v", DType::kFloat32, {int64_t(shard_.count)}, v_.data()}});
+    });
   if (!s.ok()) return Fail("declaring the state", s);
   // Failure events as they arrive, for the timeline (the Protector acts on them itself).
   listener_ = rt_->Subscribe([this](const rtft::FailureEvent& e) {

@@ -24,8 +24,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rtft/comm.h"
 #include "rtft/export.h"
@@ -61,6 +63,7 @@ struct RecoveryInfo {
   uint64_t epoch = 0;        // the epoch recovered into
   uint64_t step = 0;         // the step training resumes at
   std::string source;        // "l1" (every rank from its own snapshot and replicas) or "l3"
+  int world_size = 0;        // ranks of that epoch (fewer than before after a shrink)
   int ranks_fed = 0;         // ranks that received state from a peer
   uint64_t bytes_moved = 0;  // state sent to them
   double wait_event_s = 0;   // until the failure event was known
@@ -80,6 +83,15 @@ class RTFT_EXPORT Protector {
   virtual Status AddReplicated(TensorDesc tensor) = 0;
   virtual Status AddSharded(TensorDesc tensor) = 0;
   virtual Status AddObject(ObjectDesc object) = 0;
+
+  // `--on-spares-exhausted shrink`: the job goes on with fewer ranks, renumbered. Recover() then
+  // calls `reshard(world_size, rank)`, which resizes the application's sharded tensors for its
+  // new rank and returns them, in the order they were added (same names and types), and fills
+  // them from the old ranks' snapshots and replicas: each sharded tensor is the concatenation of
+  // every rank's shard in rank order, before and after. Without it a shrink ends the job with an
+  // error. Set before Start().
+  using Reshard = std::function<StatusOr<std::vector<TensorDesc>>(int world_size, int rank)>;
+  virtual Status OnShrink(Reshard reshard) = 0;
 
   // Begins protection and returns the step to run first: 0 for a fresh job; for a warm spare
   // just activated or a process restarted on its slot, the step recovery agreed on, its state

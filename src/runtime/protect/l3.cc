@@ -146,21 +146,21 @@ Status ProtectorImpl::ResolveL3() {
 Status ProtectorImpl::PlaceShards() {
   const size_t n = layout_.sharded.size();
   places_.assign(n, ShardPlace());
-  counts_.clear();
-  if (n == 0) return Status::Ok();
+  const int world = train_ ? train_->world_size() : 1;
+  const int rank = train_ ? train_->rank() : 0;
+  counts_.assign(world, std::vector<int64_t>(n));
+  held_rank_ = -1;
+  held_world_ = 0;
   std::vector<int64_t> mine(n);
   for (size_t i = 0; i < n; ++i)
     mine[i] = static_cast<int64_t>(layout_.sharded[i].tensor.elements());
-  const int world = train_ ? train_->world_size() : 1;
-  const int rank = train_ ? train_->rank() : 0;
   std::vector<int64_t> all(n * world);
-  if (world > 1) {
+  if (world > 1 && n > 0) {
     if (!replicator_) return Status::Internal("placing shards without a replication communicator");
     RTFT_RETURN_IF_ERROR(replicator_->comm()->AllGather(mine.data(), all.data(), n, DType::kInt64));
   } else {
     all = mine;
   }
-  counts_.assign(world, std::vector<int64_t>(n));
   for (size_t i = 0; i < n; ++i) {
     for (int r = 0; r < world; ++r) {
       counts_[r][i] = all[r * n + i];
@@ -168,6 +168,8 @@ Status ProtectorImpl::PlaceShards() {
       places_[i].global += all[r * n + i];
     }
   }
+  held_rank_ = rank;
+  held_world_ = world;
   return Status::Ok();
 }
 

@@ -60,6 +60,12 @@ Status ProtectorImpl::AddSharded(TensorDesc tensor) {
   return Status::Ok();
 }
 
+Status ProtectorImpl::OnShrink(Reshard reshard) {
+  if (started_) return Status::FailedPrecondition("set OnShrink before Start()");
+  reshard_ = std::move(reshard);
+  return Status::Ok();
+}
+
 Status ProtectorImpl::AddObject(ObjectDesc object) {
   if (started_) return Status::FailedPrecondition("declare the protected state before Start()");
   layout_.objects.push_back(std::move(object));
@@ -84,7 +90,7 @@ Status ProtectorImpl::Open() {
     RTFT_ASSIGN_OR_RETURN(int64_t ms, ParamInt(Param::kCommCreateTimeoutMs));
     recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
   }
-  RTFT_RETURN_IF_ERROR(layout_.Finish(o_.max_object_bytes ? o_.max_object_bytes : (1u << 20)));
+  RTFT_RETURN_IF_ERROR(layout_.Finish(ObjectRoom()));
   RTFT_RETURN_IF_ERROR(ResolveL3());
   RTFT_ASSIGN_OR_RETURN(dir_, ProtectDir(o_.shm_dir, &owned_dir_));
   RTFT_ASSIGN_OR_RETURN(l1_, Snapshot::Open(dir_, layout_));
@@ -128,9 +134,9 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
     const uint64_t epoch = rt_->current().epoch;
     RTFT_RETURN_IF_ERROR(BuildComms(epoch));
     step_ = 0;
-    if (o_.enabled && !ckpt_dir_.empty()) {
+    if (o_.enabled) {
       // A job started again with its checkpoint directory resumes from the newest version.
-      if (LatestVersion(ckpt_dir_).ok()) return RestoreL3(epoch);
+      if (!ckpt_dir_.empty() && LatestVersion(ckpt_dir_).ok()) return RestoreL3(epoch);
       RTFT_RETURN_IF_ERROR(PlaceShards());
       RTFT_RETURN_IF_ERROR(OpenL3());
     }

@@ -31,6 +31,10 @@ constexpr const char* kObjectsName = "protect.objects";
 // What every rank publishes when a recovery starts, and what the plan is made of.
 struct RankState {
   int rank = -1;
+  // The rank and world size its L1 and L2 were laid out for (differ from the new epoch's after a
+  // shrink; -1 and 0: it holds no state of this job yet).
+  int was = -1;
+  int was_world = 0;
   uint64_t layout_hash = 0;  // of its replicated tensors: the same on every rank of a job
   std::vector<uint64_t> l1;  // complete L1 steps
   std::vector<std::pair<int, uint64_t>> l2;  // (owner, step) of complete replicas
@@ -48,6 +52,11 @@ struct RecoveryPlan {
 // `layout_hash`: this rank's replicated-tensor hash; ranks that publish another hold nothing
 // usable.
 RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash);
+// After a shrink: `old` indexed by the ranks of the world the state was laid out for, the lost
+// ones holding nothing. The newest step that every survivor holds in its own L1 and whose replica
+// of every lost rank is complete on its old right neighbour; `needy` and `holder` in old ranks.
+RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& survived,
+                        uint64_t layout_hash);
 // The JSON a rank publishes; anything malformed decodes as holding nothing.
 std::string EncodeRankState(const RankState& state);
 RankState DecodeRankState(const std::string& text, int rank);
@@ -68,6 +77,7 @@ class ProtectorImpl final : public Protector {
   StatusOr<uint64_t> Recover() override;
   const RecoveryInfo& last_recovery() const override { return info_; }
   Status CheckpointNow() override;
+  Status OnShrink(Reshard reshard) override;
 
  private:
   Status Open();
@@ -80,6 +90,15 @@ class ProtectorImpl final : public Protector {
   StatusOr<uint64_t> RecoverFrom(uint64_t epoch, Clock::time_point deadline);
   StatusOr<std::vector<RankState>> Gather(uint64_t epoch, const RankState& mine);
   Status Transfer(const RecoveryPlan& plan, uint64_t epoch);
+  // Shrink (shrink.cc): the survivors of a smaller world redistribute the sharded tensors.
+  StatusOr<uint64_t> Shrink(uint64_t epoch, const std::vector<RankState>& all,
+                            Clock::time_point t0);
+  StatusOr<std::vector<TensorDesc>> NewShards(int world, int rank) const;
+  Status Redistribute(const RecoveryPlan& plan, const std::vector<int>& new_of_old,
+                      std::vector<TensorDesc>& shards);
+  // The state is laid out again for new shards: L1 re-laid out (empty), L2 emptied, shards placed.
+  Status Relayout(const std::vector<TensorDesc>& shards);
+  size_t ObjectRoom() const { return o_.max_object_bytes ? o_.max_object_bytes : (1u << 20); }
   // L3 (l3.cc).
   Status ResolveL3();
   Status PlaceShards();
@@ -112,6 +131,10 @@ class ProtectorImpl final : public Protector {
   uint64_t l3_every_ = 0;
   std::vector<ShardPlace> places_;
   std::vector<std::vector<int64_t>> counts_;  // [rank][sharded tensor]: every rank's shard sizes
+  // The rank and world size L1, L2 and counts_ are laid out for (PlaceShards).
+  int held_rank_ = -1;
+  int held_world_ = 0;
+  Reshard reshard_;
 
   // The step in progress: its capture runs on capture_; BeforeUpdate joins it.
   static constexpr uint64_t kNoStep = ~uint64_t{0};

@@ -17,6 +17,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr int64_t kMaxWorld = int64_t{1} << 24;
+
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -30,7 +32,14 @@ std::string Key(uint64_t epoch, int rank) {
 std::string EncodeRankState(const RankState& s) {
   json l2 = json::array();
   for (const auto& [owner, step] : s.l2) l2.push_back({owner, step});
-  return json{{"v", 1}, {"rank", s.rank}, {"hash", s.layout_hash}, {"l1", s.l1}, {"l2", l2}}.dump();
+  return json{{"v", 1},
+              {"rank", s.rank},
+              {"was", s.was},
+              {"was_world", s.was_world},
+              {"hash", s.layout_hash},
+              {"l1", s.l1},
+              {"l2", l2}}
+      .dump();
 }
 
 RankState DecodeRankState(const std::string& text, int rank) {
@@ -41,6 +50,15 @@ RankState DecodeRankState(const std::string& text, int rank) {
       !j.contains("l1") || !j["l1"].is_array() || !j.contains("l2") || !j["l2"].is_array())
     return s;
   s.layout_hash = j["hash"].get<uint64_t>();
+  // The world it held state for; anything out of range holds none.
+  if (j.contains("was") && j["was"].is_number_integer() && j.contains("was_world") &&
+      j["was_world"].is_number_integer()) {
+    const int64_t was = j["was"].get<int64_t>(), world = j["was_world"].get<int64_t>();
+    if (world > 0 && world <= kMaxWorld && was >= 0 && was < world) {
+      s.was = static_cast<int>(was);
+      s.was_world = static_cast<int>(world);
+    }
+  }
   for (const auto& v : j["l1"])
     if (v.is_number_unsigned()) s.l1.push_back(v.get<uint64_t>());
   for (const auto& v : j["l2"])
@@ -100,6 +118,37 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_h
       plan.why = p.replicated_source < 0 ? "no rank holds step " + std::to_string(step) : p.why;
   }
   if (plan.why.empty()) plan.why = "no rank holds a complete snapshot";
+  return plan;
+}
+
+RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& survived,
+                        uint64_t layout_hash) {
+  const int n = static_cast<int>(old.size());
+  if (static_cast<int>(survived.size()) != n) {
+    RecoveryPlan p;
+    p.why = "the survivors do not match the old world";
+    return p;
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!survived[r]) {
+      old[r] = RankState();  // a lost rank holds nothing
+      old[r].rank = r;
+    }
+  }
+  // A survivor restores its own snapshot, never a replica: only lost ranks' replicas count.
+  for (RankState& s : old)
+    s.l2.erase(std::remove_if(s.l2.begin(), s.l2.end(),
+                              [&](const std::pair<int, uint64_t>& h) {
+                                return h.first < 0 || h.first >= n || survived[h.first];
+                              }),
+               s.l2.end());
+  RecoveryPlan plan = PlanRecovery(old, layout_hash);
+  for (size_t i = 0; plan.ok && i < plan.needy.size(); ++i) {
+    if (survived[plan.needy[i]] || !survived[plan.holder[i]]) {
+      plan.ok = false;
+      plan.why = "rank " + std::to_string(plan.needy[i]) + "'s state is not on a survivor";
+    }
+  }
   return plan;
 }
 
@@ -188,18 +237,19 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   const RuntimeInfo now = rt_->current();
   if (now.epoch != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
-  if (train_ && now.world_size != train_->world_size())
-    return Status::Unimplemented(
-        "the job shrank from " + std::to_string(train_->world_size()) + " to " +
-        std::to_string(now.world_size) + " ranks: redistributing the shards is not built yet " +
-        "(run with --on-spares-exhausted checkpoint-and-exit and start the job again)");
   FaultPoint("protect.recover");
   RankState mine;
   mine.rank = now.rank;
+  mine.was = held_rank_;
+  mine.was_world = held_world_;
   mine.layout_hash = layout_.replicated_hash;
   mine.l1 = l1_->CompleteSteps();
   for (const auto& h : l2_->Complete()) mine.l2.emplace_back(h.owner, h.step);
   RTFT_ASSIGN_OR_RETURN(std::vector<RankState> all, Gather(epoch, mine));
+  info_.world_size = now.world_size;
+  // Every rank takes the same path, decided from what all published.
+  for (const RankState& r : all)
+    if (r.was_world > 0 && r.was_world != now.world_size) return Shrink(epoch, all, t0);
   const RecoveryPlan plan = PlanRecovery(all, layout_.replicated_hash);
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
@@ -209,10 +259,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
     return RestoreL3(epoch);
   }
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
-  if (!ckpt_dir_.empty()) {
-    RTFT_RETURN_IF_ERROR(PlaceShards());
-    RTFT_RETURN_IF_ERROR(OpenL3());
-  }
+  RTFT_RETURN_IF_ERROR(PlaceShards());
+  RTFT_RETURN_IF_ERROR(OpenL3());
   info_.rebuild_s = Since(t0);
   FaultPoint("protect.transfer");
   RTFT_RETURN_IF_ERROR(Transfer(plan, epoch));

@@ -133,6 +133,15 @@ StatusOr<std::unique_ptr<Snapshot>> Snapshot::Open(const std::string& dir, const
   return s;
 }
 
+Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> fresh, Open(dir, layout));
+  // Areas of an equal layout hold another rank's shards of the old world: never valid here.
+  for (uint64_t k = 0; k < 2; ++k) fresh->Invalidate(k);
+  layout_ = fresh->layout_;
+  file_ = std::move(fresh->file_);
+  return Status::Ok();
+}
+
 AreaHeader* Snapshot::header(uint64_t step) const {
   return reinterpret_cast<AreaHeader*>(file_->data() + kAlign + (step % 2) * area_bytes());
 }
@@ -200,14 +209,16 @@ void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t
   h->state = kComplete;
 }
 
-Status Snapshot::Restore(uint64_t step) const {
+Status Snapshot::Restore(uint64_t step, bool sharded) const {
   if (!Verify(step))
     return Status::DataLoss("the L1 snapshot of step " + std::to_string(step) +
                             " is incomplete or damaged");
   const char* p = payload(step);
-  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
+    if (list == &layout_.sharded && !sharded) break;
     for (const Entry& e : *list)
       if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+  }
   return DeserializeObjects(layout_.objects, p + layout_.objects_begin, header(step)->object_bytes);
 }
 

@@ -77,8 +77,11 @@ class Snapshot {
   Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects);
   // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
   void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
-  // Copies the snapshot of `step` back into the live tensors and objects.
-  Status Restore(uint64_t step) const;
+  // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors
+  // too unless `sharded` is false: after a shrink they are redistributed instead).
+  Status Restore(uint64_t step, bool sharded = true) const;
+  // The file laid out again for another layout (a shrink's new shard sizes): both areas empty.
+  Status Relayout(const std::string& dir, const Layout& layout);
   // Verifies the checksum of `step`'s area.
   bool Verify(uint64_t step) const;
   void Invalidate(uint64_t step);

@@ -217,19 +217,69 @@ TEST_F(ProtectJobTest, SparesExhaustedCheckpointAndExitThenTheRelaunchEndsIdenti
   for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
 }
 
-TEST_F(ProtectJobTest, SparesExhaustedUnderFailOrShrinkEndTheJobWithAClearError) {
+TEST_F(ProtectJobTest, SparesExhaustedUnderFailEndsTheJobWithAnError) {
   Run fail = Start("exhausted-fail", 4, 0, "2:protect.update@9:hang", 1, {},
                    {"--on-spares-exhausted", "fail"});
   EXPECT_EQ(fail.exit_code, 1) << fail.output;
   EXPECT_TRUE(fail.digests.empty()) << fail.output;
-  // Shrinking renumbers the ranks and resizes the shards, which the protector does not do yet:
-  // every survivor says so and the job ends with an error, never with wrong bits.
-  Run shrink = Start("exhausted-shrink", 4, 0, "2:protect.update@9:hang", 1, {},
-                     {"--on-spares-exhausted", "shrink"});
-  EXPECT_NE(shrink.exit_code, 0) << shrink.output;
-  EXPECT_TRUE(shrink.digests.empty()) << shrink.output;
-  EXPECT_NE(shrink.output.find("redistributing the shards is not built yet"), std::string::npos)
-      << shrink.output;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedUnderShrinkGoOnWithFewerRanksAsARunToldToShrink) {
+  // No spare: a slot is lost and the three survivors go on, renumbered, the optimizer shards
+  // redistributed from their snapshots and the lost rank's replica. The reference is a run of
+  // four ranks told to shrink at the step recovery rolled back to: four ranks to that step (its
+  // L3 version), then three from there.
+  for (const auto& [lost, point] : std::vector<std::pair<int, std::string>>{
+           {2, "protect.update@9"}, {3, "comm.gloo.ring_segment@40"}}) {
+    SCOPED_TRACE(point);
+    const std::string name = "shrink-" + std::to_string(lost);
+    Run run = Start(name, 4, 0, std::to_string(lost) + ":" + point + ":hang", 1, {},
+                    {"--on-spares-exhausted", "shrink"});
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(run.output, m, std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 )")))
+        << run.output;
+    const std::string step = m[1];
+    ASSERT_GT(std::stoi(step), 0) << run.output;
+    const std::string ckpt = root_ + "/" + name + "-reference";
+    Run before = Start(
+        name + "-ref-4", 4, 0, "", 0,
+        {"--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt});
+    EXPECT_EQ(before.exit_code, 0) << before.output;
+    Run after = Start(name + "-ref-3", 3, 0, "", 0, {"--ckpt-dir", ckpt});
+    EXPECT_EQ(after.exit_code, 0) << after.output;
+    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
+              std::string::npos)
+        << after.output;
+    ASSERT_EQ(after.digests.size(), 3u) << after.output;
+    const std::string want = after.digests.begin()->second;
+    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
+    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
+    EXPECT_NE(want, Reference(4));
+  }
+}
+
+TEST_F(ProtectJobTest, AShrinkThatLostNeighboursFallsBackToL3WithFewerRanks) {
+  // Ranks 1 and 2 are lost together without a spare: rank 1's replica was on rank 2. The two
+  // survivors restore the L3 version of step 5, resharded for two ranks, and end as a run of
+  // four ranks to step 5 and of two from there.
+  const std::string ckpt = root_ + "/shrink-l3";
+  Run run = Start("shrink-l3", 4, 0, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
+                  {"--l3-every", "5", "--ckpt-dir", ckpt}, {"--on-spares-exhausted", "shrink"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 2u) << run.output;
+  EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)
+      << run.output;
+  const std::string ref = root_ + "/shrink-l3-reference";
+  Run before =
+      Start("shrink-l3-ref-4", 4, 0, "", 0, {"--steps", "6", "--l3-every", "5", "--ckpt-dir", ref});
+  EXPECT_EQ(before.exit_code, 0) << before.output;
+  Run after = Start("shrink-l3-ref-2", 2, 0, "", 0, {"--ckpt-dir", ref});
+  ASSERT_EQ(after.digests.size(), 2u) << after.output;
+  for (const auto& [rank, digest] : run.digests)
+    EXPECT_EQ(digest, after.digests.begin()->second) << "rank " << rank;
 }
 
 }  // namespace
