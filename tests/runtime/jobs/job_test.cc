@@ -175,6 +175,26 @@ TEST_F(ProtectJobTest, NeighboursLostTogetherFallBackToTheNewestL3Checkpoint) {
       << run.output;
 }
 
+TEST_F(ProtectJobTest, AFailureWhileAnL3VersionIsWrittenLeavesTheNextVersionsWhole) {
+  // Rank 2 fails in the flush of its L3 file of step 10 (crashed: restarted in place; or its
+  // slot lost: a spare): the version of step 10 never completes; its commit is abandoned with
+  // the epoch. The run ends identical, and the next version (step 15) is whole: a job started
+  // from it ends identical too.
+  for (const auto& [action, lose] : std::vector<std::pair<std::string, int>>{{"kill", 0},
+                                                                             {"hang", 1}}) {
+    SCOPED_TRACE(action);
+    const std::string ckpt = root_ + "/l3-flush-" + action;
+    Run run = Start("l3-flush-" + action, 4, 1, "2:ckpt.flush@2:" + action, lose,
+                    {"--l3-every", "5", "--ckpt-dir", ckpt});
+    ExpectIdentical(run, 4, "failure in an L3 flush (" + action + ")");
+    Run again = Start("l3-flush-again-" + action, 4, 0, "", 0, {"--ckpt-dir", ckpt});
+    EXPECT_NE(again.output.find("restored step 15 from the L3 checkpoint"), std::string::npos)
+        << again.output;
+    ASSERT_EQ(again.digests.size(), 4u) << again.output;
+    for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+  }
+}
+
 TEST_F(ProtectJobTest, NeighboursLostWithoutL3EndTheJobWithAClearError) {
   Run run = Start("neighbours-no-l3", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2);
   EXPECT_NE(run.exit_code, 0) << run.output;
