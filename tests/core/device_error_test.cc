@@ -10,10 +10,10 @@ namespace rtft {
 namespace {
 
 TEST(DeviceError, StickyErrorsAreADeviceLost) {
-  for (int sticky : {cuda_error::kIllegalAddress, cuda_error::kLaunchFailure,
-                     cuda_error::kEccUncorrectable, cuda_error::kHardwareStackError,
-                     cuda_error::kIllegalInstruction, cuda_error::kMisalignedAddress,
-                     cuda_error::kAssert, cuda_error::kUnknown}) {
+  for (int sticky :
+       {cuda_error::kIllegalAddress, cuda_error::kLaunchFailure, cuda_error::kEccUncorrectable,
+        cuda_error::kHardwareStackError, cuda_error::kIllegalInstruction,
+        cuda_error::kMisalignedAddress, cuda_error::kAssert, cuda_error::kUnknown}) {
     Status s = CudaErrorToStatus(sticky, "D2H copy: some error");
     EXPECT_EQ(s.code(), StatusCode::kDeviceLost) << sticky;
     EXPECT_TRUE(IsStickyCudaError(sticky)) << sticky;
@@ -26,8 +26,7 @@ TEST(DeviceError, StickyErrorsAreADeviceLost) {
 TEST(DeviceError, OtherErrorsSayWhatElseToDo) {
   EXPECT_EQ(CudaErrorToStatus(cuda_error::kMemoryAllocation, "m").code(),
             StatusCode::kResourceExhausted);
-  EXPECT_EQ(CudaErrorToStatus(cuda_error::kNoDevice, "m").code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CudaErrorToStatus(cuda_error::kNoDevice, "m").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(CudaErrorToStatus(cuda_error::kInsufficientDriver, "m").code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(CudaErrorToStatus(cuda_error::kDevicesUnavailable, "m").code(),

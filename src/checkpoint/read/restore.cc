@@ -225,9 +225,8 @@ Status StreamToDevice(const std::vector<const TensorPlan*>& streamed, const Rest
 Status RestoreTensors(const std::vector<TensorPlan>& plans, const RestoreOptions& options) {
   std::vector<const TensorPlan*> parallel, streamed;
   for (const TensorPlan& p : plans) (Streamed(p) ? streamed : parallel).push_back(&p);
-  const int threads =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxRestoreThreads);
-  ThreadPool pool(threads);
+  // Reading is bound by the disk, not by cores: enough reads in flight to keep it busy.
+  ThreadPool pool(kMaxRestoreThreads);
   DeviceSink device;
   std::vector<Status> results(parallel.size());
   pool.ParallelFor(parallel.size(), [&](size_t i) {

@@ -73,6 +73,7 @@ class FaultFile final : public File {
   StatusOr<uint64_t> Size() override { return inner_->Size(); }
   bool direct() const override { return inner_->direct(); }
   const std::string& path() const override { return inner_->path(); }
+  File& inner() { return *inner_; }
 
  private:
   Status WriteThrough(const std::vector<IoRequest>& requests) {
@@ -127,6 +128,15 @@ class FaultBackend final : public IoBackend {
                                        const OpenOptions& options) override {
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, inner_->Open(path, options));
     return std::unique_ptr<File>(new FaultFile(std::move(file), state_));
+  }
+
+  StatusOr<std::unique_ptr<File>> Reopen(File& file, const OpenOptions& options) override {
+    auto* fault_file = dynamic_cast<FaultFile*>(&file);
+    if (fault_file == nullptr)
+      return Status::FailedPrecondition("reopening " + file.path() + ": not this backend's file");
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> again,
+                          inner_->Reopen(fault_file->inner(), options));
+    return std::unique_ptr<File>(new FaultFile(std::move(again), state_));
   }
 
   Status Rename(const std::string& from, const std::string& to) override {
