@@ -1,7 +1,8 @@
 // `rtft-bench ckpt`: raw disk vs torch.save-like vs rt-ft on the same state and disk, as
 // shared/BENCHMARKS.md ("Checkpoint engine") asks. Variants run interleaved for every repeat
 // (raw, naive, rtft, raw, ...) with the page cache dropped and the files deleted in between, so
-// disk drift hits all three alike; the medians are reported.
+// disk drift hits all three alike; the medians are reported. After each rt-ft run, the restore
+// phase reads its version back (raw O_DIRECT read, Restore into host and GPU memory).
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -62,7 +63,8 @@ class CkptCommand : public BenchCommand {
 void CkptCommand::AddFlags(CLI::App* cmd) {
   cmd->add_option("--dir", dir_, "parent of the scratch directory (selects the disk under test)")
       ->capture_default_str();
-  cmd->add_flag("--keep", keep_, "keep the scratch directory afterwards");
+  cmd->add_flag("--keep", keep_,
+                "keep the scratch directory and the files of the last rt-ft run in it");
   cmd->add_option("--bytes", bytes_, "state size (K/M/G suffixes); with --sweep, the largest")
       ->capture_default_str();
   cmd->add_option("--tensors", tensors_, "number of tensors the state is split into")
@@ -135,6 +137,8 @@ StatusOr<CkptMeasurements> CkptCommand::MeasureOne(const StateSpec& spec, const 
   m.gpu = spec.gpu;
   m.pcie_gbps = pcie_gbps;
   m.page_cache_dropped = true;
+  // Restore into GPU memory is measured wherever a GPU can be used, whatever --state says.
+  m.gpu_restore = CheckGpuUsable().ok();
   auto note = [&](int r, const char* v, const VariantResult& x) {
     Progress("  run " + std::to_string(r + 1) + "/" + std::to_string(plan.repeat) + " " + v +
              ": blocking " + std::to_string(x.blocking_s) + " s, persist " +
@@ -154,6 +158,15 @@ StatusOr<CkptMeasurements> CkptCommand::MeasureOne(const StateSpec& spec, const 
     RTFT_ASSIGN_OR_RETURN(VariantResult rt, RunRtft(*state, plan.variant));
     note(r, "rtft ", rt);
     m.rtft.push_back(rt);
+    RTFT_ASSIGN_OR_RETURN(RestoreResult back, RunRestore(*state, plan.variant, m.gpu_restore));
+    Progress("  run " + std::to_string(r + 1) + "/" + std::to_string(plan.repeat) +
+             " restore: raw read " + std::to_string(Gbps(back.raw_read_bytes, back.raw_read_s)) +
+             " GB/s, into host " + std::to_string(Gbps(m.bytes, back.restore_s)) + " GB/s" +
+             (m.gpu_restore
+                  ? ", into GPU " + std::to_string(Gbps(m.bytes, back.restore_device_s)) + " GB/s"
+                  : std::string()) +
+             (back.page_cache_evicted ? "" : " (page cache NOT evicted)"));
+    m.restore.push_back(back);
   }
   return m;
 }
@@ -192,7 +205,10 @@ int CkptCommand::Run() {
   JsonLines out;
   st = Measure(*plan, *scratch, &out);
   if (keep_) {
-    Progress("kept " + *scratch);
+    VariantConfig last;
+    last.dir = *scratch;
+    Progress("kept " + *scratch + "; the last rt-ft run's version is in " + RtftDir(last) +
+             " (rtft-ckpt ls/verify it, Restore() reads it)");
   } else {
     Status removed = RemoveTree(*scratch);
     if (!removed.ok()) std::cerr << "rtft-bench ckpt: " << removed << "\n";
