@@ -125,8 +125,7 @@ StatusOr<double> TimedRestore(const BenchState& saved, const std::string& dir, b
 
 }  // namespace
 
-StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig& config,
-                                   bool gpu) {
+StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig& config, bool gpu) {
   const std::string dir = RtftDir(config);
   CheckpointOptions o;
   o.dir = dir;
@@ -134,9 +133,9 @@ StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig&
   RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(o));
   RestoreResult r;
   r.page_cache_evicted = EvictFromPageCache(dir);
-  RTFT_ASSIGN_OR_RETURN(r.raw_read_bytes, RawRead(RankFilePath(dir, kVersion, 0),
-                                                  std::max(1, resolved.flush_threads),
-                                                  &r.raw_read_s));
+  RTFT_ASSIGN_OR_RETURN(
+      r.raw_read_bytes,
+      RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads), &r.raw_read_s));
   RTFT_ASSIGN_OR_RETURN(r.restore_s, TimedRestore(saved, dir, false, &r.page_cache_evicted));
   if (gpu) {
     RTFT_ASSIGN_OR_RETURN(r.restore_device_s,
