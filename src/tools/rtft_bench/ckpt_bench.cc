@@ -77,7 +77,9 @@ void CkptCommand::AddFlags(CLI::App* cmd) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--plot", plot_, "also write the JSON lines next to FILE.png and draw a chart");
-  cmd->add_option("--pool-bytes", pool_bytes_, "rt-ft pinned pool (default: holds the state)");
+  cmd->add_option("--pool-bytes", pool_bytes_,
+                  "rt-ft pinned pool (default: holds the state; 'engine': the engine's own "
+                  "default, RTFT_CKPT_POOL_BYTES)");
   cmd->add_option("--flush-threads", flush_threads_,
                   "rt-ft flush threads, also the raw writer's threads (default: "
                   "RTFT_CKPT_FLUSH_THREADS)")
@@ -96,7 +98,9 @@ StatusOr<CkptPlan> CkptCommand::MakePlan() const {
   plan.repeat = repeat_;
   plan.variant.io = io_;
   plan.variant.flush_threads = flush_threads_;
-  if (!pool_bytes_.empty()) {
+  if (pool_bytes_ == "engine") {
+    plan.variant.engine_pool = true;
+  } else if (!pool_bytes_.empty()) {
     RTFT_ASSIGN_OR_RETURN(plan.variant.pool_bytes, ParseBytes(pool_bytes_));
   }
   RTFT_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(bytes_));

@@ -33,7 +33,7 @@ StatusOr<VariantResult> RunRtft(const BenchState& state, const VariantConfig& co
   o.io_backend = config.io;
   o.flush_threads = config.flush_threads;
   o.pool_bytes = config.pool_bytes;
-  if (o.pool_bytes == 0) {
+  if (o.pool_bytes == 0 && !config.engine_pool) {
     RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(o));
     RTFT_ASSIGN_OR_RETURN(o.pool_bytes, PoolToHoldState(state, resolved));
   }

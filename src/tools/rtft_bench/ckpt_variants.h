@@ -15,10 +15,11 @@
 namespace rtft::bench {
 
 struct VariantConfig {
-  std::string dir;          // scratch directory on the disk under test; files are removed after
-  std::string io = "auto";  // rt-ft's I/O backend: auto | uring | posix
-  uint64_t pool_bytes = 0;  // 0: big enough to hold the whole state
-  int flush_threads = 0;    // 0: RTFT_CKPT_FLUSH_THREADS; also the raw writer's thread count
+  std::string dir;           // scratch directory on the disk under test; files are removed after
+  std::string io = "auto";   // rt-ft's I/O backend: auto | uring | posix
+  uint64_t pool_bytes = 0;   // 0: big enough to hold the whole state
+  bool engine_pool = false;  // the engine's own default pool (RTFT_CKPT_POOL_BYTES) instead
+  int flush_threads = 0;     // 0: RTFT_CKPT_FLUSH_THREADS; also the raw writer's thread count
 };
 
 // Where RunRtft's version lives: `<dir>/rtft`, version 1, until RemoveTree.
