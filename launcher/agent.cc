@@ -3,10 +3,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
+#include "control/guarded.h"
 #include "core/logging.h"
 #include "launcher/job_end.h"
 
@@ -55,6 +62,37 @@ Agent::~Agent() {
   app_ = App();  // kills a child still running
   link_.reset();
   if (!link_dir_.empty()) rmdir(link_dir_.c_str());
+  if (!shm_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(shm_dir_, ec);
+  }
+}
+
+// The slot's memory directory, /dev/shm/rtft-<agent pid>-slot<S>: its application keeps its L1
+// snapshot and L2 replica there (docs/protect.md), so they outlive the application; this agent
+// removes it when it ends. Directories of agents that died without cleaning up (SIGKILL) are
+// removed first: their pid names them, and a pid that is gone owns nothing.
+Status Agent::MakeShmDir() {
+  const std::filesystem::path root = "/dev/shm";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) return Status::Ok();  // no tmpfs: no L1 files
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0, slot = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "rtft-%d-slot%d%c", &pid, &slot, &tail) != 2 || pid <= 0)
+      continue;
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid())
+      continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry.path(), ec);
+  }
+  const std::string dir =
+      "/dev/shm/rtft-" + std::to_string(getpid()) + "-slot" + std::to_string(config_.slot);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::FromErrno(errno, "creating the slot's memory directory " + dir);
+  shm_dir_ = dir;
+  return Status::Ok();
 }
 
 Status Agent::Join() {
@@ -87,10 +125,22 @@ Status Agent::Join() {
 }
 
 Status Agent::OpenLink() {
+  RTFT_RETURN_IF_ERROR(MakeShmDir());
   RTFT_ASSIGN_OR_RETURN(link_dir_, control::MakeLocalLinkDir());
   RTFT_ASSIGN_OR_RETURN(link_, control::LocalServer::Bind(link_dir_ + "/link"));
-  coordinator_listener_ = std::thread([this] { ListenCoordinator(); });
-  link_listener_ = std::thread([this] { ListenLink(); });
+  // A listener that fails (an exception, the link's own thread gone) ends the slot with its
+  // error instead of the process (control/guarded.h).
+  auto guarded = [this](const char* what, void (Agent::*listen)()) {
+    return std::thread([this, what, listen] {
+      Status s = control::RunGuarded(what, [this, listen] { (this->*listen)(); });
+      if (s.ok()) return;
+      std::lock_guard<std::mutex> lock(inbox_.mu);
+      if (!inbox_.failed) inbox_.failed = s;
+      inbox_.cv.notify_all();
+    });
+  };
+  coordinator_listener_ = guarded("the agent's coordinator listener", &Agent::ListenCoordinator);
+  link_listener_ = guarded("the agent's application listener", &Agent::ListenLink);
   return Status::Ok();
 }
 
@@ -124,6 +174,8 @@ void Agent::ListenLink() {
     if (expect_attach) {
       // Reports come only after the attach, so waiting for the attach alone loses nothing.
       auto pid = link_->WaitAttach(std::chrono::milliseconds(10));
+      if (!pid.ok() && pid.status().code() != StatusCode::kDeadlineExceeded)
+        throw std::runtime_error(pid.status().ToString());
       if (!pid.ok()) continue;
       std::lock_guard<std::mutex> lock(inbox_.mu);
       inbox_.attaches.push_back(*pid);
@@ -132,7 +184,8 @@ void Agent::ListenLink() {
       continue;
     }
     auto report = link_->PollReport(kListen);
-    if (!report.ok() || !report->has_value()) continue;
+    if (!report.ok()) throw std::runtime_error(report.status().ToString());
+    if (!report->has_value()) continue;
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.reports.push_back(std::move(**report));
     inbox_.cv.notify_all();
@@ -163,13 +216,14 @@ void Agent::WaitAndHandle() {
   std::deque<control::ControlEvent> events;
   std::deque<control::RuntimeReport> reports;
   std::deque<int32_t> attaches;
-  std::optional<Status> lost;
+  std::optional<Status> lost, failed;
   {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     inbox_.cv.wait_for(lock, kTick, [&] {
       return !inbox_.events.empty() || !inbox_.reports.empty() || !inbox_.attaches.empty() ||
-             inbox_.child_exited || inbox_.coordinator_lost;
+             inbox_.child_exited || inbox_.coordinator_lost || inbox_.failed;
     });
+    failed = inbox_.failed;
     events.swap(inbox_.events);
     reports.swap(inbox_.reports);
     attaches.swap(inbox_.attaches);
@@ -186,9 +240,18 @@ void Agent::WaitAndHandle() {
     if (done_) break;
     HandleEvent(e);
   }
+  if (failed && !done_) {
+    // The agent can no longer hear its application or the coordinator: the slot is lost to
+    // the job (the coordinator notices its silence and hands the rank to a spare).
+    if (app_.child) app_.child->Kill();
+    return Finish(kExitJobFailed, failed->ToString());
+  }
   if (lost && !done_) {
     coordinator_lost_ = true;
     if (app_.child) app_.child->Kill();
+    // A slot 0 that is stopped or hung would hold the launcher forever (its keeper ends a stopped
+    // one too; this also covers one that runs but no longer answers).
+    KillPeer(0, "stopped answering");
     return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
   }
   CheckWatchdog();
@@ -248,12 +311,16 @@ void Agent::HandleShutdown(const control::ControlEvent& event) {
   Status s = app_.attached ? link_->SendEvent(event) : Status::Ok();
   if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding the shutdown: " << s;
   const auto now = Clock::now();
+  // A deadline already running (a signal came first) is never pushed back.
+  auto at_most = [](std::optional<Clock::time_point>& deadline, Clock::time_point at) {
+    if (!deadline || at < *deadline) deadline = at;
+  };
   if (event.checkpoint_first) {
     // The application checkpoints and exits by itself; SIGTERM only after the grace period.
-    term_deadline_ = now + config_.options.shutdown_grace;
+    if (!kill_deadline_) at_most(term_deadline_, now + config_.options.shutdown_grace);
   } else {
     app_.child->Signal(SIGTERM);
-    kill_deadline_ = now + config_.options.shutdown_grace;
+    at_most(kill_deadline_, now + config_.options.shutdown_grace);
   }
 }
 
@@ -272,15 +339,22 @@ void Agent::Fence() {
   for (auto& [slot, at] : fence_at_) {
     if (at == Clock::time_point::max() || now < at) continue;
     at = Clock::time_point::max();
-    const int pid = config_.peers[slot].pid;
-    // Still a dp-launch (named as this one is), not a process that took the pid since.
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
-    std::string name, own_name;
-    if (!(comm >> name) || !(own >> own_name) || name != own_name) continue;
-    RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " was retired but its dp-launch (pid " << pid
-                                << ") still runs here: killing it and its application";
-    kill(pid, SIGKILL);
+    KillPeer(slot, "was retired");
   }
+}
+
+void Agent::KillPeer(int slot, const char* why) {
+  if (slot < 0 || static_cast<size_t>(slot) >= config_.peers.size() || slot == config_.slot ||
+      config_.peers[slot].host != config_.host)
+    return;
+  const int pid = config_.peers[slot].pid;
+  // Still a dp-launch (named as this one is), not a process that took the pid since.
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
+  std::string name, own_name;
+  if (!(comm >> name) || !(own >> own_name) || name != own_name) return;
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " " << why << " but its dp-launch (pid " << pid
+                              << ") still runs here: killing it and its application";
+  kill(pid, SIGKILL);
 }
 
 void Agent::Finish(int code, const std::string& why) {

@@ -61,6 +61,9 @@ class Agent {
   int Run();
   // Run() ended because slot 0's coordinator stopped answering.
   bool coordinator_lost() const { return coordinator_lost_; }
+  // After SIGINT/SIGTERM/SIGHUP: when this dp-launch must be gone (the signal, plus
+  // --shutdown-grace-s, plus one second). Slot 0 bounds its wait for the job's end by it.
+  std::optional<std::chrono::steady_clock::time_point> gone_by() const { return gone_by_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -75,6 +78,7 @@ class Agent {
     std::deque<int32_t> attaches;  // pids, as the runtimes know themselves
     bool child_exited = false;
     std::optional<Status> coordinator_lost;
+    std::optional<Status> failed;  // a listener thread ended with an error
     bool expect_attach = false;
     bool stop = false;
   };
@@ -94,6 +98,7 @@ class Agent {
 
   Status Join();
   Status OpenLink();
+  Status MakeShmDir();
   void ListenCoordinator();
   void ListenLink();
   void WaitAndHandle();
@@ -101,6 +106,8 @@ class Agent {
   void HandleShutdown(const control::ControlEvent& event);
   void ScheduleFencing(const control::Membership& m);
   void Fence();
+  // SIGKILLs `slot`'s dp-launch when it runs on this host (fencing).
+  void KillPeer(int slot, const char* why);
 
   Status StartApp();
   ChildSpec AppSpec();
@@ -118,6 +125,7 @@ class Agent {
   std::chrono::milliseconds coordinator_timeout_{0};  // the client's: slot 0 silent this long
   std::unique_ptr<control::LocalServer> link_;
   std::string link_dir_;
+  std::string shm_dir_;  // RTFT_SHM_DIR of the application (empty: no /dev/shm here)
   Inbox inbox_;
   std::thread coordinator_listener_, link_listener_;
   control::Assignment assignment_;
@@ -127,7 +135,7 @@ class Agent {
   control::LogicalRank rank_at_failure_ = control::kNoRank;
   bool shutting_down_ = false;
   bool signal_seen_ = false;
-  std::optional<Clock::time_point> term_deadline_, kill_deadline_;
+  std::optional<Clock::time_point> term_deadline_, kill_deadline_, gone_by_;
   std::vector<PendingGet> gets_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
   bool done_ = false;

@@ -12,6 +12,10 @@
 namespace rtft::launch {
 namespace {
 
+// Of the second a signalled shutdown may take beyond the grace, what is left once the agent has
+// said its last word to the coordinator (slot 0 then waits for the job's end and lingers).
+constexpr std::chrono::milliseconds kShutdownSlack{500};
+
 const char* RoleEnvName(control::Role role) {
   switch (role) {
     case control::Role::kActive:
@@ -48,6 +52,7 @@ ChildSpec Agent::AppSpec() {
               {runtime::kEnvSlot, std::to_string(config_.slot)},
               {runtime::kEnvRole, RoleEnvName(assignment_.role)},
               {runtime::kEnvRestartCount, std::to_string(starts_)}};
+  if (!shm_dir_.empty()) spec.env.emplace_back(runtime::kEnvShmDir, shm_dir_);
   return spec;
 }
 
@@ -198,11 +203,16 @@ void Agent::CheckSignalsAndDeadlines() {
       signal_seen_ = true;
       shutting_down_ = true;
       exit_code_ = 128 + sig;
+      // Within the grace plus one second: the application is killed at the grace, and whatever
+      // is said to the coordinator after that may not take more than half a second.
+      gone_by_ = now + config_.options.shutdown_grace + std::chrono::seconds(1);
+      client_->SetDeadline(*gone_by_ - kShutdownSlack);
       if (state_ != AppState::kRunning) return Finish(exit_code_, "signal");
-      if (app_.assigned)
-        kill_deadline_ = now + config_.options.shutdown_grace;
-      else
+      term_deadline_.reset();
+      if (!app_.assigned)
         app_.child->Kill();
+      else if (!kill_deadline_ || now + config_.options.shutdown_grace < *kill_deadline_)
+        kill_deadline_ = now + config_.options.shutdown_grace;
     }
   }
   if (state_ != AppState::kRunning || !app_.child) return;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "control/guarded.h"
 #include "core/logging.h"
 
 extern char** environ;
@@ -85,6 +86,37 @@ int KillSwitchFd() {
   return fd;
 }
 
+// Descriptors held in reserve (on /dev/null) so that the application can be started again even
+// when something else took every other descriptor of the process (docs/launcher.md): a start
+// that meets EMFILE gives them back and tries again; the next start takes them again.
+class DescriptorReserve {
+ public:
+  static constexpr int kCount = 16;
+  void Fill() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int& fd : fds_)
+      if (fd < 0) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  // True when there was something to give back.
+  bool Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool any = false;
+    for (int& fd : fds_) {
+      if (fd < 0) continue;
+      ::close(fd);
+      fd = -1;
+      any = true;
+    }
+    return any;
+  }
+
+ private:
+  std::mutex mu_;
+  int fds_[kCount] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+};
+
+DescriptorReserve g_reserve;
+
 // Pipes closed by the destructor unless released.
 struct Pipe {
   int r = -1, w = -1;
@@ -94,7 +126,13 @@ struct Pipe {
   }
   Status Open() {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe2");
+    int rc = ::pipe2(fds, O_CLOEXEC);
+    if (rc != 0 && (errno == EMFILE || errno == ENFILE) && g_reserve.Release()) {
+      RTFT_LOG(kWarn, kLogLaunch) << "out of descriptors: using the reserve to start the "
+                                     "application";
+      rc = ::pipe2(fds, O_CLOEXEC);
+    }
+    if (rc != 0) return Status::FromErrno(errno, "pipe2");
     r = fds[0];
     w = fds[1];
     return Status::Ok();
@@ -285,6 +323,7 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spe
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   if (AgentStatFd() < 0) return Status::FromErrno(errno, "/proc/self/stat");
+  g_reserve.Fill();  // the first start takes it, so that every later one has it
 
   Status last = Status::Unavailable("no way to start the application");
   bool tried_namespace = false;
@@ -366,6 +405,7 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spe
     }
     child->status_fd_ = status.r;
     status.r = -1;
+    g_reserve.Fill();  // for the next start
     child->on_exit_ = std::move(on_exit);
     child->reaper_ = std::thread([c = child.get()] { c->Reap(); });
     return child;
@@ -393,7 +433,7 @@ void ChildProcess::Reap() {
   }
   exit_.at = Clock::now();
   done_.store(true, std::memory_order_release);
-  if (on_exit_) on_exit_();
+  if (on_exit_) (void)control::RunGuarded("the application's reaper", on_exit_);
 }
 
 std::optional<ChildExit> ChildProcess::exited() const {

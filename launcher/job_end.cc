@@ -110,10 +110,11 @@ void BootstrapWatchdog::Disarm() {
 void BootstrapWatchdog::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   if (cv_.wait_for(lock, limit_, [&] { return disarmed_; })) return;
-  std::fprintf(stderr,
-               "dp-launch: slot %d: the bootstrap did not complete within %lld s (--join-timeout-s):"
-               " a slot was lost or stopped during start-up, or never started; this slot ends\n",
-               report_.slot(), static_cast<long long>(limit_.count()));
+  std::fprintf(
+      stderr,
+      "dp-launch: slot %d: the bootstrap did not complete within %lld s (--join-timeout-s):"
+      " a slot was lost or stopped during start-up, or never started; this slot ends\n",
+      report_.slot(), static_cast<long long>(limit_.count()));
   report_.IfFirst(kExitJobFailed);
   // Another thread may be inside MPI_Init: no destructors, no atexit handlers.
   std::_Exit(kExitJobFailed);

@@ -107,7 +107,7 @@ const char* LauncherSupportText() {
          "  srun --kill-on-bad-exit=0 (no MPI; allocation with --no-kill): as mpirun; needs\n"
          "      --job-key-file on a path every node reads; srun exits with the job's code.\n"
          "  no launcher: one slot; application restarts only.\n"
-         "Slot 0 hosts the coordinator: losing slot 0 ends the job.\n";
+         "Slot 0 hosts the coordinator: losing slot 0 ends the job (exit code 1).\n";
 }
 
 }  // namespace rtft::launch

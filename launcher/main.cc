@@ -1,10 +1,13 @@
 // dp-launch: one per slot, under `mpirun --enable-recovery` or `srun --kill-on-bad-exit=0`.
 // Bootstraps the job (MPI or Slurm variables), hosts the coordinator on slot 0, then runs the
 // slot's agent, which starts and supervises the application.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -35,8 +38,44 @@ const char* kDescription =
     "on some slot). An application that exits with 75 is restarted like a crashed one; any\n"
     "other non-zero code ends the job with it.\n";
 
+// Raises this process's descriptor limit to the hard limit (the coordinator and its connections
+// live here) and returns the limit it found, which the application gets back.
+std::optional<rlimit> RaiseDescriptorLimit() {
+  rlimit original{};
+  if (getrlimit(RLIMIT_NOFILE, &original) != 0) return std::nullopt;
+  if (original.rlim_cur < original.rlim_max) {
+    rlimit raised = original;
+    raised.rlim_cur = original.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0)
+      RTFT_LOG(kWarn, kLogLaunch) << "cannot raise RLIMIT_NOFILE to " << original.rlim_max << ": "
+                                  << std::strerror(errno);
+  }
+  return original;
+}
+
+// Open MPI's mpirun SIGKILLs its processes odls_base_sigkill_timeout seconds (default 1) after
+// it forwards a SIGTERM: shorter than the grace plus dp-launch's second, the application never
+// gets its grace (docs/launcher.md "Shutdown").
+std::optional<std::string> SigkillTimeoutWarning(const LaunchEnv& env,
+                                                 const LaunchOptions& options) {
+  if (env.kind != LauncherKind::kOpenMpi) return std::nullopt;
+  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  char* end = nullptr;
+  const long timeout = v && *v ? std::strtol(v, &end, 10) : 1;
+  const long needed = options.shutdown_grace.count() + 2;
+  if (v && *v && (*end != '\0' || timeout < 0)) return std::nullopt;  // not ours to judge
+  if (timeout >= needed) return std::nullopt;
+  return "mpirun SIGKILLs every dp-launch " + std::to_string(timeout) +
+         " s after it forwards a SIGTERM (odls_base_sigkill_timeout), before the application's "
+         "--shutdown-grace-s " +
+         std::to_string(options.shutdown_grace.count()) +
+         " s are over: run mpirun --mca odls_base_sigkill_timeout " + std::to_string(needed) +
+         " (or more) for a graceful shutdown\n";
+}
+
 int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   const JobEndReport report(options.exit_code_file, env.launcher_slot);
+  const std::optional<rlimit> app_nofile = RaiseDescriptorLimit();
   // MPI_Init and the bootstrap's collectives have no deadline of their own.
   std::optional<BootstrapWatchdog> watchdog;
   if (env.kind == LauncherKind::kOpenMpi || env.kind == LauncherKind::kMpich)
@@ -55,6 +94,7 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   SetLogRank(boot->slot);
   if (boot->slot == 0) {
     for (const auto& w : env.warnings) std::cerr << "dp-launch: warning: " << w << "\n";
+    if (auto w = SigkillTimeoutWarning(env, options)) std::cerr << "dp-launch: warning: " << *w;
     RTFT_LOG(kInfo, kLogLaunch) << LauncherName(env.kind) << ": " << boot->slots << " slots ("
                                 << options.spares << " spares), coordinator at " << boot->endpoint;
   }
@@ -68,22 +108,38 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.peers = boot->peers;
   config.endpoint = boot->endpoint;
   config.keys = boot->keys;
+  config.app_nofile = app_nofile;
   int code;
   bool coordinator_lost;
+  std::optional<std::chrono::steady_clock::time_point> gone_by;
   {
     Agent agent(std::move(config));
     code = agent.Run();
     coordinator_lost = agent.coordinator_lost();
+    gone_by = agent.gone_by();
   }
   if (!coordinator) {
     // Slot 0 is gone: no one else will say how the job ended.
     if (coordinator_lost) code = report.IfFirst(code);
     return code;
   }
-  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired.
-  code = coordinator->WaitJobEnd();
+  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired; after a
+  // signal, only until its own deadline (the other slots' reports may never come).
+  std::chrono::milliseconds linger(200);
+  if (!gone_by) {
+    code = coordinator->WaitJobEnd();
+  } else {
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    const auto left = [&](milliseconds margin) {
+      return std::max(milliseconds(0), duration_cast<milliseconds>(
+                                           *gone_by - margin - std::chrono::steady_clock::now()));
+    };
+    code = coordinator->WaitJobEndFor(left(milliseconds(300))).value_or(code);
+    linger = std::min(linger, left(milliseconds(150)));
+  }
   // Let the last broadcast reach the other agents before the coordinator goes away.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::this_thread::sleep_for(linger);
   coordinator.reset();
   if (env.kind == LauncherKind::kSlurm) unlink(SlurmEndpointFile(options.job_key_file).c_str());
   report.Final(code);

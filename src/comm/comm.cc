@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "comm/comm_internal.h"
+#include "core/build_config.h"
 #include "core/params.h"
 
 namespace rtft {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "control/guarded.h"
 #include "control/messages.h"
 #include "control/zmq_util.h"
 #include "core/logging.h"
@@ -39,7 +40,14 @@ class AgentClientImpl final : public AgentClient {
       return Status::InvalidArgument("connecting to coordinator " + options_.endpoint + ": " +
                                      e.what());
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      Status s = RunGuarded("the agent client's thread", [this] { Run(); });
+      if (s.ok()) return;
+      // Nothing reaches the coordinator any more: every call says why from now on.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lost_.ok()) lost_ = s;
+      cv_.notify_all();
+    });
     return Status::Ok();
   }
 
@@ -61,6 +69,10 @@ class AgentClientImpl final : public AgentClient {
     return StatusFrom(*reply);
   }
   StatusOr<std::optional<ControlEvent>> WaitEvent(milliseconds timeout) override;
+  void SetDeadline(SteadyClock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    deadline_ = deadline;
+  }
   Status KvPut(const std::string& key, const std::string& value) override {
     if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes)
       return Status::InvalidArgument("KV key or value too large");
@@ -105,7 +117,8 @@ class AgentClientImpl final : public AgentClient {
   std::optional<Assignment> first_;
   std::deque<ControlEvent> events_;
   std::unordered_map<uint64_t, std::optional<json>> pending_;
-  Status lost_;  // set once the coordinator is gone
+  Status lost_;                                      // set once the coordinator is gone
+  std::optional<SteadyClock::time_point> deadline_;  // SetDeadline
 };
 
 void AgentClientImpl::Post(MsgType type, const json& body) {
@@ -129,6 +142,10 @@ StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& 
     // The coordinator answers only connections that said hello.
     if (!hello_sent_)
       return Status::FailedPrecondition(std::string(MsgTypeName(type)) + " before Join");
+    if (deadline_)
+      timeout =
+          std::max(milliseconds(0), std::min(timeout, std::chrono::duration_cast<milliseconds>(
+                                                          *deadline_ - SteadyClock::now())));
     pending_[req];
   }
   Post(type, body);
@@ -182,6 +199,7 @@ void AgentClientImpl::Run() {
   bool beating = false;
   auto last_ack_request = SteadyClock::time_point{};
   while (!stop_) {
+    if (options_.fault_point) options_.fault_point();
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
     try {

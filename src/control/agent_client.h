@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,9 @@ struct AgentClientOptions {
   // The coordinator answers every heartbeat; silence this long means it is gone (slot 0 lost):
   // WaitEvent then fails with kUnavailable and the agent should stop its application.
   std::chrono::milliseconds coordinator_timeout = DefaultCoordinatorTimeout();
+  // Fault seam for tests: called at the top of every round of the client's thread; what it
+  // throws must end the thread with a recorded error, never the process.
+  std::function<void()> fault_point;
 };
 
 class AgentClient {
@@ -75,8 +79,11 @@ class AgentClient {
   // The application exited for good with `code` (0: finished its work).
   virtual Status ReportExit(int32_t code) = 0;
   // The next event for this slot, or nullopt after `timeout`. kUnavailable once the coordinator
-  // is lost.
+  // is lost; kInternal when the client's own thread failed (then every call fails with it).
   virtual StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) = 0;
+  // From now on no request waits past `deadline` (an agent shutting down within its grace: the
+  // coordinator may already be gone).
+  virtual void SetDeadline(std::chrono::steady_clock::time_point deadline) = 0;
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "control/coordinator_impl.h"
+#include "control/guarded.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -24,10 +25,16 @@ Status CoordinatorImpl::Init() {
     ctx_.set(zmq::ctxopt::thread_name_prefix, kCoordinatorZmqThreadPrefix);
     ctx_.set(zmq::ctxopt::max_sockets, 64);
     // The ZAP handler must be bound before the first connection arrives.
-    RTFT_ASSIGN_OR_RETURN(zap_, ZapHandler::Create(ctx_, options_.keys.client_public));
+    ConnectionGuardOptions guard;
+    guard.handshake_window = options_.handshake_timeout;
+    guard.max_pending = options_.max_pending_connections > 0
+                            ? static_cast<size_t>(options_.max_pending_connections)
+                            : PendingConnectionBudget(options_.slots, kDescriptorReserve);
+    RTFT_ASSIGN_OR_RETURN(zap_, ZapHandler::Create(ctx_, options_.keys.client_public, guard));
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     ConfigureSocket(router_);
     MakeCurveServer(router_, options_.keys);
+    router_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_timeout.count()));
     // Every agent connects at about the same moment; a short listen queue drops SYNs and
     // costs each dropped agent a TCP retransmission timeout (1 s, 3 s, ...).
     router_.set(zmq::sockopt::backlog, std::max(128, std::min(options_.slots + 64, 65535)));
@@ -52,7 +59,15 @@ Status CoordinatorImpl::Init() {
   stats_.epoch_declared_at = stats_.epoch_sent_at = SteadyClock::now();
   join_deadline_ = SteadyClock::now() + options_.join_timeout;
   Publish();
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    Status s = RunGuarded("the coordinator's thread", [this] { Run(); });
+    if (s.ok()) return;
+    // No decision can be taken any more: the job ends (exit code 1), and says why.
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = s;
+    if (!job_code_) job_code_ = 1;
+    cv_.notify_all();
+  });
   RTFT_LOG(kInfo, kLogCtrl) << "coordinator at " << endpoint_ << ": " << options_.slots
                             << " slots, " << options_.spares << " spares, heartbeat timeout "
                             << options_.heartbeat_timeout.count() << " ms, on spares exhausted "
@@ -66,6 +81,7 @@ void CoordinatorImpl::Run() {
       std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20));
   auto next_tick = SteadyClock::now();
   while (!stop_) {
+    if (options_.fault_point) options_.fault_point();
     std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
     zap_->AddPollItems(&items);
@@ -78,9 +94,10 @@ void CoordinatorImpl::Run() {
     }
     if (items[1].revents & ZMQ_POLLIN) waker_.Drain();
     uint64_t rejected = zap_->Service(items, 2);
-    if (rejected) {
+    {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.rejected_peers += rejected;
+      stats_.closed_connections = zap_->closed_over_cap();
     }
     // Bounded batches keep the timer checks timely under a flood.
     if (items[0].revents & ZMQ_POLLIN) {
@@ -208,8 +225,11 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptio
     return Status::InvalidArgument("coordinator: spares must be in [0, slots - 1]");
   if (options.max_restarts_per_slot < 0)
     return Status::InvalidArgument("coordinator: max_restarts_per_slot must be >= 0");
-  if (options.heartbeat_timeout.count() <= 0 || options.join_timeout.count() <= 0)
+  if (options.heartbeat_timeout.count() <= 0 || options.join_timeout.count() <= 0 ||
+      options.handshake_timeout.count() <= 0 || options.handshake_timeout.count() > 600000)
     return Status::InvalidArgument("coordinator: timeouts must be positive");
+  if (options.max_pending_connections < 0)
+    return Status::InvalidArgument("coordinator: max_pending_connections must be >= 0");
   auto c = std::make_unique<CoordinatorImpl>(options);
   RTFT_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Coordinator>(std::move(c));

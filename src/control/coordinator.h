@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,14 +28,24 @@ struct CoordinatorOptions {
   std::chrono::milliseconds join_timeout{60000};
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
+  // A connection that has not completed its CURVE handshake this long is dropped (libzmq's
+  // default is 30 s, during which a stranger's idle connection holds a descriptor).
+  std::chrono::milliseconds handshake_timeout{5000};
+  // At most this many connections in their handshake at once; more are closed as they are
+  // accepted. 0: from the descriptor limit (PendingConnectionBudget in connection_guard.h).
+  int32_t max_pending_connections = 0;
+  // Fault seam for tests: called at the top of every round of the coordinator's thread; what it
+  // throws must end the thread with a recorded error, never the process.
+  std::function<void()> fault_point;
 };
 
 // Counters for tests and rtft-bench detect --sim.
 struct CoordinatorStats {
   uint64_t messages = 0;  // well-formed messages handled
   uint64_t heartbeats = 0;
-  uint64_t rejected_messages = 0;  // malformed, oversized, or from the wrong sender (logged)
-  uint64_t rejected_peers = 0;     // connections refused: unknown key, failed handshake (logged)
+  uint64_t rejected_messages = 0;   // malformed, oversized, or from the wrong sender (logged)
+  uint64_t rejected_peers = 0;      // connections refused: unknown key, failed handshake (logged)
+  uint64_t closed_connections = 0;  // closed as accepted: too many in their handshake (logged)
   uint64_t epoch = 0;
   // When the current epoch was declared (steady clock), and when its broadcast was queued on
   // every agent's connection.
@@ -61,6 +72,9 @@ class Coordinator {
   virtual int WaitJobEnd() = 0;
   // WaitJobEnd with a deadline: nullopt when the job is still running after `timeout`.
   virtual std::optional<int> WaitJobEndFor(std::chrono::milliseconds timeout) = 0;
+  // Ok while the coordinator's thread runs; the error that ended it otherwise (the job then
+  // ends with exit code 1: WaitJobEnd returns).
+  virtual Status error() const = 0;
   virtual CoordinatorStats stats() const = 0;
 };
 

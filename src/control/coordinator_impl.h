@@ -23,6 +23,10 @@
 
 namespace rtft::control {
 
+// Descriptors the coordinator's connection budget leaves to the rest of slot 0's process (the
+// agent's own sockets, pipes and the application's restarts).
+constexpr size_t kDescriptorReserve = 256;
+
 // What the coordinator knows of one slot's agent.
 struct CoordinatorSlot {
   bool joined = false;
@@ -66,6 +70,10 @@ class CoordinatorImpl final : public Coordinator {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
   }
+  Status error() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
 
  private:
   void Run();
@@ -108,6 +116,7 @@ class CoordinatorImpl final : public Coordinator {
   Membership snapshot_;
   CoordinatorStats stats_;
   std::optional<int> job_code_;
+  Status error_;  // what ended the thread
 };
 
 }  // namespace rtft::control

@@ -66,6 +66,7 @@ class LocalServerImpl final : public LocalServer {
   const std::string& path() const override { return path_; }
 
   StatusOr<int32_t> WaitAttach(milliseconds timeout) override {
+    RTFT_RETURN_IF_ERROR(pump_->error());
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !attaches_.empty(); }))
       return Status::DeadlineExceeded("no application attached to " + path_ + " within " +
@@ -86,6 +87,7 @@ class LocalServerImpl final : public LocalServer {
   }
 
   StatusOr<std::optional<RuntimeReport>> PollReport(milliseconds timeout) override {
+    RTFT_RETURN_IF_ERROR(pump_->error());
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, timeout, [&] { return !reports_.empty(); });
     if (reports_.empty()) return std::optional<RuntimeReport>();
@@ -152,6 +154,7 @@ class LocalClientImpl final : public LocalClient {
   Status Attach(int32_t pid) override { return pump_->Send("", MsgType::kAttach, AttachBody(pid)); }
 
   StatusOr<Assignment> WaitAssignment(milliseconds timeout) override {
+    RTFT_RETURN_IF_ERROR(pump_->error());
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !assignments_.empty(); }))
       return Status::DeadlineExceeded("no assignment from the agent within " +
@@ -162,6 +165,7 @@ class LocalClientImpl final : public LocalClient {
   }
 
   StatusOr<std::optional<ControlEvent>> PollEvent(milliseconds timeout) override {
+    RTFT_RETURN_IF_ERROR(pump_->error());
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
     if (events_.empty()) return std::optional<ControlEvent>();

@@ -1,5 +1,6 @@
 #include "control/socket_pump.h"
 
+#include "control/guarded.h"
 #include "control/messages.h"
 #include "core/logging.h"
 
@@ -7,7 +8,17 @@ namespace rtft::control {
 
 SocketPump::SocketPump(zmq::context_t*, zmq::socket_t socket, bool router, Handler handler)
     : socket_(std::move(socket)), router_(router), handler_(std::move(handler)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    Status s = RunGuarded("the local link's thread", [this] { Run(); });
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = s;
+  });
+}
+
+Status SocketPump::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
 }
 
 SocketPump::~SocketPump() {
@@ -22,6 +33,7 @@ Status SocketPump::Send(const std::string& peer, MsgType type, const nlohmann::j
   if (!bytes.ok()) return bytes.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
     outbox_.emplace_back(peer, std::move(*bytes));
   }
   waker_.Notify();

@@ -28,8 +28,11 @@ class SocketPump {
   SocketPump(const SocketPump&) = delete;
   SocketPump& operator=(const SocketPump&) = delete;
 
-  // Encodes and queues; fails only when the body does not encode.
+  // Encodes and queues; fails when the body does not encode, or when the pump's thread ended
+  // with an error (an exception from the handler, say): that error.
   Status Send(const std::string& peer, MsgType type, const nlohmann::json& body);
+  // Ok while the thread runs; the error that ended it otherwise.
+  Status error() const;
 
  private:
   void Run();
@@ -38,8 +41,9 @@ class SocketPump {
   const bool router_;
   Handler handler_;
   Waker waker_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::deque<std::pair<std::string, std::string>> outbox_;
+  Status error_;
   std::atomic<bool> stop_{false};
   LogLimiter log_limit_;
   std::thread thread_;

@@ -8,11 +8,12 @@
 namespace rtft::control {
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Create(zmq::context_t& ctx,
-                                                         const std::string& client_public_z85) {
+                                                         const std::string& client_public_z85,
+                                                         const ConnectionGuardOptions& guard) {
   uint8_t raw[32];
   if (client_public_z85.size() != 40 || !zmq_z85_decode(raw, client_public_z85.c_str()))
     return Status::InvalidArgument("ZAP: the job's client key is not a Z85 CURVE key");
-  std::unique_ptr<ZapHandler> z(new ZapHandler(ctx));
+  std::unique_ptr<ZapHandler> z(new ZapHandler(ctx, guard));
   z->client_key_.assign(reinterpret_cast<const char*>(raw), sizeof(raw));
   try {
     z->zap_ = zmq::socket_t(ctx, zmq::socket_type::rep);
@@ -27,13 +28,16 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Create(zmq::context_t& ctx,
 Status ZapHandler::Monitor(zmq::socket_t& socket) {
   const std::string addr =
       "inproc://rtft-coordinator-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  const int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+  const int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
   if (zmq_socket_monitor(socket.handle(), addr.c_str(), events) != 0)
     return Status::Internal(std::string("zmq_socket_monitor: ") + zmq_strerror(zmq_errno()));
   try {
     monitor_ = zmq::socket_t(ctx_, zmq::socket_type::pair);
     monitor_.set(zmq::sockopt::linger, 0);
+    // libzmq drops monitor events it cannot queue: room for a flood of connections.
+    monitor_.set(zmq::sockopt::rcvhwm, 100000);
     monitor_.connect(addr);
   } catch (const zmq::error_t& e) {
     return Status::Internal(std::string("monitor socket: ") + e.what());
@@ -61,14 +65,18 @@ uint64_t ZapHandler::AnswerZap() {
     const std::string mechanism = part(5);
     const bool admit =
         frames->size() == 7 && part(0) == "1.0" && mechanism == "CURVE" && part(6) == client_key_;
-    if (!admit) {
-      ++refused;
+    uint64_t suppressed = 0;
+    if (!admit) ++refused;
+    if (!admit && log_limit_.Allow(&suppressed)) {
       char z85[41] = {};
       const std::string key = part(6);
       if (key.size() == 32) zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), 32);
       RTFT_LOG(kWarn, kLogCtrl) << "refused connection from " << part(3) << " (mechanism "
                                 << (mechanism.empty() ? "?" : mechanism) << ", client key "
-                                << (z85[0] ? z85 : "none") << "): not the job's key";
+                                << (z85[0] ? z85 : "none") << "): not the job's key"
+                                << (suppressed ? " (" + std::to_string(suppressed) +
+                                                     " more refusals not logged)"
+                                               : std::string());
     }
     try {
       zap_.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
@@ -93,14 +101,8 @@ uint64_t ZapHandler::ReadMonitor() {
     uint32_t value;
     std::memcpy(&event, (*frames)[0].data(), 2);
     std::memcpy(&value, static_cast<const char*>((*frames)[0].data()) + 2, 4);
-    // Refusals by the ZAP handler were logged and counted there.
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) continue;
-    ++refused;
-    RTFT_LOG(kWarn, kLogCtrl) << "refused connection from " << (*frames)[1].to_string()
-                              << ": CURVE handshake failed ("
-                              << (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error "
-                                                                               : "error ")
-                              << value << "; a peer without the job's keys?)";
+    // The second frame names this socket's own endpoint, not the peer: the guard finds the peer.
+    refused += guard_.OnEvent(event, value, SteadyClock::now());
   }
   return refused;
 }

@@ -1,6 +1,8 @@
 // The coordinator's gatekeeper: the ZAP handler (RFC 27) that admits only CURVE clients holding
-// the job's client key, and a socket monitor that logs failed handshakes (wrong server key,
-// garbage on the port). Both run on the coordinator's thread; it polls them with its router.
+// the job's client key, and a socket monitor whose events feed the connection guard
+// (connection_guard.h): it caps connections still in their handshake and logs failed handshakes
+// (wrong server key, garbage on the port) with the peer's address. Both run on the coordinator's
+// thread; it polls them with its router. Refusals are logged at most ten lines a second.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include <zmq.hpp>
 
+#include "control/connection_guard.h"
 #include "rtft/status.h"
 
 namespace rtft::control {
@@ -18,16 +21,19 @@ class ZapHandler {
  public:
   // Binds inproc://zeromq.zap.01 in `ctx`; there can be one per context.
   static StatusOr<std::unique_ptr<ZapHandler>> Create(zmq::context_t& ctx,
-                                                      const std::string& client_public_z85);
+                                                      const std::string& client_public_z85,
+                                                      const ConnectionGuardOptions& guard);
   // Watches `socket`'s handshakes; call before it binds.
   Status Monitor(zmq::socket_t& socket);
   void AddPollItems(std::vector<zmq::pollitem_t>* items);
   // Answers the ZAP requests and monitor events flagged in items[first..]; returns how many
   // peers were refused.
   uint64_t Service(const std::vector<zmq::pollitem_t>& items, size_t first);
+  // Connections closed because too many were in their handshake.
+  uint64_t closed_over_cap() const { return guard_.closed_over_cap(); }
 
  private:
-  ZapHandler(zmq::context_t& ctx) : ctx_(ctx) {}
+  ZapHandler(zmq::context_t& ctx, const ConnectionGuardOptions& guard) : ctx_(ctx), guard_(guard) {}
   uint64_t AnswerZap();
   uint64_t ReadMonitor();
 
@@ -35,6 +41,8 @@ class ZapHandler {
   zmq::socket_t zap_;
   zmq::socket_t monitor_;
   std::string client_key_;  // 32 raw bytes
+  ConnectionGuard guard_;
+  LogLimiter log_limit_;
 };
 
 }  // namespace rtft::control

@@ -54,10 +54,14 @@ void Parse(const std::string& spec) {
 void Note(const char* point, const std::string& action) {
   timeval tv{};
   gettimeofday(&tv, nullptr);
+  // The slot (set by dp-launch) tells a test which process this is: inside dp-launch's PID
+  // namespace every application is pid 2.
+  const char* slot = std::getenv("RTFT_SLOT");
   char line[512];
-  const int n = std::snprintf(line, sizeof(line), "fault %s %s pid=%d t=%lld\n", point,
-                              action.c_str(), static_cast<int>(getpid()),
-                              static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec);
+  const int n =
+      std::snprintf(line, sizeof(line), "fault %s %s pid=%d slot=%s t=%lld\n", point,
+                    action.c_str(), static_cast<int>(getpid()), slot && *slot ? slot : "-",
+                    static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec);
   const std::string log = ParamString(Param::kFaultLog);
   int fd = 2;
   if (!log.empty()) fd = open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

@@ -1,4 +1,5 @@
 #include "offload/host_array.h"
+#include "core/build_config.h"
 
 #include <sys/mman.h>
 #include <cstdlib>
@@ -8,7 +9,7 @@
 
 #include "checkpoint/capture/device_copy.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "checkpoint/capture/cuda_status.h"
@@ -35,7 +36,7 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
 
 void HostArray::Release() {
   if (data_ == nullptr) return;
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
   if (pinned_) {
     cudaFreeHost(data_);
     data_ = nullptr;
@@ -50,7 +51,7 @@ StatusOr<HostArray> HostArray::Allocate(size_t bytes, bool pinned) {
   HostArray a;
   a.bytes_ = bytes;
   if (bytes == 0) return a;
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
   if (pinned && CudaDevicePresent()) {
     cudaError_t err = cudaHostAlloc(&a.data_, bytes, cudaHostAllocPortable);
     if (err != cudaSuccess) {

@@ -24,6 +24,8 @@ struct JobConfig {
   SparesExhaustedPolicy policy = SparesExhaustedPolicy::kCheckpointAndExit;
   milliseconds heartbeat_period{20};
   milliseconds heartbeat_timeout{300};
+  milliseconds handshake_timeout{5000};
+  int max_pending_connections = 0;  // 0: from the descriptor limit
 };
 
 class TestJob {
@@ -41,6 +43,8 @@ class TestJob {
     o.join_timeout = milliseconds(10000);
     o.max_restarts_per_slot = cfg.max_restarts;
     o.on_spares_exhausted = cfg.policy;
+    o.handshake_timeout = cfg.handshake_timeout;
+    o.max_pending_connections = cfg.max_pending_connections;
     auto c = Coordinator::Start(o);
     EXPECT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);

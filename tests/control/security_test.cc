@@ -1,8 +1,13 @@
 // A process without the job's keys can neither join nor inject messages, and the coordinator
 // logs every refusal. Malformed input from a peer that has the keys is rejected and logged too.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <regex>
 #include <thread>
+#include <vector>
 
 #include "control/codec.h"
 #include "control/control_test_util.h"
@@ -101,6 +106,70 @@ TEST(ControlSecurity, MalformedMessagesAreRejectedAndLogged) {
   ASSERT_TRUE(job.agent(0).KvPut("still", "alive").ok());
   EXPECT_EQ(*job.agent(1).KvGet("still", milliseconds(1000)), "alive");
   EXPECT_EQ(job.coord().membership().epoch, 1u);
+}
+
+// A TCP connection to the coordinator's port that says nothing; -1 when refused.
+int RawConnect(const std::string& endpoint) {
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// 600 connect/close cycles: each refusal names the peer (address:port, not the coordinator's own
+// endpoint), and at most ten are logged a second.
+TEST(ControlSecurity, RefusedHandshakesNameThePeerAndAreRateLimited) {
+  TestJob job(JobConfig{2, 0});
+  ::testing::internal::CaptureStderr();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 600; ++i) {
+    const int fd = RawConnect(job.coord().endpoint());
+    if (fd >= 0) ::close(fd);
+  }
+  EXPECT_TRUE(Eventually([&] { return job.coord().stats().rejected_peers >= 300; }))
+      << job.coord().stats().rejected_peers;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const size_t lines = Count(log, "refused connection from");
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, static_cast<size_t>(10 * (seconds + 2))) << "in " << seconds << " s\n" << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex("refused connection from 127\\.0\\.0\\.1:[0-9]+:")))
+      << log;
+  EXPECT_EQ(log.find("refused connection from tcp://"), std::string::npos) << log;
+  EXPECT_NE(log.find("more refusals not logged"), std::string::npos) << log;
+  ASSERT_TRUE(job.JoinAll());
+}
+
+// Idle connections beyond the cap are closed as they are accepted; the job's own agents join once
+// the idle ones have run out their handshake interval.
+TEST(ControlSecurity, ConnectionsInTheirHandshakeAreCapped) {
+  JobConfig cfg{2, 0};
+  cfg.max_pending_connections = 20;
+  cfg.handshake_timeout = milliseconds(1000);
+  TestJob job(cfg);
+  ::testing::internal::CaptureStderr();
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i)
+    if (int fd = RawConnect(job.coord().endpoint()); fd >= 0) idle.push_back(fd);
+  EXPECT_TRUE(Eventually([&] { return job.coord().stats().closed_connections >= 80; }))
+      << job.coord().stats().closed_connections;
+  ASSERT_TRUE(job.JoinAll());
+  for (int fd : idle) ::close(fd);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("connections are already in their handshake (limit 20)"), std::string::npos)
+      << log;
 }
 
 }  // namespace

@@ -120,8 +120,7 @@ TEST_F(BootstrapTest, BadOptionOnOneSlotIsBadUsage) {
   spec.per_slot_args = {{}, {"--shutdown-grace-s", "often"}, {}};
   job_->Start(spec);
   EXPECT_EQ(Finish(), 2) << job_->Dump();
-  EXPECT_NE(job_->Output().find("--shutdown-grace-s 'often' is not an integer"),
-            std::string::npos)
+  EXPECT_NE(job_->Output().find("--shutdown-grace-s 'often' is not an integer"), std::string::npos)
       << job_->Output();
 }
 

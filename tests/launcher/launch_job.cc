@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +159,7 @@ void Job::Start(const JobSpec& spec) {
   slots_ = spec.slots;
   kind_ = spec.launcher.kind;
   std::vector<std::string> args = LauncherArgs(spec);
+  args.insert(args.end(), spec.launcher_args.begin(), spec.launcher_args.end());
   auto app_context = [&](int np, const std::vector<std::string>& extra,
                          const std::vector<std::string>& app) {
     args.insert(args.end(), {"-np", std::to_string(np), spec.launcher.dp_launch});
@@ -192,6 +194,10 @@ void Job::Start(const JobSpec& spec) {
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     setenv("RTFT_TEST_DIR", dir_.c_str(), 1);
     for (const auto& [k, v] : spec.env) setenv(k.c_str(), v.c_str(), 1);
+    if (spec.nofile_soft > 0) {
+      rlimit rl{static_cast<rlim_t>(spec.nofile_soft), static_cast<rlim_t>(spec.nofile_hard)};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
     FILE* f = std::fopen(out.c_str(), "w");
     if (f) {
       dup2(fileno(f), 1);
@@ -201,6 +207,10 @@ void Job::Start(const JobSpec& spec) {
     _exit(127);
   }
   setpgid(pid_, pid_);
+}
+
+void Job::SignalLauncher(int sig) const {
+  if (pid_ > 0) kill(pid_, sig);
 }
 
 std::optional<int> Job::Wait(std::chrono::seconds timeout) {

@@ -78,6 +78,10 @@ struct JobSpec {
   // One more app context after the dp-launch ones (-np N PROGRAM ARGS): a slot that is no
   // dp-launch, e.g. one that dies before MPI_Init. Counts in `slots`.
   std::vector<std::string> extra_context;
+  // More arguments for mpirun (before the app contexts).
+  std::vector<std::string> launcher_args;
+  // RLIMIT_NOFILE (soft, hard) for the whole job; 0: inherited.
+  long nofile_soft = 0, nofile_hard = 0;
 };
 
 // The test application behind a shell that stays its parent (bash forks it and waits), as in
@@ -89,6 +93,8 @@ class Job {
   explicit Job(const std::string& dir) : dir_(dir) {}
   ~Job();
   void Start(const JobSpec& spec);
+  // Sends `sig` to the launcher (mpirun) itself.
+  void SignalLauncher(int sig) const;
   // The launcher's exit status (the code, or 128 + signal); nullopt on timeout (the job is
   // killed).
   std::optional<int> Wait(std::chrono::seconds timeout);

@@ -5,6 +5,7 @@
 //   RTFT_TEST_DIR       log and command directory (required)
 //   RTFT_TEST_STEPS     steps to run (default 20); RTFT_TEST_STEP_MS: sleep per step (100)
 //   RTFT_TEST_EXIT_CODE exit code after the last step (0)
+//   RTFT_TEST_TERM_MS   how long it takes to exit after SIGTERM (0), logging `sigterm` first
 // Commands: a file <dir>/cmd-rank<R> holding `crash`, `hang`, `exit N`, `device-error` or
 // `daemonize` (a grandchild that calls setsid() and outlives its parent, logging `daemon`) is
 // consumed at the next step by the process holding logical rank R. SIGUSR1 is logged
@@ -157,6 +158,9 @@ int main() {
       return 0;
     }
     if (g_term) {
+      // Like an application that writes a checkpoint before it exits.
+      Log("sigterm rank=" + std::to_string(rank));
+      std::this_thread::sleep_for(std::chrono::milliseconds(EnvLong("RTFT_TEST_TERM_MS", 0)));
       Log("exit rank=" + std::to_string(rank) + " code=143 why=sigterm");
       return 143;
     }

@@ -153,6 +153,27 @@ TEST_F(TreeTest, Sigusr1ReachesTheApplication) {
   EXPECT_EQ(Starts(1).size(), 1u) << job_->Dump();
 }
 
+// A stopped process cannot end itself, and a stopped slot 0 takes the coordinator with it: its
+// keeper ends its application and then the dp-launch itself, the other slots end when they have
+// not heard from the coordinator for its timeout, and mpirun returns with the job's code (1, said
+// by a surviving slot).
+TEST_F(TreeTest, StoppedSlotZeroIsEndedAndTheLauncherReturns) {
+  JobSpec spec = Spec(3, 1);
+  spec.env["RTFT_CTRL_COORDINATOR_TIMEOUT_MS"] = "2000";
+  job_->Start(spec);
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(0, &app, &agent)) << job_->Dump();
+  ASSERT_EQ(kill(agent, SIGSTOP), 0);
+  auto rc = WaitLauncher(seconds(30));
+  EXPECT_EQ(rc.value_or(-1), 0) << job_->Dump();
+  EXPECT_EQ(job_->JobExitCode(), 1) << job_->Dump();
+  EXPECT_NE(job_->Output().find("job exit code 1 (said by slot"), std::string::npos)
+      << job_->Output();
+  EXPECT_FALSE(Alive(agent));
+  EXPECT_FALSE(Alive(app));
+}
+
 // Without privilege, dp-launch holds the tree in a user and PID namespace; the application keeps
 // its user id. Run as nobody when the test is root (one slot, no launcher).
 TEST_F(TreeTest, UnprivilegedUserGetsAUserAndPidNamespace) {

@@ -1,10 +1,11 @@
 #include "checkpoint/capture/device_copy.h"
+#include "core/build_config.h"
 
 #include <string>
 
 #include "core/logging.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "checkpoint/capture/cuda_status.h"
@@ -12,7 +13,7 @@
 
 namespace rtft {
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 namespace {
 
 class CudaTicket : public CopyTicket {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 
 #include "core/logging.h"
@@ -19,7 +20,51 @@ namespace nccl_backend {
 namespace {
 
 constexpr milliseconds kStoreSlice{50};
-constexpr auto kPoll = std::chrono::microseconds(20);
+
+// How a poll loop waits between two looks: yielding (a few microseconds) for its first 2 ms, so a
+// short collective is seen done at once, then sleeping 50 us, so a long one does not hold a core.
+class Backoff {
+ public:
+  void Pause() {
+    if (Clock::now() - start_ < milliseconds(2)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  const Clock::time_point start_ = Clock::now();
+};
+
+// Aborts outlive their communicators (ncclCommAbort takes about half a second with a dead peer):
+// the threads running them are kept here and joined when done, or at exit.
+class Reaper {
+ public:
+  static Reaper& Get() {
+    static Reaper reaper;
+    return reaper;
+  }
+  void Adopt(std::thread thread, std::shared_ptr<std::atomic<bool>> done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (it->second->load()) {
+        it->first.join();
+        it = threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    threads_.emplace_back(std::move(thread), std::move(done));
+  }
+  ~Reaper() {
+    for (auto& t : threads_) t.first.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> threads_;
+};
 
 Status CudaStatus(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return Status::Ok();
@@ -108,12 +153,12 @@ Status NcclComm::Init() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   {
-    std::lock_guard<std::mutex> lock(nccl_mu_);
+    std::lock_guard<std::mutex> lock(h_->mu);
     if (aborted_) return Usable();
     const ncclResult_t rc =
-        ncclCommInitRankConfig(&comm_, opts_.o.world_size, id, opts_.o.rank, &config);
+        ncclCommInitRankConfig(&h_->comm, opts_.o.world_size, id, opts_.o.rank, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-      comm_ = nullptr;
+      h_->comm = nullptr;
       return Fail("ncclCommInitRankConfig", rc);
     }
   }
@@ -121,14 +166,15 @@ Status NcclComm::Init() {
 }
 
 Status NcclComm::Settle(const char* what, Clock::time_point deadline) {
+  Backoff backoff;
   while (true) {
     if (aborted_) return Usable();
     {
-      std::unique_lock<std::mutex> lock(nccl_mu_, std::try_to_lock);
+      std::unique_lock<std::mutex> lock(h_->mu, std::try_to_lock);
       if (lock.owns_lock()) {
-        if (comm_ == nullptr) return Usable();
+        if (h_->comm == nullptr) return Usable();
         ncclResult_t state = ncclSuccess;
-        const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+        const ncclResult_t rc = ncclCommGetAsyncError(h_->comm, &state);
         if (rc != ncclSuccess) {
           lock.unlock();
           return Fail("ncclCommGetAsyncError", rc);
@@ -144,7 +190,7 @@ Status NcclComm::Settle(const char* what, Clock::time_point deadline) {
       Abort(std::string(what) + " did not finish before its deadline");
       return Status::DeadlineExceeded(std::string(what) + " did not finish before its deadline");
     }
-    std::this_thread::sleep_for(kPoll);
+    backoff.Pause();
   }
 }
 
@@ -152,15 +198,15 @@ Status NcclComm::Enqueue(const char* what, const CallOptions& call,
                          const std::function<ncclResult_t(ncclComm_t)>& enqueue) {
   RTFT_RETURN_IF_ERROR(Usable());
   const Clock::time_point deadline = DeadlineFrom(call.timeout, opts_.timeout);
+  ncclResult_t rc = ncclSuccess;
   {
-    std::lock_guard<std::mutex> lock(nccl_mu_);
-    if (comm_ == nullptr || aborted_) return Usable();
-    const ncclResult_t rc = enqueue(comm_);
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      Abort(std::string(what) + " failed");
-      return Status::Aborted(std::string(what) + ": " + ncclGetErrorString(rc));
-    }
+    std::lock_guard<std::mutex> lock(h_->mu);
+    if (h_->comm == nullptr || aborted_) return Usable();
+    rc = enqueue(h_->comm);
   }
+  if (rc != ncclSuccess && rc != ncclInProgress) return Fail(what, rc);
+  // Work a non-blocking communicator has not taken yet (ncclInProgress) must be taken before the
+  // next call on it.
   return Settle(what, deadline);
 }
 
@@ -187,16 +233,22 @@ void NcclComm::Abort(const std::string& reason) {
     if (aborted_) return;
     abort_reason_ = reason;
     aborted_ = true;
-    // ncclCommAbort waits for the communicator's threads: never on the caller's thread.
-    abort_thread_ = std::thread([this] {
-      std::lock_guard<std::mutex> nccl(nccl_mu_);
-      if (comm_ != nullptr) {
-        const ncclResult_t rc = ncclCommAbort(comm_);
-        if (rc != ncclSuccess)
-          RTFT_LOG(kWarn, kLogComm) << "ncclCommAbort: " << ncclGetErrorString(rc);
-        comm_ = nullptr;
+    // ncclCommAbort waits for the communicator's threads: never on the caller's thread, and the
+    // communicator's destructor does not wait for it either.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread abort([h = h_, done] {
+      {
+        std::lock_guard<std::mutex> nccl(h->mu);
+        if (h->comm != nullptr) {
+          const ncclResult_t rc = ncclCommAbort(h->comm);
+          if (rc != ncclSuccess)
+            RTFT_LOG(kWarn, kLogComm) << "ncclCommAbort: " << ncclGetErrorString(rc);
+          h->comm = nullptr;
+        }
       }
+      *done = true;
     });
+    Reaper::Get().Adopt(std::move(abort), std::move(done));
   }
   RTFT_LOG(kInfo, kLogComm) << "NCCL communicator '" << name() << "' of epoch " << epoch()
                             << " aborted: " << reason;
@@ -204,51 +256,56 @@ void NcclComm::Abort(const std::string& reason) {
 
 NcclComm::~NcclComm() {
   if (subscribed_) opts_.o.aborts->Unsubscribe(abort_token_);
+  bool healthy;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
-    if (!aborted_ && comm_ != nullptr) {
-      // A healthy communicator: flush, then free. A peer that died meanwhile turns the flush
-      // into an abort at the deadline.
-      std::unique_lock<std::mutex> nccl(nccl_mu_);
-      ncclResult_t rc = ncclCommFinalize(comm_);
-      nccl.unlock();
-      if (rc == ncclSuccess || rc == ncclInProgress) {
-        const auto deadline = Clock::now() + opts_.timeout;
-        while (true) {
-          ncclResult_t state = ncclSuccess;
-          nccl.lock();
-          rc = ncclCommGetAsyncError(comm_, &state);
-          nccl.unlock();
-          if (rc != ncclSuccess || state != ncclInProgress || Clock::now() >= deadline) {
-            if (rc != ncclSuccess || state != ncclSuccess) rc = ncclInternalError;
-            break;
-          }
-          std::this_thread::sleep_for(kPoll);
+    healthy = !aborted_;
+  }
+  if (healthy) {
+    // Flush, then free. A peer that died meanwhile turns the flush into an abort at the deadline.
+    std::unique_lock<std::mutex> nccl(h_->mu);
+    if (h_->comm != nullptr) {
+      ncclResult_t rc = ncclCommFinalize(h_->comm);
+      const auto deadline = Clock::now() + opts_.timeout;
+      Backoff backoff;
+      while (rc == ncclSuccess || rc == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        rc = ncclCommGetAsyncError(h_->comm, &state);
+        if (rc != ncclSuccess) break;
+        if (state != ncclInProgress) {
+          rc = state;
+          break;
         }
+        if (Clock::now() >= deadline) {
+          rc = ncclInternalError;
+          break;
+        }
+        nccl.unlock();
+        backoff.Pause();
+        nccl.lock();
       }
-      nccl.lock();
       if (rc == ncclSuccess) {
-        rc = ncclCommDestroy(comm_);
+        ncclCommDestroy(h_->comm);
       } else {
-        rc = ncclCommAbort(comm_);
+        ncclCommAbort(h_->comm);
       }
-      comm_ = nullptr;
+      h_->comm = nullptr;
     }
   }
-  if (abort_thread_.joinable()) abort_thread_.join();
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
 }
 
 Status NcclComm::Wait(void* stream, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = DeadlineFrom(timeout, opts_.timeout);
   auto s = static_cast<cudaStream_t>(stream);
+  Backoff backoff;
   while (true) {
     RTFT_RETURN_IF_ERROR(Usable());
     {
-      std::unique_lock<std::mutex> lock(nccl_mu_, std::try_to_lock);
-      if (lock.owns_lock() && comm_ != nullptr) {
+      std::unique_lock<std::mutex> lock(h_->mu, std::try_to_lock);
+      if (lock.owns_lock() && h_->comm != nullptr) {
         ncclResult_t state = ncclSuccess;
-        const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+        const ncclResult_t rc = ncclCommGetAsyncError(h_->comm, &state);
         if (rc != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
           lock.unlock();
           return Fail("a collective failed", rc != ncclSuccess ? rc : state);
@@ -267,7 +324,7 @@ Status NcclComm::Wait(void* stream, std::chrono::milliseconds timeout) {
           "the stream's collectives did not complete in time "
           "(RTFT_COMM_TIMEOUT_MS); the communicator is aborted");
     }
-    std::this_thread::sleep_for(kPoll);
+    backoff.Pause();
   }
 }
 

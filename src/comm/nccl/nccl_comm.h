@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -55,8 +56,8 @@ class NcclComm final : public Communicator {
   explicit NcclComm(const ResolvedOptions& options) : opts_(options) {}
   Status Init();
   StatusOr<std::string> UniqueId();
-  // Runs `enqueue` (NCCL calls on comm_) and waits until NCCL has taken the work (a non-blocking
-  // communicator may answer ncclInProgress); the work itself runs on the stream.
+  // Runs `enqueue` (NCCL calls on the communicator) and waits until NCCL has taken the work (a
+  // non-blocking communicator may answer ncclInProgress); the work itself runs on the stream.
   Status Enqueue(const char* what, const CallOptions& call,
                  const std::function<ncclResult_t(ncclComm_t)>& enqueue);
   // Polls ncclCommGetAsyncError until it leaves ncclInProgress.
@@ -64,16 +65,21 @@ class NcclComm final : public Communicator {
   Status Usable() const;
   Status Fail(const std::string& what, ncclResult_t rc);
 
+  // The NCCL communicator and the lock that serializes NCCL calls on it. Shared with the abort
+  // thread, which may outlive this object: destroying an aborted communicator does not wait for
+  // ncclCommAbort (it finishes on its own while the next epoch's communicator is built).
+  struct Handle {
+    std::mutex mu;
+    ncclComm_t comm = nullptr;
+  };
+
   const ResolvedOptions opts_;
-  // Serializes NCCL calls on comm_; the abort thread holds it for ncclCommAbort.
-  mutable std::mutex nccl_mu_;
-  ncclComm_t comm_ = nullptr;
+  std::shared_ptr<Handle> h_ = std::make_shared<Handle>();
   void* barrier_word_ = nullptr;  // device memory for Barrier's all-reduce
 
   mutable std::mutex state_mu_;
   std::string abort_reason_;
   std::atomic<bool> aborted_{false};
-  std::thread abort_thread_;
   AbortRegistry::Token abort_token_ = 0;
   bool subscribed_ = false;
 };

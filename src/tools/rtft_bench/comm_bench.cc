@@ -1,5 +1,6 @@
 #include "tools/rtft_bench/comm_bench.h"
 
+#include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "core/params.h"
+#include "tools/rtft_bench/bench_job.h"
 #include "tools/rtft_bench/bench_util.h"
 #include "tools/rtft_bench/comm_worker.h"
 
@@ -21,128 +23,6 @@ namespace rtft::bench {
 namespace {
 
 using std::chrono::milliseconds;
-using Fields = std::map<std::string, std::string>;
-
-long long NowUs() {
-  timeval tv{};
-  gettimeofday(&tv, nullptr);
-  return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
-}
-
-std::string SelfPath() {
-  char buf[PATH_MAX] = {};
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return std::string(buf, n > 0 ? n : 0);
-}
-
-std::vector<Fields> Lines(const std::string& dir, int slot, const std::string& kind) {
-  std::vector<Fields> out;
-  std::ifstream in(dir + "/slot-" + std::to_string(slot) + ".log");
-  std::string text;
-  while (std::getline(in, text)) {
-    std::istringstream words(text);
-    std::string first, word;
-    words >> first;
-    if (first != kind) continue;
-    Fields kv;
-    while (words >> word) {
-      const size_t eq = word.find('=');
-      if (eq != std::string::npos) kv[word.substr(0, eq)] = word.substr(eq + 1);
-    }
-    out.push_back(std::move(kv));
-  }
-  return out;
-}
-
-long long Num(const Fields& kv, const char* key) {
-  auto it = kv.find(key);
-  return it == kv.end() ? -1 : std::atoll(it->second.c_str());
-}
-double Real(const Fields& kv, const char* key) {
-  auto it = kv.find(key);
-  return it == kv.end() ? -1 : std::atof(it->second.c_str());
-}
-
-bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout) {
-  const auto end = Clock::now() + timeout;
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
-// One `mpirun --enable-recovery dp-launch ... -- rtft-bench comm --worker ...` job.
-class Job {
- public:
-  Job(std::string dir, int slots) : dir_(std::move(dir)), slots_(slots) {}
-  ~Job() {
-    if (pid_ > 0) {
-      kill(-pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    // Processes Open MPI put in groups of their own, named in the logs.
-    for (int s = 0; s < slots_; ++s)
-      for (const auto& kind : {"begin", "event", "ready", "single", "bw", "error"})
-        for (const auto& l : Lines(dir_, s, kind)) KillOurs(Num(l, "pid"));
-  }
-  Status Start(const std::vector<std::string>& args) {
-    std::vector<std::string> a = args;
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ < 0) return Status::FromErrno(errno, "fork");
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-      setenv("RTFT_FAULT_LOG", (dir_ + "/faults.log").c_str(), 1);
-      FILE* f = std::fopen((dir_ + "/mpirun.out").c_str(), "w");
-      if (f) dup2(fileno(f), 1), dup2(fileno(f), 2);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
-    return Status::Ok();
-  }
-  // The launcher's exit, or kDeadlineExceeded (the job is killed).
-  Status Wait(milliseconds timeout) {
-    int status = 0;
-    const bool done = WaitUntil([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
-    if (!done) return Status::DeadlineExceeded("the job did not end (see " + dir_ + ")");
-    pid_ = -1;
-    return Status::Ok();
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  static void KillOurs(long long pid) {
-    if (pid <= 1) return;
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    if ((comm >> name) && name == "rtft-bench") kill(static_cast<pid_t>(pid), SIGKILL);
-  }
-  std::string dir_;
-  int slots_;
-  pid_t pid_ = -1;
-};
-
-// The dp-launch running `pid` (its parent, or further up).
-pid_t AgentOf(pid_t pid) {
-  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string skip;
-    pid_t ppid = 0;
-    stat >> skip >> skip >> skip >> ppid;
-    std::ifstream comm("/proc/" + std::to_string(ppid) + "/comm");
-    std::string name;
-    if ((comm >> name) && name == "dp-launch") return ppid;
-    pid = ppid;
-  }
-  return 0;
-}
-
 class CommCommand final : public BenchCommand {
  public:
   const char* name() const override { return "comm"; }
@@ -197,19 +77,41 @@ class CommCommand final : public BenchCommand {
 std::vector<std::string> CommCommand::JobArgs(int slots, int spares, const std::string& mode,
                                               const std::string& dir,
                                               const std::string& bytes) const {
-  std::vector<std::string> a = {"mpirun", "--bind-to", "none", "--oversubscribe",
-                                "--enable-recovery", "-np", std::to_string(slots), dp_launch_,
-                                "--spares", std::to_string(spares), "--heartbeat-ms", "50",
-                                "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_),
-                                "--", SelfPath(), "comm", "--worker", mode, "--backend",
-                                backend_, "--bytes", bytes, "--rounds", std::to_string(rounds_),
-                                "--gpus", std::to_string(gpus_), "--dir", dir};
+  std::vector<std::string> a = {"mpirun",
+                                "--bind-to",
+                                "none",
+                                "--oversubscribe",
+                                "--enable-recovery",
+                                "-np",
+                                std::to_string(slots),
+                                dp_launch_,
+                                "--spares",
+                                std::to_string(spares),
+                                "--heartbeat-ms",
+                                "50",
+                                "--heartbeat-timeout-ms",
+                                std::to_string(heartbeat_timeout_ms_),
+                                "--",
+                                SelfPath(),
+                                "comm",
+                                "--worker",
+                                mode,
+                                "--backend",
+                                backend_,
+                                "--bytes",
+                                bytes,
+                                "--rounds",
+                                std::to_string(rounds_),
+                                "--gpus",
+                                std::to_string(gpus_),
+                                "--dir",
+                                dir};
   return a;
 }
 
 Status CommCommand::Bandwidth(std::map<uint64_t, nlohmann::json>* results) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-  Job job(dir, ranks_);
+  BenchJob job(dir, ranks_);
   Progress("comm: bandwidth job, " + std::to_string(ranks_) + " ranks, " + bytes_text_);
   RTFT_RETURN_IF_ERROR(job.Start(JobArgs(ranks_, 0, "bw", dir, bytes_text_)));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
@@ -239,38 +141,42 @@ Status CommCommand::Bandwidth(std::map<uint64_t, nlohmann::json>* results) {
 Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
   const int slots = ranks_ + 1;
-  Job job(dir, slots);
+  BenchJob job(dir, slots);
   std::vector<std::string> args = JobArgs(slots, 1, "fail", dir, std::to_string(bytes));
   // The victim (rank 1) stops in the middle of its second all-reduce: Gloo, at the middle
   // message of its ring; NCCL, before it enqueues.
   const uint64_t seg = 1 << 20;
-  const uint64_t msgs = 2ull * (ranks_ - 1) * std::max<uint64_t>(1, (bytes / ranks_ + seg - 1) / seg);
-  const std::string fault = be_ == CommBackend::kGloo
-                                ? "comm.gloo.ring_segment@" + std::to_string(std::max<uint64_t>(1, msgs / 2)) + ":hang"
-                                : "comm.nccl.allreduce@1:hang";
+  const uint64_t msgs =
+      2ull * (ranks_ - 1) * std::max<uint64_t>(1, (bytes / ranks_ + seg - 1) / seg);
+  const std::string fault =
+      be_ == CommBackend::kGloo
+          ? "comm.gloo.ring_segment@" + std::to_string(std::max<uint64_t>(1, msgs / 2)) + ":hang"
+          : "comm.nccl.allreduce@1:hang";
   args.insert(args.end(), {"--victim", "1", "--victim-fault", fault});
   Progress("comm: failure job, " + std::to_string(ranks_) + " ranks + 1 spare, " +
            FormatBytes(bytes));
   RTFT_RETURN_IF_ERROR(job.Start(args));
-  pid_t victim = 0;
+  int victim_slot = -1;
   if (!WaitUntil(
           [&] {
             std::ifstream in(dir + "/faults.log");
             std::string w;
             while (in >> w)
-              if (w.rfind("pid=", 0) == 0) victim = std::atoi(w.c_str() + 4);
-            return victim > 0;
+              if (w.rfind("slot=", 0) == 0) victim_slot = std::atoi(w.c_str() + 5);
+            return victim_slot >= 0;
           },
           milliseconds(120000)))
     return Status::DeadlineExceeded("the victim never reached its fault point (see " + dir + ")");
-  const pid_t agent = AgentOf(victim);
+  const pid_t victim = SlotProcess(job.Marker(), victim_slot, "rtft-bench");
+  const pid_t agent = victim > 0 ? AgentOf(victim) : 0;
   if (agent <= 0) return Status::Internal("the victim's dp-launch was not found");
   // The others are inside the same all-reduce.
   auto began = [&] {
     int n = 0;
     for (int s = 0; s < slots; ++s)
-      for (const auto& l : Lines(dir, s, "begin"))
-        if (Num(l, "i") == 1 && Num(l, "pid") != victim) ++n;
+      if (s != victim_slot)
+        for (const auto& l : Lines(dir, s, "begin"))
+          if (Num(l, "i") == 1) ++n;
     return n >= ranks_ - 1;
   };
   if (!WaitUntil(began, milliseconds(60000)))
@@ -286,7 +192,7 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
   if (!WaitUntil([&] { return afters() >= ranks_; }, milliseconds(120000)))
     return Status::DeadlineExceeded("the next epoch never completed an all-reduce (see " + dir +
                                     ")");
-  double abort_ms = 0, rebuild_ms = 0;
+  double abort_ms = 0, rebuild_ms = 0, from_kill_ms = 0;
   long long first_event = LLONG_MAX, last_ready = 0;
   for (int s = 0; s < slots; ++s) {
     auto ends = Lines(dir, s, "end");
@@ -298,10 +204,17 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
     first_event = std::min(first_event, ev);
     if (ends.back().at("code") != "ABORTED")
       return Status::Internal("a survivor's call ended with " + ends.back().at("code"));
-    abort_ms = std::max(abort_ms, (Num(ends.back(), "t") - std::min(ev, killed)) / 1000.0);
+    // From the earlier of the failure event and the communicator's own detection (its abort
+    // flag), and, as an upper bound, from the kill.
+    long long learned = ev;
+    if (Num(ends.back(), "aborted_at") > 0)
+      learned = std::min(learned, Num(ends.back(), "aborted_at"));
+    abort_ms = std::max(abort_ms, (Num(ends.back(), "t") - learned) / 1000.0);
+    from_kill_ms = std::max(from_kill_ms, (Num(ends.back(), "t") - killed) / 1000.0);
   }
   rebuild_ms = (last_ready - first_event) / 1000.0;
   (*result)["abort_ms"] = abort_ms;
+  (*result)["abort_from_kill_ms"] = from_kill_ms;
   (*result)["rebuild_ms"] = rebuild_ms;
   (void)job.Wait(milliseconds(60000));
   (void)RemoveTree(dir);
@@ -310,7 +223,7 @@ Status CommCommand::Failure(uint64_t bytes, nlohmann::json* result) {
 
 Status CommCommand::Single(uint64_t bytes, nlohmann::json* result) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-  Job job(dir, 1);
+  BenchJob job(dir, 1);
   RTFT_RETURN_IF_ERROR(job.Start(JobArgs(1, 0, "single", dir, std::to_string(bytes))));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(300000)));
   const auto lines = Lines(dir, 0, "single");

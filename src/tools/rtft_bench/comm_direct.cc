@@ -1,4 +1,5 @@
 #include "tools/rtft_bench/comm_direct.h"
+#include "core/build_config.h"
 
 #include <unistd.h>
 
@@ -101,14 +102,17 @@ class NcclDirect final : public DirectAllReduce {
     ncclUniqueId id;
     if (rank == 0) {
       if (ncclGetUniqueId(&id) != ncclSuccess) return Status::Unavailable("ncclGetUniqueId");
-      RTFT_RETURN_IF_ERROR(store->Put(prefix + "id", std::string(id.internal, sizeof(id.internal))));
+      RTFT_RETURN_IF_ERROR(
+          store->Put(prefix + "id", std::string(id.internal, sizeof(id.internal))));
     } else {
-      RTFT_ASSIGN_OR_RETURN(std::string v, store->Get(prefix + "id", CommClock::now() + milliseconds(60000)));
+      RTFT_ASSIGN_OR_RETURN(std::string v,
+                            store->Get(prefix + "id", CommClock::now() + milliseconds(60000)));
       if (v.size() != sizeof(id.internal)) return Status::DataLoss("bad NCCL id");
       std::memcpy(id.internal, v.data(), sizeof(id.internal));
     }
     const ncclResult_t rc = ncclCommInitRank(&comm_, world, id, rank);
-    if (rc != ncclSuccess) return Status::Unavailable(std::string("ncclCommInitRank: ") + ncclGetErrorString(rc));
+    if (rc != ncclSuccess)
+      return Status::Unavailable(std::string("ncclCommInitRank: ") + ncclGetErrorString(rc));
     return Status::Ok();
   }
   Status Run(const float* send, float* recv, size_t count) override {
@@ -127,9 +131,9 @@ class NcclDirect final : public DirectAllReduce {
 }  // namespace
 
 StatusOr<std::unique_ptr<DirectAllReduce>> NewDirectAllReduce(CommBackend backend, int rank,
-                                                               int world, CommStore* store,
-                                                               const std::string& prefix,
-                                                               int device) {
+                                                              int world, CommStore* store,
+                                                              const std::string& prefix,
+                                                              int device) {
   if (backend == CommBackend::kGloo) {
 #if RTFT_WITH_GLOO
     auto d = std::make_unique<GlooDirect>();

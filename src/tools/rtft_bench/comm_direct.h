@@ -20,8 +20,8 @@ class DirectAllReduce {
 
 // Meets the other ranks through `store` under keys that start with `prefix`.
 StatusOr<std::unique_ptr<DirectAllReduce>> NewDirectAllReduce(CommBackend backend, int rank,
-                                                               int world, CommStore* store,
-                                                               const std::string& prefix,
-                                                               int device);
+                                                              int world, CommStore* store,
+                                                              const std::string& prefix,
+                                                              int device);
 
 }  // namespace rtft::bench

@@ -1,6 +1,7 @@
 // The ranks of `rtft-bench comm`: the bench runs itself under `mpirun --enable-recovery
 // dp-launch` with --worker, and each rank measures from inside the job (comm_bench.h).
 #include "tools/rtft_bench/comm_worker.h"
+#include "core/build_config.h"
 
 #include <sys/time.h>
 #include <unistd.h>
@@ -86,17 +87,36 @@ class Buffers {
   float* recv_ = nullptr;
 };
 
+// The stream rt-ft's NCCL calls go on: a non-blocking one of its own, as the direct baseline's
+// (the legacy default stream would order them behind every other stream of the device).
+void* BenchStream(CommBackend backend) {
+#if RTFT_WITH_NCCL
+  if (backend == CommBackend::kNccl) {
+    static cudaStream_t stream = [] {
+      cudaStream_t s = nullptr;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      return s;
+    }();
+    return stream;
+  }
+#endif
+  (void)backend;
+  return nullptr;
+}
+
 Status RtftAllReduce(Communicator& comm, const Buffers& b, size_t count) {
+  CallOptions call;
+  call.stream = BenchStream(comm.backend());
   RTFT_RETURN_IF_ERROR(
-      comm.AllReduce(b.send(), b.recv(), count, DType::kFloat32, ReduceOp::kSum, CallOptions{}));
-  return comm.Wait(nullptr, milliseconds(0));
+      comm.AllReduce(b.send(), b.recv(), count, DType::kFloat32, ReduceOp::kSum, call));
+  return comm.Wait(call.stream, milliseconds(0));
 }
 
 Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, SlotLog& log) {
   const RuntimeInfo me = rt.current();
-  RTFT_ASSIGN_OR_RETURN(auto direct, NewDirectAllReduce(o.backend, me.rank, me.world_size,
-                                                         rt.comm_store(), "bench/direct/",
-                                                         me.rank % std::max(1, o.gpus)));
+  RTFT_ASSIGN_OR_RETURN(auto direct,
+                        NewDirectAllReduce(o.backend, me.rank, me.world_size, rt.comm_store(),
+                                           "bench/direct/", me.rank % std::max(1, o.gpus)));
   for (uint64_t bytes : o.bytes) {
     const size_t count = bytes / 4;
     Buffers b(o.backend, count);
@@ -128,6 +148,18 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
   return Status::Ok();
 }
 
+// Logs when the next epoch's communicator was ready, then checks one all-reduce on it.
+Status Checked(StatusOr<std::unique_ptr<Communicator>> next, long long ready,
+               const CommWorkerOptions& o, SlotLog& log) {
+  if (!next.ok()) return next.status().Annotate("rebuilding");
+  log.Line("ready epoch=" + std::to_string((*next)->epoch()), ready);
+  Buffers b(o.backend, 1 << 16);
+  RTFT_RETURN_IF_ERROR(b.Allocate());
+  RTFT_RETURN_IF_ERROR(RtftAllReduce(**next, b, 1 << 16));
+  log.Line("after ok=1");
+  return Status::Ok();
+}
+
 // All-reduces until one fails (the victim hangs at a named fault point inside its second one
 // and the bench kills its slot), then waits for the failure event and builds the next epoch's
 // communicator; a spare activated by the event builds it directly.
@@ -140,29 +172,37 @@ Status Failure(const CommWorkerOptions& o, Runtime& rt, std::unique_ptr<Communic
     const size_t count = o.bytes.front() / 4;
     Buffers b(o.backend, count);
     RTFT_RETURN_IF_ERROR(b.Allocate());
+    // When the communicator learns of the failure (its own detection or the failure event
+    // through the registry, whichever is first) shows as its abort flag.
+    std::atomic<long long> aborted_us{0};
+    std::atomic<bool> stop{false};
+    std::thread monitor([&] {
+      while (!stop && !comm->aborted()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (!stop) aborted_us = NowUs();
+    });
     for (int i = 0;; ++i) {
       if (i == 1 && comm->rank() == o.victim) setenv("RTFT_FAULT", o.victim_fault.c_str(), 1);
       log.Line("begin i=" + std::to_string(i));
       const Status s = RtftAllReduce(*comm, b, count);
       const long long t = NowUs();
       if (!s.ok()) {
-        log.Line(std::string("end ok=0 code=") + StatusCodeName(s.code()), t);
+        stop = true;
+        monitor.join();
+        log.Line(std::string("end ok=0 code=") + StatusCodeName(s.code()) +
+                     " aborted_at=" + std::to_string(aborted_us.load()),
+                 t);
         break;
       }
     }
-    comm.reset();
+    // Build the next epoch's communicator before this one is freed: an NCCL abort (about half a
+    // second with a dead peer) then runs while the new one is built.
     while (event_us == 0) std::this_thread::sleep_for(milliseconds(1));
+    auto next = rt.CreateCommunicator("bench", options);
+    const long long ready = NowUs();
+    comm.reset();
+    return Checked(std::move(next), ready, o, log);
   }
-  auto next = rt.CreateCommunicator("bench", options);
-  const long long ready = NowUs();
-  if (!next.ok()) return next.status().Annotate("rebuilding");
-  log.Line("ready epoch=" + std::to_string((*next)->epoch()), ready);
-  // One checked all-reduce on the new communicator.
-  Buffers b(o.backend, 1 << 16);
-  RTFT_RETURN_IF_ERROR(b.Allocate());
-  RTFT_RETURN_IF_ERROR(RtftAllReduce(**next, b, 1 << 16));
-  log.Line("after ok=1");
-  return Status::Ok();
+  return Checked(rt.CreateCommunicator("bench", options), NowUs(), o, log);
 }
 
 // A communicator of one rank (a single GPU): how long Abort() takes to return and the abort to
@@ -211,8 +251,7 @@ int RunCommWorker(const CommWorkerOptions& o) {
   });
   const RuntimeInfo me = rt.info();
 #if RTFT_WITH_NCCL
-  if (o.backend == CommBackend::kNccl && me.rank >= 0)
-    cudaSetDevice(me.rank % std::max(1, o.gpus));
+  if (o.backend == CommBackend::kNccl && me.rank >= 0) cudaSetDevice(me.rank % std::max(1, o.gpus));
 #endif
   std::unique_ptr<Communicator> comm;
   if (me.role == RuntimeRole::kInitial || me.role == RuntimeRole::kStandalone) {

@@ -1,6 +1,7 @@
 #include "tools/rtft_bench/gpu_util.h"
+#include "core/build_config.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -12,7 +13,7 @@
 
 namespace rtft::bench {
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 
 Status CheckGpuUsable() {
   int count = 0;

@@ -12,6 +12,7 @@
 #include "tools/rtft_bench/comm_bench.h"
 #include "tools/rtft_bench/detect_sim.h"
 #include "tools/rtft_bench/offload_bench.h"
+#include "tools/rtft_bench/protect_bench.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewOffloadCommand());
   commands.push_back(rtft::bench::NewDetectCommand());
   commands.push_back(rtft::bench::NewCommCommand());
+  commands.push_back(rtft::bench::NewProtectCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);

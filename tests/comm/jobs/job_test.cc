@@ -41,15 +41,8 @@ class CommJobTest : public ::testing::Test {
   }
   // The app is not the launcher tests' app, so Job does not know its name: end what is left.
   void KillApps() {
-    for (int s = 0; s < slots_; ++s) {
-      for (const auto& l : ReadSlotLog(dir_, s)) {
-        const pid_t pid = static_cast<pid_t>(l.Int("pid"));
-        if (pid <= 1) continue;
-        std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-        std::string name;
-        if ((comm >> name) && name == "comm-job-app") kill(pid, SIGKILL);
-      }
-    }
+    for (const ProcInfo& p : JobProcesses(dir_))
+      if (p.comm == "comm-job-app") kill(p.pid, SIGKILL);
   }
   JobSpec Spec(int slots, int spares, std::map<std::string, std::string> env,
                int heartbeat_timeout_ms = 500) {
@@ -63,40 +56,28 @@ class CommJobTest : public ::testing::Test {
     spec.env["RTFT_COMM_GLOO_HOST"] = "127.0.0.1";
     return spec;
   }
-  // The pid and time of the fault the victim reached, once it did.
-  bool WaitFault(pid_t* pid) {
+  // The victim's slot, once it reached its fault point (the fault line names it).
+  bool WaitFault(int* slot) {
     return WaitFor(
         [&] {
           std::ifstream in(dir_ + "/faults.log");
-          std::string word, kv;
-          while (in >> word) {
-            if (word.rfind("pid=", 0) == 0) *pid = std::atoi(word.c_str() + 4);
-          }
-          return *pid > 0;
+          std::string word;
+          while (in >> word)
+            if (word.rfind("slot=", 0) == 0) *slot = std::atoi(word.c_str() + 5);
+          return *slot >= 0;
         },
         seconds(60));
   }
-  // The dp-launch that runs `pid` (its parent, or further up when the application runs under a
-  // keeper or a shell).
-  static pid_t AgentOf(pid_t pid) {
-    for (int depth = 0; depth < 8 && pid > 1; ++depth) {
-      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-      std::string skip;
-      pid_t ppid = 0;
-      stat >> skip >> skip >> skip >> ppid;
-      std::ifstream comm("/proc/" + std::to_string(ppid) + "/comm");
-      std::string name;
-      if ((comm >> name) && name == "dp-launch") return ppid;
-      pid = ppid;
+  // The application on `slot` as this test sees it (it runs in a PID namespace of its own), and
+  // the slot's dp-launch.
+  bool Victim(int slot, pid_t* app, pid_t* agent) {
+    for (const ProcInfo& p : JobProcesses(dir_)) {
+      if (p.comm != "comm-job-app" || p.Env("RTFT_SLOT") != std::to_string(slot)) continue;
+      *app = p.pid;
+      *agent = job_->AgentOf(slot);
+      return *agent > 0;
     }
-    return 0;
-  }
-  // The slot whose process logged `pid`.
-  int SlotOf(pid_t pid) {
-    for (int s = 0; s < slots_; ++s)
-      for (const auto& l : ReadSlotLog(dir_, s))
-        if (l.Int("pid") == pid) return s;
-    return -1;
+    return false;
   }
   bool AllBegan(int ranks, int i, int skip_slot) {
     int n = 0;
@@ -145,14 +126,12 @@ TEST_F(CommJobTest, EveryCollectiveIsCorrectInRealProcesses) {
 
 TEST_F(CommJobTest, ARankKilledMidAllReduceAbortsTheOthersAndASpareTakesItsPlace) {
   job_->Start(Spec(4, 1, {{"RTFT_TEST_MODE", "fail"}, {"RTFT_TEST_VICTIM", "1"}}));
-  pid_t victim = 0;
-  ASSERT_TRUE(WaitFault(&victim)) << job_->Dump();
-  const int victim_slot = SlotOf(victim);
-  ASSERT_GE(victim_slot, 0);
+  int victim_slot = -1;
+  ASSERT_TRUE(WaitFault(&victim_slot)) << job_->Dump();
+  pid_t victim = 0, agent = 0;
+  ASSERT_TRUE(Victim(victim_slot, &victim, &agent)) << job_->Dump();
   // The others are inside the same all-reduce, waiting for the victim's data.
   ASSERT_TRUE(WaitFor([&] { return AllBegan(2, 1, victim_slot); }, seconds(30))) << job_->Dump();
-  const pid_t agent = AgentOf(victim);
-  ASSERT_GT(agent, 0);
   const long long killed_at = NowUs();
   ASSERT_EQ(kill(agent, SIGKILL), 0);  // the whole slot: its agent, then the application
   ASSERT_EQ(kill(victim, SIGKILL), 0);
@@ -193,9 +172,10 @@ TEST_F(CommJobTest, AStoppedRankEndsTheCallAtItsDeadline) {
                     {"RTFT_TEST_CALL_TIMEOUT_MS", "1500"},
                     {"RTFT_TEST_EVENT_WAIT_MS", "0"}},
                    /*heartbeat_timeout_ms=*/30000));
-  pid_t victim = 0;
-  ASSERT_TRUE(WaitFault(&victim)) << job_->Dump();
-  const int victim_slot = SlotOf(victim);
+  int victim_slot = -1;
+  ASSERT_TRUE(WaitFault(&victim_slot)) << job_->Dump();
+  pid_t victim = 0, agent = 0;
+  ASSERT_TRUE(Victim(victim_slot, &victim, &agent)) << job_->Dump();
   int timed_out = 0;
   for (int s = 0; s < 3; ++s) {
     if (s == victim_slot) continue;
@@ -226,11 +206,10 @@ TEST_F(CommJobTest, AStoppedSlotEndsTheCallAtTheFailureEvent) {
                     {"RTFT_TEST_VICTIM_FAULT", "comm.gloo.ring_segment@3:stop"},
                     {"RTFT_TEST_CALL_TIMEOUT_MS", "60000"}},
                    /*heartbeat_timeout_ms=*/500));
-  pid_t victim = 0;
-  ASSERT_TRUE(WaitFault(&victim)) << job_->Dump();
-  const int victim_slot = SlotOf(victim);
-  const pid_t agent = AgentOf(victim);
-  ASSERT_GT(agent, 0);
+  int victim_slot = -1;
+  ASSERT_TRUE(WaitFault(&victim_slot)) << job_->Dump();
+  pid_t victim = 0, agent = 0;
+  ASSERT_TRUE(Victim(victim_slot, &victim, &agent)) << job_->Dump();
   ASSERT_TRUE(WaitFor([&] { return AllBegan(2, 1, victim_slot); }, seconds(30))) << job_->Dump();
   ASSERT_EQ(kill(agent, SIGSTOP), 0);  // the whole slot stops: heartbeats end
   for (int s = 0; s < 3; ++s) {

@@ -1,0 +1,92 @@
+// Every background thread of the control plane ends with a recorded error, not std::terminate,
+// when an exception escapes its body: the coordinator (the job then ends with exit code 1), the
+// agent client (every call returns the error) and the local link's socket pumps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+
+#include "control/control_test_util.h"
+#include "control/guarded.h"
+#include "control/messages.h"
+#include "control/socket_pump.h"
+
+namespace rtft::control {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(Guarded, AnEscapingExceptionBecomesAStatus) {
+  EXPECT_TRUE(RunGuarded("a loop", [] {}).ok());
+  Status s = RunGuarded("a loop", [] { throw std::runtime_error("bad byte in a name"); });
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("a loop ended by an exception: bad byte in a name"), std::string::npos)
+      << s;
+  s = RunGuarded("a loop", [] { throw 42; });
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("unknown type"), std::string::npos) << s;
+}
+
+TEST(Guarded, CoordinatorThreadFailureEndsTheJobWithItsError) {
+  auto keys = GenerateJobKeys();
+  ASSERT_TRUE(keys.ok());
+  CoordinatorOptions o;
+  o.bind_host = "127.0.0.1";
+  o.keys = *keys;
+  o.slots = 2;
+  std::atomic<int> rounds{0};
+  o.fault_point = [&] {
+    if (++rounds == 5) throw std::runtime_error("injected");
+  };
+  auto c = Coordinator::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto code = (*c)->WaitJobEndFor(milliseconds(5000));
+  ASSERT_TRUE(code.has_value()) << "the job did not end";
+  EXPECT_EQ(*code, 1);
+  EXPECT_EQ((*c)->error().code(), StatusCode::kInternal);
+  EXPECT_NE((*c)->error().message().find("coordinator's thread ended by an exception: injected"),
+            std::string::npos)
+      << (*c)->error();
+}
+
+TEST(Guarded, AgentClientThreadFailureFailsEveryCall) {
+  testing::TestJob job(testing::JobConfig{1, 0});
+  AgentClientOptions o = job.ClientOptions(0);
+  std::atomic<bool> fail{false};
+  o.fault_point = [&] {
+    if (fail) throw std::runtime_error("injected");
+  };
+  auto client = AgentClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(milliseconds(5000)).ok());
+  fail = true;
+  StatusOr<std::optional<ControlEvent>> ev = std::optional<ControlEvent>();
+  for (int i = 0; i < 50 && ev.ok(); ++i) ev = (*client)->WaitEvent(milliseconds(100));
+  ASSERT_FALSE(ev.ok()) << "the client's thread failure went unnoticed";
+  EXPECT_EQ(ev.status().code(), StatusCode::kInternal);
+  EXPECT_NE(ev.status().message().find("injected"), std::string::npos) << ev.status();
+  EXPECT_EQ((*client)->ReportExit(0).code(), StatusCode::kInternal);
+}
+
+TEST(Guarded, SocketPumpHandlerExceptionIsRecorded) {
+  zmq::context_t ctx;
+  zmq::socket_t server(ctx, zmq::socket_type::router);
+  server.bind("inproc://guarded-pump");
+  std::atomic<bool> called{false};
+  SocketPump pump(&ctx, std::move(server), true, [&](const std::string&, Message) {
+    called = true;
+    throw std::runtime_error("handler failed");
+  });
+  zmq::socket_t client(ctx, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect("inproc://guarded-pump");
+  ASSERT_TRUE(SendTo(client, nullptr, MsgType::kAttach, AttachBody(1)));
+  for (int i = 0; i < 200 && pump.error().ok(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(called);
+  EXPECT_EQ(pump.error().code(), StatusCode::kInternal);
+  EXPECT_EQ(pump.Send("peer", MsgType::kAssign, AssignBody({})).code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace rtft::control
