@@ -48,6 +48,7 @@ class FaultFile final : public File {
       : inner_(std::move(inner)), state_(std::move(state)), matches_(state_->Matches(path())) {}
 
   Status Write(const std::vector<IoRequest>& requests) override {
+    if (matches_ && state_->spec.before_write) state_->spec.before_write(path(), direct());
     const bool limited = matches_ && state_->spec.fail_writes_after_bytes >= 0;
     if (!limited) return WriteThrough(requests);
     std::vector<IoRequest> fits;
