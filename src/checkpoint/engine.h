@@ -130,7 +130,9 @@ class Engine : public CheckpointEngine {
   uint64_t last_version_ = 0;
   bool any_version_ = false;
   Status first_error_;
-  Status loop_error_;  // a background loop ended by an exception: the engine is unusable
+  Status loop_error_;          // a background loop ended by an exception: the engine is unusable
+  bool latest_moved_ = false;  // rank 0: this engine moved LATEST, to latest_version_
+  uint64_t latest_version_ = 0;
   std::map<uint64_t, std::shared_ptr<Version>> versions_;  // recent versions, for Wait/Stats
   std::deque<std::shared_ptr<Version>> capture_queue_;
   std::deque<FlushItem> flush_queue_;

@@ -371,18 +371,36 @@ void Engine::CommitLoop() {
       v = commit_queue_.front();
       commit_queue_.pop_front();
     }
+    // Versions finish out of order (their flushes overlap): one older than a version already
+    // made LATEST completes its directory but leaves LATEST where it is.
+    bool move_latest;
+    uint64_t in_flight = UINT64_MAX;  // the oldest other version still being written
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      move_latest = !latest_moved_ || v->version > latest_version_;
+      for (const auto& [n, other] : versions_) {
+        if (other != v && !other->done()) {
+          in_flight = n;
+          break;
+        }
+      }
+    }
     Status status = CatchAll("commit thread", [&] {
       return CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
-                           options_.commit_timeout);
+                           options_.commit_timeout, move_latest);
     });
     if (status.ok()) {
       Status pruned = CatchAll("commit thread", [&] {
-        return PruneVersions(io_.get(), options_.dir, *options_.keep_versions);
+        return PruneVersions(io_.get(), options_.dir, *options_.keep_versions, in_flight);
       });
       if (!pruned.ok()) RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) FailLocked(v.get(), status);
+    if (status.ok() && move_latest) {
+      latest_moved_ = true;
+      latest_version_ = v->version;
+    }
     v->stats.commit_s = Seconds(Clock::now() - v->start);
     SetStageLocked(v.get(), VersionStage::kDone);
   }

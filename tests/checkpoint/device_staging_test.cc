@@ -1,13 +1,15 @@
 // DeviceStaging on host memory, with a fake copier whose "device" is host memory and whose copies
 // happen only when their ticket is waited for (the latest an asynchronous copy may land): the
-// tensor arrives exactly, copies hold whole chunks, a half of the buffer is never refilled while
-// its copy is pending, and a damaged chunk stops the stream with every copy still waited for.
+// tensor arrives exactly, copies hold whole chunks and leave in order, a half of the buffer is
+// never refilled while its copy is pending (the reader thread refills one half while the other
+// is checked and copied), and a damaged chunk stops the stream with every copy waited for.
 #include "checkpoint/read/device_staging.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "checkpoint/io/io_backend.h"
@@ -29,8 +31,13 @@ struct FakeCopier : DeviceCopier {
   class Ticket : public CopyTicket {
    public:
     Ticket(FakeCopier* owner, Copy copy) : owner_(owner), copy_(std::move(copy)) {}
-    ~Ticket() override { owner_->unwaited += waited_ ? 0 : 1; }
+    ~Ticket() override {
+      std::lock_guard<std::mutex> lock(owner_->mu);
+      owner_->unwaited += waited_ ? 0 : 1;
+    }
+    // Waited for by Stream's reader thread, while its other thread starts copies.
     Status Wait() override {
+      std::lock_guard<std::mutex> lock(owner_->mu);
       if (!waited_) {
         // Refilled before the copy completed: the device would get the wrong bytes.
         if (std::memcmp(copy_.snapshot.data(), copy_.src, copy_.bytes) != 0) ++owner_->clobbered;
@@ -55,6 +62,7 @@ struct FakeCopier : DeviceCopier {
   }
   StatusOr<std::unique_ptr<CopyTicket>> CopyToDeviceAsync(void* dst, const void* src,
                                                           size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu);
     const char* from = static_cast<const char*>(src);
     Copy copy{static_cast<uint64_t>(static_cast<char*>(dst) - device),
               std::vector<char>(from, from + bytes), from, bytes};
@@ -63,6 +71,7 @@ struct FakeCopier : DeviceCopier {
     return std::unique_ptr<CopyTicket>(new Ticket(this, std::move(copy)));
   }
 
+  std::mutex mu;
   char* device = nullptr;
   std::vector<size_t> sizes;
   int pending = 0, max_pending = 0, clobbered = 0, unwaited = 0;
@@ -118,7 +127,8 @@ TEST_F(Staging, CopiesWholeChunksThroughBothHalves) {
       {100, {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 256}, 1}};  // grown to a chunk
   for (const Case& c : cases) {
     SCOPED_TRACE("staging " + std::to_string(c.staging));
-    copier_ = FakeCopier{};
+    copier_.sizes.clear();
+    copier_.pending = copier_.max_pending = copier_.clobbered = copier_.unwaited = 0;
     copier_.device = device_.data();
     std::fill(device_.begin(), device_.end(), '\0');
     Status s = Stream(c.staging);

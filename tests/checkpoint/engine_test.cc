@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "checkpoint/io/fault/fault_backend.h"
@@ -289,6 +291,52 @@ TEST(Engine, ExceptionsInBackgroundThreadsBecomeErrors) {
     ASSERT_TRUE((*engine)->Checkpoint(2, s.provider).ok());
     EXPECT_EQ((*engine)->WaitPersisted(2).code(), StatusCode::kInternal);
   }
+}
+
+// Versions finish out of order when their flushes overlap: here version 1's only tensor write is
+// held until version 2 is persisted. LATEST must not go back to 1 when 1 commits last, and the
+// pruning after version 2's commit must not delete version 1 while it is still being written
+// (both happened now and then on a loaded machine).
+TEST(Engine, VersionsFinishingOutOfOrderNeverMoveLatestBack) {
+  TempDir dir;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, released = false;
+  FaultSpec spec;
+  spec.path_substring = VersionDirName(1) + "/";
+  spec.before_write = [&](const std::string&, bool direct) {
+    if (!direct) return;  // HDF5's own writes (the file thread) go on
+    std::unique_lock<std::mutex> lock(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.keep_versions = 1;
+  auto engine =
+      CreateCheckpointEngine(o, CreateFaultBackend(*CreateIoBackend({TestIo(), 16}), spec));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<float> one = Iota(16384, 1), two = Iota(16384, 2);  // 64 KiB: one unit each
+  TensorProvider first(HostTensor("w", &one)), second(HostTensor("w", &two));
+  ASSERT_TRUE((*engine)->Checkpoint(1, first).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(30), [&] { return held; }))
+      GTEST_SKIP() << "no O_DIRECT write to hold here (the file system refuses O_DIRECT)";
+  }
+  ASSERT_TRUE((*engine)->Checkpoint(2, second).ok());
+  ASSERT_TRUE((*engine)->WaitPersisted(2).ok());
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "2\n");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  Status first_persisted = (*engine)->WaitPersisted(1);
+  EXPECT_TRUE(first_persisted.ok()) << first_persisted;
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "2\n");
+  EXPECT_TRUE(VerifyVersion(dir.path(), 2).ok());
+  EXPECT_EQ(StoredBytes(RankFilePath(dir.path(), 2, 0), "w").size(), two.size() * 4);
 }
 
 // A name that is not UTF-8 text used to reach the flush thread, where the JSON writer threw and

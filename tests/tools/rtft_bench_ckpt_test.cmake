@@ -1,7 +1,9 @@
 # rtft-bench ckpt end to end on a tiny state: stdout must be JSON lines, one per variant (raw,
-# naive, rtft) and a summary, each with the keys shared/BENCHMARKS.md promises and measured
-# (positive) bandwidths; --state gpu either runs or exits 2 with a reason; a bad flag exits 2.
-# Run by ctest as: cmake -DBENCH=<rtft-bench> -DWORK_DIR=<dir> -P rtft_bench_ckpt_test.cmake
+# naive, rtft) and a summary, each with the keys the benchmark promises and measured (positive)
+# bandwidths, the restore phase's included; --state gpu either runs or exits 2 with a reason; a
+# bad flag exits 2; --keep keeps the last rt-ft run's version, which rtft-ckpt verifies.
+# Run by ctest as:
+#   cmake -DBENCH=<rtft-bench> -DCKPT=<rtft-ckpt> -DWORK_DIR=<dir> -P rtft_bench_ckpt_test.cmake
 cmake_minimum_required(VERSION 3.22)
 
 set(required name variant bytes tensors state blocking_s capture_gbps persist_gbps raw_gbps
@@ -39,8 +41,21 @@ function(check_lines out bytes tensors)
         fail("${key} is not positive: ${line}")
       endif()
     endforeach()
+    if(variant STREQUAL "rtft" OR variant STREQUAL "summary")
+      foreach(key raw_read_gbps restore_gbps)
+        string(JSON v ERROR_VARIABLE err GET "${line}" ${key})
+        if(err OR NOT v GREATER 0)
+          fail("${variant} line lacks a positive '${key}': ${line}")
+        endif()
+      endforeach()
+      string(JSON type ERROR_VARIABLE err TYPE "${line}" restore_device_gbps)
+      if(err)
+        fail("${variant} line lacks 'restore_device_gbps': ${line}")
+      endif()
+    endif()
     if(variant STREQUAL "summary")
-      foreach(key persist_ge_90pct_raw persist_ge_4x_naive blocking_lt_5pct_naive)
+      foreach(key persist_ge_90pct_raw persist_ge_4x_naive blocking_lt_5pct_naive
+                  restore_ge_90pct_raw_read)
         string(JSON type ERROR_VARIABLE err TYPE "${line}" targets ${key})
         if(err OR NOT type STREQUAL "BOOLEAN")
           fail("summary lacks targets.${key}: ${line}")
@@ -80,3 +95,22 @@ file(GLOB leftovers ${WORK_DIR}/rtft-bench-*)
 if(leftovers)
   fail("scratch directories were not removed: ${leftovers}")
 endif()
+
+# --keep: the files of the last rt-ft run stay, a complete version that verifies.
+execute_process(COMMAND ${BENCH} ckpt --bytes 4M --tensors 4 --repeat 2 --dir ${WORK_DIR} --keep
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  fail("rtft-bench ckpt --keep exited ${rc}:\n${err}")
+endif()
+file(GLOB kept ${WORK_DIR}/rtft-bench-*)
+list(LENGTH kept n)
+if(NOT n EQUAL 1 OR NOT EXISTS ${kept}/rtft/LATEST OR
+   NOT EXISTS ${kept}/rtft/v000000000001/rank-00000.h5)
+  fail("--keep did not keep the last rt-ft run's version: '${kept}'")
+endif()
+execute_process(COMMAND ${CKPT} verify ${kept}/rtft
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  fail("the kept version does not verify: ${out}${err}")
+endif()
+file(REMOVE_RECURSE ${kept})

@@ -77,6 +77,14 @@ rb=$tmp/big/v000000000001/rank-00000.h5
 expect 0 '^0 1 2 3$' -- "$ckpt" --memory-limit 128M cat "$rb" big --limit 4
 expect 0 'OK' -- "$ckpt" --memory-limit 128M verify "$tmp/big"
 
+# dump of a manifest nested 100000 deep is refused at once (it used to grow quadratically until
+# the allocator gave up).
+mkdir -p "$tmp/deep/v000000000001"
+{ printf '{"format":"rt-ft checkpoint","format_version":1,"x":'; head -c 100000 /dev/zero | tr '\0' '['; } \
+  >"$tmp/deep/v000000000001/MANIFEST.json"
+expect 1 'nests deeper than 8 levels' -- timeout 20 "$ckpt" --memory-limit 256M dump \
+  "$tmp/deep/v000000000001/MANIFEST.json"
+
 # Special files in place of checkpoint files are refused at once (they used to block forever on
 # a FIFO): `timeout` turns a hang into exit 124.
 cp -r "$tmp/good" "$tmp/fifo"

@@ -86,7 +86,10 @@ bool CudaDevicePresent() {
 }
 
 StatusOr<std::unique_ptr<DeviceCopier>> CreateDeviceCopier(int device) {
-  if (!CudaDevicePresent()) return Status::FailedPrecondition("no CUDA device is present");
+  int n = 0;
+  // After a sticky error this fails too, and says so: a lost device, not a missing one.
+  RTFT_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&n), "counting CUDA devices"));
+  if (n == 0) return Status::FailedPrecondition("no CUDA device is present");
   RTFT_RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(device), "selecting device " + std::to_string(device)));
   cudaStream_t stream;

@@ -83,7 +83,7 @@ StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes) {
 }
 
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
-                     std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout, bool move_latest) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   GlobalManifest global;
   global.version = version;
@@ -105,13 +105,18 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   global.created_unix_ms = NowUnixMs();
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
   FaultPoint("ckpt.committed");
+  if (!move_latest) {
+    RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version
+                              << " after a newer one; LATEST stays";
+    return Status::Ok();
+  }
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, LatestPath(root), std::to_string(version) + "\n"));
   FaultPoint("ckpt.latest");
   RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version << " (" << world_size << " ranks)";
   return Status::Ok();
 }
 
-Status PruneVersions(IoBackend* io, const std::string& root, int keep) {
+Status PruneVersions(IoBackend* io, const std::string& root, int keep, uint64_t below) {
   if (keep <= 0) return Status::Ok();
   std::vector<uint64_t> versions = VersionsOnDisk(root);
   std::vector<uint64_t> complete;
@@ -120,7 +125,7 @@ Status PruneVersions(IoBackend* io, const std::string& root, int keep) {
   if (complete.size() <= static_cast<size_t>(keep)) return Status::Ok();
   const uint64_t oldest_kept = complete[complete.size() - keep];
   for (uint64_t v : versions) {
-    if (v >= oldest_kept) break;
+    if (v >= oldest_kept || v >= below) break;
     RTFT_LOG(kDebug, kLogCkpt) << "pruning version " << v;
     FaultPoint("ckpt.prune");
     RTFT_RETURN_IF_ERROR(io->RemoveAll(VersionDir(root, v)));

@@ -23,12 +23,16 @@ StatusOr<std::string> ReadSmallFile(IoBackend* io, const std::string& path,
 StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes = 64ull << 20);
 
 // Rank 0's commit: waits (up to `timeout`) until every rank's file of `version` exists, checks
-// each one's manifest, writes the version's MANIFEST.json, then moves LATEST to `version`.
+// each one's manifest, writes the version's MANIFEST.json, then, with `move_latest`, moves LATEST
+// to `version`. Versions can finish out of order; the engine passes false for a version older
+// than one it already moved LATEST to, so that LATEST never goes back.
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
-                     std::chrono::milliseconds timeout);
+                     std::chrono::milliseconds timeout, bool move_latest = true);
 
 // Deletes complete versions older than the newest `keep` complete ones, and incomplete versions
 // older than the oldest kept one (leftovers of crashed writers). keep == 0 keeps everything.
-Status PruneVersions(IoBackend* io, const std::string& root, int keep);
+// Nothing at or above `below` is touched: the engine passes its oldest version still being
+// written, which may finish after newer ones.
+Status PruneVersions(IoBackend* io, const std::string& root, int keep, uint64_t below = UINT64_MAX);
 
 }  // namespace rtft

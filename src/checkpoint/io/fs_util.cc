@@ -116,6 +116,23 @@ StatusOr<OpenedFd> OpenFd(const std::string& path, const OpenOptions& options) {
   return OpenedFd{fd, false};
 }
 
+StatusOr<OpenedFd> ReopenFd(const File& file, const OpenOptions& options) {
+  const auto* fd_file = dynamic_cast<const FdFile*>(&file);
+  if (fd_file == nullptr || fd_file->descriptor() < 0)
+    return Status::FailedPrecondition("reopening " + file.path() + ": not an open local file");
+  OpenOptions again = options;
+  again.follow_symlinks = true;  // /proc/self/fd/N is a link to the open file itself
+  RTFT_ASSIGN_OR_RETURN(OpenedFd opened,
+                        OpenFd("/proc/self/fd/" + std::to_string(fd_file->descriptor()), again));
+  struct stat a, b;
+  if (::fstat(fd_file->descriptor(), &a) != 0 || ::fstat(opened.fd, &b) != 0 ||
+      a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+    ::close(opened.fd);
+    return Status::FailedPrecondition("reopening " + file.path() + " gave another file");
+  }
+  return opened;
+}
+
 Status TruncatedRead(const char* op, const std::string& path, uint64_t offset, size_t wanted,
                      size_t got) {
   return Status::DataLoss(std::string(op) + " " + path + " at offset " + std::to_string(offset) +

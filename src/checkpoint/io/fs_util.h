@@ -26,6 +26,10 @@ struct OpenedFd {
 // logs that once per process.
 StatusOr<OpenedFd> OpenFd(const std::string& path, const OpenOptions& options);
 
+// A new open file description of the file `file` (an FdFile) has open, through
+// /proc/self/fd, so no path is looked up again; checked to be the same file.
+StatusOr<OpenedFd> ReopenFd(const File& file, const OpenOptions& options);
+
 // The DataLoss a read returns when the file ended before the request did.
 Status TruncatedRead(const char* op, const std::string& path, uint64_t offset, size_t wanted,
                      size_t got);
@@ -44,6 +48,7 @@ class FdFile : public File {
   StatusOr<uint64_t> Size() override;
   bool direct() const override { return direct_; }
   const std::string& path() const override { return path_; }
+  int descriptor() const { return fd_; }
 
  protected:
   int fd() const { return fd_; }

@@ -64,6 +64,12 @@ class IoBackend {
   virtual const char* name() const = 0;
   virtual StatusOr<std::unique_ptr<File>> Open(const std::string& path,
                                                const OpenOptions& options) = 0;
+  // A second, independent descriptor of the very file `file` has open (not of whatever its path
+  // names now), e.g. with O_DIRECT for bulk reads beside a buffered one. Unimplemented where the
+  // backend cannot.
+  virtual StatusOr<std::unique_ptr<File>> Reopen(File& file, const OpenOptions& options) {
+    return Status::Unimplemented(std::string("I/O backend ") + name() + " cannot reopen files");
+  }
   // Atomic rename within one file system; replaces `to`.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   // fsync of a directory, so that a rename or create in it is durable.

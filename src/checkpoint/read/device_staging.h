@@ -24,9 +24,10 @@ class DeviceStaging {
 
   // Reads `entry` from `reader` chunk by chunk (each checked with `verify` before it leaves host
   // memory) and copies it to `dst`, device memory of `copier`'s device. When the buffer holds two
-  // of the tensor's chunks, it is used as two halves and reading one overlaps copying the other;
-  // otherwise reads and copies alternate. Returns once every copy is complete. Not thread-safe:
-  // one tensor at a time.
+  // of the tensor's chunks, it is used as two halves: a reader thread fills one (O_DIRECT where
+  // the file allows) while the other is checked and copied, so the disk never waits for a
+  // checksum or a copy; otherwise reads and copies alternate. Copies leave in order. Returns once
+  // every copy is complete. Not thread-safe: one tensor at a time.
   Status Stream(const CheckpointFileReader& reader, const TensorEntry& entry, bool verify,
                 DeviceCopier* copier, void* dst);
 

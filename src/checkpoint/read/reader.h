@@ -54,6 +54,9 @@ class CheckpointFileReader {
                     const ChunkCallback& on_chunk = {}) const;
   Status ReadTensor(const TensorEntry& entry, void* dst, bool verify = true,
                     const ChunkCallback& on_chunk = {}) const;
+  // DataLoss naming the tensor, file, chunk and range when `data` (the chunk's ChunkSize bytes)
+  // does not have the chunk's checksum.
+  Status CheckChunk(const TensorEntry& entry, uint64_t chunk, const void* data) const;
   // Checks one chunk's checksum without keeping its bytes: it is read in pieces of at most
   // kStreamBytes, so memory stays bounded whatever chunk size the file declares.
   Status VerifyTensorChunk(const TensorEntry& entry, uint64_t chunk) const;
@@ -76,6 +79,10 @@ class CheckpointFileReader {
  private:
   CheckpointFileReader(std::string path, std::string json, FileManifest manifest,
                        std::unique_ptr<File> file, uint64_t file_size);
+  // Reads bytes at `offset` into `dst`: the page-aligned part through the O_DIRECT descriptor
+  // when there is one and `dst` is aligned (bulk data at disk speed, without filling the page
+  // cache), the rest through the buffered one.
+  Status ReadData(uint64_t offset, void* dst, uint64_t bytes) const;
   Status CheckExtents() const;
   Status ReadAt(uint64_t offset, void* dst, uint64_t bytes) const;
   // XXH3 of `bytes` at `offset`, read in pieces of at most kStreamBytes.
@@ -85,9 +92,12 @@ class CheckpointFileReader {
   std::string manifest_json_;
   FileManifest manifest_;
   std::unique_ptr<File> file_;
+  // The same open file again with O_DIRECT (IoBackend::Reopen), or null where refused.
+  std::unique_ptr<File> direct_;
   uint64_t file_size_;
   // A File is not promised to be safe for concurrent calls (an io_uring file owns one ring).
   mutable std::mutex io_mu_;
+  mutable std::mutex direct_mu_;
 };
 
 }  // namespace rtft

@@ -6,6 +6,7 @@
 // another, through one bounded staging buffer (device_staging.h); resharded device tensors are
 // assembled whole in host memory and copied once.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -222,16 +223,44 @@ Status StreamToDevice(const std::vector<const TensorPlan*>& streamed, const Rest
   return Status::Ok();
 }
 
+// One piece of parallel work: a chunk of a host tensor read straight into its place, or a whole
+// tensor that needs host staging (resharded, or device memory assembled on the host).
+struct Work {
+  const TensorPlan* plan;
+  uint64_t chunk;  // for chunks of a direct host plan
+  bool whole;
+};
+
+Status RunWork(const Work& w, bool verify, DeviceSink* device) {
+  if (w.whole) return RunPlan(*w.plan, verify, device);
+  const SavedShard& s = *w.plan->direct;
+  char* dst = static_cast<char*>(w.plan->want->data) + w.chunk * s.reader->chunk_bytes();
+  return s.reader->ReadTensorChunk(*s.entry, w.chunk, dst, verify);
+}
+
 Status RestoreTensors(const std::vector<TensorPlan>& plans, const RestoreOptions& options) {
-  std::vector<const TensorPlan*> parallel, streamed;
-  for (const TensorPlan& p : plans) (Streamed(p) ? streamed : parallel).push_back(&p);
-  const int threads =
-      std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxRestoreThreads);
-  ThreadPool pool(threads);
+  std::vector<const TensorPlan*> streamed;
+  std::vector<Work> work;
+  for (const TensorPlan& p : plans) {
+    if (Streamed(p)) {
+      streamed.push_back(&p);
+    } else if (p.direct && p.want->memory == MemoryKind::kHost && p.want->bytes() > 0) {
+      // Chunk by chunk, so that one large tensor is read by every thread, not by one.
+      const uint64_t chunks = ChunkCount(p.direct->entry->bytes, p.direct->reader->chunk_bytes());
+      for (uint64_t c = 0; c < chunks; ++c) work.push_back(Work{&p, c, false});
+    } else {
+      work.push_back(Work{&p, 0, true});
+    }
+  }
+  // Reading is bound by the disk, not by cores: enough reads in flight to keep it busy.
+  ThreadPool pool(kMaxRestoreThreads);
   DeviceSink device;
-  std::vector<Status> results(parallel.size());
-  pool.ParallelFor(parallel.size(), [&](size_t i) {
-    results[i] = RunPlan(*parallel[i], options.verify_checksums, &device);
+  std::vector<Status> results(work.size());
+  std::atomic<bool> failed{false};
+  pool.ParallelFor(work.size(), [&](size_t i) {
+    if (failed.load()) return;  // the first error decides; stop reading
+    results[i] = RunWork(work[i], options.verify_checksums, &device);
+    if (!results[i].ok()) failed = true;
   });
   for (const Status& s : results) RTFT_RETURN_IF_ERROR(s);
   return StreamToDevice(streamed, options, &device);

@@ -1,7 +1,8 @@
 // `rtft-bench ckpt`: raw disk vs torch.save-like vs rt-ft on the same state and disk, as
 // shared/BENCHMARKS.md ("Checkpoint engine") asks. Variants run interleaved for every repeat
 // (raw, naive, rtft, raw, ...) with the page cache dropped and the files deleted in between, so
-// disk drift hits all three alike; the medians are reported.
+// disk drift hits all three alike; the medians are reported. After each rt-ft run, the restore
+// phase reads its version back (raw O_DIRECT read, Restore into host and GPU memory).
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -62,7 +63,8 @@ class CkptCommand : public BenchCommand {
 void CkptCommand::AddFlags(CLI::App* cmd) {
   cmd->add_option("--dir", dir_, "parent of the scratch directory (selects the disk under test)")
       ->capture_default_str();
-  cmd->add_flag("--keep", keep_, "keep the scratch directory afterwards");
+  cmd->add_flag("--keep", keep_,
+                "keep the scratch directory and the files of the last rt-ft run in it");
   cmd->add_option("--bytes", bytes_, "state size (K/M/G suffixes); with --sweep, the largest")
       ->capture_default_str();
   cmd->add_option("--tensors", tensors_, "number of tensors the state is split into")
@@ -75,7 +77,9 @@ void CkptCommand::AddFlags(CLI::App* cmd) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--plot", plot_, "also write the JSON lines next to FILE.png and draw a chart");
-  cmd->add_option("--pool-bytes", pool_bytes_, "rt-ft pinned pool (default: holds the state)");
+  cmd->add_option("--pool-bytes", pool_bytes_,
+                  "rt-ft pinned pool (default: holds the state; 'engine': the engine's own "
+                  "default, RTFT_CKPT_POOL_BYTES)");
   cmd->add_option("--flush-threads", flush_threads_,
                   "rt-ft flush threads, also the raw writer's threads (default: "
                   "RTFT_CKPT_FLUSH_THREADS)")
@@ -94,7 +98,9 @@ StatusOr<CkptPlan> CkptCommand::MakePlan() const {
   plan.repeat = repeat_;
   plan.variant.io = io_;
   plan.variant.flush_threads = flush_threads_;
-  if (!pool_bytes_.empty()) {
+  if (pool_bytes_ == "engine") {
+    plan.variant.engine_pool = true;
+  } else if (!pool_bytes_.empty()) {
     RTFT_ASSIGN_OR_RETURN(plan.variant.pool_bytes, ParseBytes(pool_bytes_));
   }
   RTFT_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(bytes_));
@@ -135,6 +141,8 @@ StatusOr<CkptMeasurements> CkptCommand::MeasureOne(const StateSpec& spec, const 
   m.gpu = spec.gpu;
   m.pcie_gbps = pcie_gbps;
   m.page_cache_dropped = true;
+  // Restore into GPU memory is measured wherever a GPU can be used, whatever --state says.
+  m.gpu_restore = CheckGpuUsable().ok();
   auto note = [&](int r, const char* v, const VariantResult& x) {
     Progress("  run " + std::to_string(r + 1) + "/" + std::to_string(plan.repeat) + " " + v +
              ": blocking " + std::to_string(x.blocking_s) + " s, persist " +
@@ -154,6 +162,15 @@ StatusOr<CkptMeasurements> CkptCommand::MeasureOne(const StateSpec& spec, const 
     RTFT_ASSIGN_OR_RETURN(VariantResult rt, RunRtft(*state, plan.variant));
     note(r, "rtft ", rt);
     m.rtft.push_back(rt);
+    RTFT_ASSIGN_OR_RETURN(RestoreResult back, RunRestore(*state, plan.variant, m.gpu_restore));
+    Progress("  run " + std::to_string(r + 1) + "/" + std::to_string(plan.repeat) +
+             " restore: raw read " + std::to_string(Gbps(back.raw_read_bytes, back.raw_read_s)) +
+             " GB/s, into host " + std::to_string(Gbps(m.bytes, back.restore_s)) + " GB/s" +
+             (m.gpu_restore
+                  ? ", into GPU " + std::to_string(Gbps(m.bytes, back.restore_device_s)) + " GB/s"
+                  : std::string()) +
+             (back.page_cache_evicted ? "" : " (page cache NOT evicted)"));
+    m.restore.push_back(back);
   }
   return m;
 }
@@ -192,7 +209,10 @@ int CkptCommand::Run() {
   JsonLines out;
   st = Measure(*plan, *scratch, &out);
   if (keep_) {
-    Progress("kept " + *scratch);
+    VariantConfig last;
+    last.dir = *scratch;
+    Progress("kept " + *scratch + "; the last rt-ft run's version is in " + RtftDir(last) +
+             " (rtft-ckpt ls/verify it, Restore() reads it)");
   } else {
     Status removed = RemoveTree(*scratch);
     if (!removed.ok()) std::cerr << "rtft-bench ckpt: " << removed << "\n";

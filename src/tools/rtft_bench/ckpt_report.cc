@@ -52,6 +52,41 @@ json VariantLine(const CkptMeasurements& m, const char* variant,
   return j;
 }
 
+struct RestoreFigures {
+  double raw_read = 0, host = 0, device = 0;  // GB/s, medians
+  bool evicted = true;
+};
+
+RestoreFigures RestoreMedians(const CkptMeasurements& m) {
+  RestoreFigures f;
+  std::vector<double> raw, host, device;
+  for (const RestoreResult& r : m.restore) {
+    raw.push_back(Gbps(r.raw_read_bytes, r.raw_read_s));
+    host.push_back(Gbps(m.bytes, r.restore_s));
+    if (m.gpu_restore) device.push_back(Gbps(m.bytes, r.restore_device_s));
+    f.evicted &= r.page_cache_evicted;
+  }
+  f.raw_read = raw.empty() ? 0 : Median(raw);
+  f.host = host.empty() ? 0 : Median(host);
+  f.device = device.empty() ? 0 : Median(device);
+  return f;
+}
+
+void AddRestore(const RestoreFigures& f, json* j) {
+  (*j)["raw_read_gbps"] = OrNull(f.raw_read);
+  (*j)["restore_gbps"] = OrNull(f.host);
+  (*j)["restore_device_gbps"] = OrNull(f.device);
+  (*j)["restore_page_cache_evicted"] = f.evicted;
+}
+
+// blocking <= 1.2 x (state - pool) / raw, for a pool smaller than the state; null otherwise.
+json BlockingOfDrain(const CkptMeasurements& m, const json& rt, double raw_gbps) {
+  const uint64_t pool = m.rtft.empty() ? 0 : m.rtft.front().pool_bytes;
+  if (pool >= m.bytes || raw_gbps <= 0) return nullptr;
+  const double drain_s = static_cast<double>(m.bytes - pool) / (raw_gbps * 1e9);
+  return rt["blocking_s"].get<double>() <= kBlockingOfDrainTarget * drain_s;
+}
+
 }  // namespace
 
 void EmitCkptResults(const CkptMeasurements& m, JsonLines* out) {
@@ -59,7 +94,10 @@ void EmitCkptResults(const CkptMeasurements& m, JsonLines* out) {
   const double naive = MedianGbps(m.naive, m.bytes, &VariantResult::persist_s);
   out->Emit(VariantLine(m, "raw", m.raw, raw, naive));
   out->Emit(VariantLine(m, "naive", m.naive, raw, naive));
-  const json rt = VariantLine(m, "rtft", m.rtft, raw, naive);
+  json rt = VariantLine(m, "rtft", m.rtft, raw, naive);
+  const RestoreFigures restore = RestoreMedians(m);
+  rt["pool_bytes"] = m.rtft.empty() ? 0 : m.rtft.front().pool_bytes;
+  AddRestore(restore, &rt);
   out->Emit(rt);
 
   const double persist = rt["persist_gbps"].get<double>();
@@ -79,11 +117,24 @@ void EmitCkptResults(const CkptMeasurements& m, JsonLines* out) {
   s["rtft_over_naive"] = naive > 0 ? persist / naive : 0;
   s["blocking_rtft_over_naive"] = blocking_ratio;
   s["capture_over_pcie"] = m.gpu && m.pcie_gbps > 0 ? json(capture / m.pcie_gbps) : json(nullptr);
+  s["pool_bytes"] = rt["pool_bytes"];
+  AddRestore(restore, &s);
+  auto of_raw_read = [&](double gbps) {
+    return restore.raw_read > 0 && gbps > 0 ? json(gbps / restore.raw_read) : json(nullptr);
+  };
+  s["restore_over_raw_read"] = of_raw_read(restore.host);
+  s["restore_device_over_raw_read"] = of_raw_read(restore.device);
+  auto met = [&](double gbps) {
+    return gbps > 0 ? json(gbps >= kRestoreOfRawReadTarget * restore.raw_read) : json(nullptr);
+  };
   s["targets"] = {{"persist_ge_90pct_raw", persist >= kPersistOfRawTarget * raw},
                   {"persist_ge_4x_naive", persist >= kTimesNaiveTarget * naive},
                   {"blocking_lt_5pct_naive", blocking_ratio < kBlockingOfNaiveTarget},
                   {"gpu_capture_ge_85pct_pcie",
-                   m.gpu ? json(capture >= kCaptureOfPcieTarget * m.pcie_gbps) : json(nullptr)}};
+                   m.gpu ? json(capture >= kCaptureOfPcieTarget * m.pcie_gbps) : json(nullptr)},
+                  {"blocking_le_1p2x_drain", BlockingOfDrain(m, rt, raw)},
+                  {"restore_ge_90pct_raw_read", met(restore.host)},
+                  {"restore_device_ge_90pct_raw_read", met(restore.device)}};
   out->Emit(s);
 }
 

@@ -17,6 +17,8 @@ struct CkptMeasurements {
   double pcie_gbps = 0;  // pinned D2H bandwidth; 0 for host state
   bool page_cache_dropped = false;
   std::vector<VariantResult> raw, naive, rtft;  // one per repeat
+  std::vector<RestoreResult> restore;           // one per repeat, of rtft's version
+  bool gpu_restore = false;                     // restore_device_s was measured
 };
 
 // The thresholds of shared/BENCHMARKS.md.
@@ -24,6 +26,11 @@ constexpr double kPersistOfRawTarget = 0.90;
 constexpr double kTimesNaiveTarget = 4.0;
 constexpr double kBlockingOfNaiveTarget = 0.05;
 constexpr double kCaptureOfPcieTarget = 0.85;
+// Restore (into host or GPU memory) at this share of the disk's raw read bandwidth or more.
+constexpr double kRestoreOfRawReadTarget = 0.90;
+// With a pool smaller than the state, the update waits at most this times the time the disk
+// needs to take the part that does not fit: (state - pool) / raw.
+constexpr double kBlockingOfDrainTarget = 1.2;
 
 void EmitCkptResults(const CkptMeasurements& m, JsonLines* out);
 

@@ -1,6 +1,7 @@
 // The rt-ft variant: CheckpointEngine with its defaults, a pool that holds the whole state unless
 // --pool-bytes says otherwise. Blocking time is Checkpoint() plus WaitCaptured(), what a training
-// loop that updates its weights right after checkpointing would be held for.
+// loop that updates its weights right after checkpointing would be held for. The version stays
+// on disk for the restore phase (ckpt_restore.cc).
 #include <algorithm>
 #include <memory>
 
@@ -23,13 +24,16 @@ StatusOr<uint64_t> PoolToHoldState(const BenchState& state, const CheckpointOpti
 
 }  // namespace
 
+std::string RtftDir(const VariantConfig& config) { return config.dir + "/rtft"; }
+
 StatusOr<VariantResult> RunRtft(const BenchState& state, const VariantConfig& config) {
+  RTFT_RETURN_IF_ERROR(RemoveTree(RtftDir(config)));  // the previous repeat's version
   CheckpointOptions o;
-  o.dir = config.dir + "/rtft";
+  o.dir = RtftDir(config);
   o.io_backend = config.io;
   o.flush_threads = config.flush_threads;
   o.pool_bytes = config.pool_bytes;
-  if (o.pool_bytes == 0) {
+  if (o.pool_bytes == 0 && !config.engine_pool) {
     RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(o));
     RTFT_ASSIGN_OR_RETURN(o.pool_bytes, PoolToHoldState(state, resolved));
   }
@@ -49,8 +53,8 @@ StatusOr<VariantResult> RunRtft(const BenchState& state, const VariantConfig& co
   r.persist_s = stats.persist_s;
   r.io = stats.io_backend;
   r.direct_io = stats.direct_io;
-  engine.reset();  // joins the engine's threads before its files go
-  RTFT_RETURN_IF_ERROR(RemoveTree(o.dir));
+  r.pool_bytes = engine->options().pool_bytes;
+  engine.reset();  // joins the engine's threads before the restore phase reads its files
   return r;
 }
 

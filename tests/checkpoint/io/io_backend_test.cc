@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "checkpoint/io/fault/fault_backend.h"
 #include "checkpoint/io/io_backend.h"
 #include "checkpoint/io/io_test_util.h"
 
@@ -253,6 +254,44 @@ TEST_P(IoBackendTest, FilesInSeveralThreads) {
     });
   }
   for (auto& th : threads) th.join();
+}
+
+// Reopen gives a second descriptor of the file that is open, not of whatever its path names now:
+// a reader that checked a file and then reopens it for O_DIRECT reads the bytes it checked.
+TEST_P(IoBackendTest, ReopenReachesTheOpenFileEvenAfterItsPathWasReplaced) {
+  const std::string path = dir_ + "/checked.bin";
+  AlignedBuffer original(8192);
+  original.Fill(3);
+  auto file = OpenOrDie(backend_.get(), path, OpenMode::kCreate, false);
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(file->Write({{0, original.data(), original.size()}}).ok());
+  // Someone puts another file under the same name.
+  const std::string other = dir_ + "/other.bin";
+  AlignedBuffer replacement(8192);
+  replacement.Fill(9);
+  auto swap = OpenOrDie(backend_.get(), other, OpenMode::kCreate, false);
+  ASSERT_TRUE(swap && swap->Write({{0, replacement.data(), replacement.size()}}).ok());
+  ASSERT_TRUE(backend_->Rename(other, path).ok());
+
+  auto again = backend_->Reopen(*file, {OpenMode::kReadOnly, true});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->direct(), KernelGrantsDirect(dir_));
+  AlignedBuffer back(8192);
+  ASSERT_TRUE((*again)->Read({{0, back.data(), back.size()}}).ok());
+  EXPECT_EQ(std::memcmp(back.data(), original.data(), back.size()), 0);
+  // The fault backend reopens through the backend it wraps, and its faults still apply.
+  auto stats = std::make_shared<FaultStats>();
+  FaultSpec spec;
+  spec.fail_sync = true;
+  IoBackendOptions options;
+  options.kind = GetParam();
+  auto fault = CreateFaultBackend(std::move(CreateIoBackend(options)).value(), spec, stats);
+  auto wrapped = OpenOrDie(fault.get(), path, OpenMode::kReadOnly, false);
+  ASSERT_TRUE(wrapped);
+  auto reopened = fault->Reopen(*wrapped, {OpenMode::kReadOnly, false});
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_FALSE((*reopened)->Sync().ok());
+  EXPECT_EQ(stats->faults_injected.load(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoBackendTest, ::testing::Values("posix", "uring"),

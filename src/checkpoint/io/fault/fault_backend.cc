@@ -48,6 +48,7 @@ class FaultFile final : public File {
       : inner_(std::move(inner)), state_(std::move(state)), matches_(state_->Matches(path())) {}
 
   Status Write(const std::vector<IoRequest>& requests) override {
+    if (matches_ && state_->spec.before_write) state_->spec.before_write(path(), direct());
     const bool limited = matches_ && state_->spec.fail_writes_after_bytes >= 0;
     if (!limited) return WriteThrough(requests);
     std::vector<IoRequest> fits;
@@ -73,6 +74,7 @@ class FaultFile final : public File {
   StatusOr<uint64_t> Size() override { return inner_->Size(); }
   bool direct() const override { return inner_->direct(); }
   const std::string& path() const override { return inner_->path(); }
+  File& inner() { return *inner_; }
 
  private:
   Status WriteThrough(const std::vector<IoRequest>& requests) {
@@ -127,6 +129,15 @@ class FaultBackend final : public IoBackend {
                                        const OpenOptions& options) override {
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, inner_->Open(path, options));
     return std::unique_ptr<File>(new FaultFile(std::move(file), state_));
+  }
+
+  StatusOr<std::unique_ptr<File>> Reopen(File& file, const OpenOptions& options) override {
+    auto* fault_file = dynamic_cast<FaultFile*>(&file);
+    if (fault_file == nullptr)
+      return Status::FailedPrecondition("reopening " + file.path() + ": not this backend's file");
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> again,
+                          inner_->Reopen(fault_file->inner(), options));
+    return std::unique_ptr<File>(new FaultFile(std::move(again), state_));
   }
 
   Status Rename(const std::string& from, const std::string& to) override {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,9 @@ struct FaultSpec {
   // Raise each fault as a C++ exception instead of returning its errno, as a third-party
   // backend or library might: proves that no exception escapes the engine's threads.
   bool throw_instead = false;
+  // Called before each write to a matching file, with whether the file is O_DIRECT: a test holds
+  // a write there to put the engine's threads into a chosen order (not settable from text).
+  std::function<void(const std::string& path, bool direct)> before_write;
 };
 
 // What the backend did; shared so a test can read it while the backend is in use.

@@ -79,6 +79,11 @@ class PosixBackend final : public LocalFsBackend {
     RTFT_ASSIGN_OR_RETURN(OpenedFd opened, OpenFd(path, options));
     return std::unique_ptr<File>(new PosixFile(path, opened));
   }
+
+  StatusOr<std::unique_ptr<File>> Reopen(File& file, const OpenOptions& options) override {
+    RTFT_ASSIGN_OR_RETURN(OpenedFd opened, ReopenFd(file, options));
+    return std::unique_ptr<File>(new PosixFile(file.path(), opened));
+  }
 };
 
 }  // namespace

@@ -146,6 +146,11 @@ class UringBackend final : public LocalFsBackend {
     return UringFile::Create(path, opened, queue_depth_);
   }
 
+  StatusOr<std::unique_ptr<File>> Reopen(File& file, const OpenOptions& options) override {
+    RTFT_ASSIGN_OR_RETURN(OpenedFd opened, ReopenFd(file, options));
+    return UringFile::Create(file.path(), opened, queue_depth_);
+  }
+
  private:
   int queue_depth_;
 };
