@@ -69,6 +69,10 @@ class RTFT_EXPORT CheckpointEngine {
   virtual Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) = 0;
   // The first background error, if any, without blocking.
   virtual Status PollError() = 0;
+  // Gives up on committing the versions in flight: a commit that waits for other ranks' files
+  // (one of them lost) ends at once with kAborted instead of at `commit_timeout`, so destroying
+  // the engine does not wait for it. Files already being written are finished.
+  virtual void Abandon() = 0;
   virtual StatusOr<CheckpointStats> Stats(uint64_t version) = 0;
   virtual const CheckpointOptions& options() const = 0;
 };

@@ -81,6 +81,7 @@ class Engine : public CheckpointEngine {
   Status WaitPersisted(uint64_t version) override;
   Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) override;
   Status PollError() override;
+  void Abandon() override { abandoned_ = true; }
   StatusOr<CheckpointStats> Stats(uint64_t version) override;
   const CheckpointOptions& options() const override { return options_; }
 
@@ -127,6 +128,7 @@ class Engine : public CheckpointEngine {
   std::mutex mu_;
   std::condition_variable cv_;  // any change of version state or queue
   bool stopping_ = false;
+  std::atomic<bool> abandoned_{false};
   uint64_t last_version_ = 0;
   bool any_version_ = false;
   Status first_error_;

@@ -387,7 +387,7 @@ void Engine::CommitLoop() {
     }
     Status status = CatchAll("commit thread", [&] {
       return CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
-                           options_.commit_timeout, move_latest);
+                           options_.commit_timeout, move_latest, &abandoned_);
     });
     if (status.ok()) {
       Status pruned = CatchAll("commit thread", [&] {

@@ -473,5 +473,26 @@ TEST(Engine, CommitWaitsForEveryRank) {
   EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 2)));
 }
 
+TEST(Engine, AnAbandonedCommitEndsAtOnceNotAtItsTimeout) {
+  // Rank 1 never writes version 1 (it was lost). Rank 0's commit would wait an hour; abandoned,
+  // it ends now with kAborted, nothing is committed, and the engine is destroyed without waiting.
+  TempDir dir;
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.world_size = 2;
+  o.commit_timeout = std::chrono::hours(1);
+  auto r0 = MakeEngine(o);
+  ASSERT_TRUE(r0);
+  TrainState s;
+  ASSERT_TRUE(r0->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(r0->WaitCaptured(1).ok());
+  r0->Abandon();
+  Status st = r0->WaitPersisted(1, std::chrono::minutes(5));
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("abandoned"), std::string::npos) << st;
+  EXPECT_FALSE(Exists(LatestPath(dir.path())));
+  EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 1)));
+  r0.reset();
+}
+
 }  // namespace
 }  // namespace rtft

@@ -38,10 +38,14 @@ bool Exists(const std::string& path) {
 // opened once and read through that descriptor: size, manifest.
 StatusOr<std::unique_ptr<File>> WaitForRankFile(IoBackend* io, const std::string& path,
                                                 uint64_t version, int rank,
-                                                std::chrono::steady_clock::time_point deadline) {
+                                                std::chrono::steady_clock::time_point deadline,
+                                                const std::atomic<bool>* abandon) {
   for (;;) {
     StatusOr<std::unique_ptr<File>> file = io->Open(path, {OpenMode::kReadOnly, false});
     if (file.status().code() != StatusCode::kNotFound) return file;
+    if (abandon != nullptr && abandon->load())
+      return Status::Aborted("version " + std::to_string(version) + ": the commit was abandoned " +
+                             "while waiting for rank " + std::to_string(rank) + "'s file");
     if (std::chrono::steady_clock::now() > deadline)
       return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
                                       std::to_string(rank) + "'s file " + path +
@@ -83,7 +87,8 @@ StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes) {
 }
 
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
-                     std::chrono::milliseconds timeout, bool move_latest) {
+                     std::chrono::milliseconds timeout, bool move_latest,
+                     const std::atomic<bool>* abandon) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   GlobalManifest global;
   global.version = version;
@@ -91,7 +96,7 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string path = RankFilePath(root, version, rank);
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
-                          WaitForRankFile(io, path, version, rank, deadline));
+                          WaitForRankFile(io, path, version, rank, deadline, abandon));
     RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
     RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
     if (m.version != version || m.rank != rank || m.world_size != world_size)

@@ -4,6 +4,7 @@
 // previous complete version loadable.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -24,10 +25,12 @@ StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes = 64ull << 20
 
 // Rank 0's commit: waits (up to `timeout`) until every rank's file of `version` exists, checks
 // each one's manifest, writes the version's MANIFEST.json, then, with `move_latest`, moves LATEST
-// to `version`. Versions can finish out of order; the engine passes false for a version older
-// than one it already moved LATEST to, so that LATEST never goes back.
+// to `version`. Once `*abandon` is true the wait ends with kAborted. Versions can finish out of
+// order; the engine passes false for a version older than one it already moved LATEST to, so that
+// LATEST never goes back.
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
-                     std::chrono::milliseconds timeout, bool move_latest = true);
+                     std::chrono::milliseconds timeout, bool move_latest = true,
+                     const std::atomic<bool>* abandon = nullptr);
 
 // Deletes complete versions older than the newest `keep` complete ones, and incomplete versions
 // older than the oldest kept one (leftovers of crashed writers). keep == 0 keeps everything.

@@ -202,12 +202,15 @@ Status ProtectorImpl::OpenL3() {
   return Status::Ok();
 }
 
-// An engine whose versions may wait for a rank that is gone: it is destroyed on a thread of its
-// own (its destructor waits for them), never on recovery's path.
+// An engine whose versions may wait for a rank that is gone: its commits are abandoned and it is
+// destroyed on a thread of its own (its destructor waits for files still being written), never
+// on recovery's path.
 void ProtectorImpl::RetireL3() {
   if (!l3_) return;
   // Its copy out of L1 is local and short: let it finish before the areas change again.
   if (l3_pending_ != kNoStep) (void)l3_->WaitCaptured(l3_pending_);
+  // A commit waiting for a lost rank's file ends now, not at its timeout.
+  l3_->Abandon();
   std::thread([engine = std::shared_ptr<CheckpointEngine>(std::move(l3_))]() mutable {
     engine.reset();
   }).detach();

@@ -32,8 +32,8 @@ StatusOr<std::vector<TensorDesc>> ProtectorImpl::NewShards(int world, int rank) 
   if (!resized.ok()) return resized.status().Annotate(shrank + ": OnShrink");
   std::vector<TensorDesc> shards = std::move(*resized);
   if (shards.size() != layout_.sharded.size())
-    return Status::InvalidArgument(shrank + ": OnShrink returned " +
-                                   std::to_string(shards.size()) + " sharded tensors, not " +
+    return Status::InvalidArgument(shrank + ": OnShrink returned " + std::to_string(shards.size()) +
+                                   " sharded tensors, not " +
                                    std::to_string(layout_.sharded.size()));
   for (size_t i = 0; i < shards.size(); ++i) {
     const TensorDesc& was = layout_.sharded[i].tensor;
@@ -78,8 +78,8 @@ StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankS
   }
   info_.agree_s = Since(t0);
   RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << old_world << " to " << world
-                               << " ranks (this rank was " << held_rank_ << ", is now "
-                               << now.rank << ")";
+                               << " ranks (this rank was " << held_rank_ << ", is now " << now.rank
+                               << ")";
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
   if (train_->world_size() != world)
     return Status::Aborted("the job moved on from epoch " + std::to_string(epoch));

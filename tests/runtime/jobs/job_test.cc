@@ -180,8 +180,8 @@ TEST_F(ProtectJobTest, AFailureWhileAnL3VersionIsWrittenLeavesTheNextVersionsWho
   // slot lost: a spare): the version of step 10 never completes; its commit is abandoned with
   // the epoch. The run ends identical, and the next version (step 15) is whole: a job started
   // from it ends identical too.
-  for (const auto& [action, lose] : std::vector<std::pair<std::string, int>>{{"kill", 0},
-                                                                             {"hang", 1}}) {
+  for (const auto& [action, lose] :
+       std::vector<std::pair<std::string, int>>{{"kill", 0}, {"hang", 1}}) {
     SCOPED_TRACE(action);
     const std::string ckpt = root_ + "/l3-flush-" + action;
     Run run = Start("l3-flush-" + action, 4, 1, "2:ckpt.flush@2:" + action, lose,
