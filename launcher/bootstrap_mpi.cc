@@ -106,7 +106,7 @@ Status Exchange(const LaunchOptions& options, BootstrapResult* r) {
     char* end = nullptr;
     const long code = std::strtol(message.c_str() + 6, &end, 10);
     const bool known = end != message.c_str() + 6 && *end == ' ' && code > 0 &&
-                       code <= static_cast<long>(StatusCode::kInternal);
+                       code <= static_cast<long>(kLastStatusCode);
     return Status(known ? static_cast<StatusCode>(code) : StatusCode::kInternal,
                   kFromSlotZero + std::string(known ? end + 1 : message.c_str() + 6));
   }

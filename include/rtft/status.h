@@ -38,6 +38,9 @@ enum class StatusCode : int {
   // which retires the slot and lets a spare take its rank, and then exits.
   kDeviceLost = 15,
 };
+// The highest code: whoever decodes a code sent by another process accepts 0..kLastStatusCode
+// (a test fails when a code is added after it).
+inline constexpr StatusCode kLastStatusCode = StatusCode::kDeviceLost;
 
 RTFT_EXPORT const char* StatusCodeName(StatusCode code);
 

@@ -13,7 +13,7 @@ constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxSlot = kMaxSlots - 1;
 constexpr int64_t kMaxTimeoutMs = int64_t{366} * 24 * 3600 * 1000;
-constexpr int64_t kMaxStatusCode = static_cast<int64_t>(StatusCode::kInternal);
+constexpr int64_t kMaxStatusCode = static_cast<int64_t>(kLastStatusCode);
 
 FieldSpec Int(const char* name, int64_t min, int64_t max, bool required = true) {
   return {name, K::kInt, required, min, max, 0};

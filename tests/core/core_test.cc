@@ -24,6 +24,15 @@ Status Quarter(int x, int* out) {
   return Status::Ok();
 }
 
+TEST(Status, EveryCodeUpToTheLastHasANameAndNoneAfterIt) {
+  // Decoders of codes from other processes accept 0..kLastStatusCode: a code added after it
+  // would arrive as INTERNAL.
+  const int last = static_cast<int>(kLastStatusCode);
+  for (int c = 0; c <= last; ++c)
+    EXPECT_STRNE(StatusCodeName(static_cast<StatusCode>(c)), "UNKNOWN") << c;
+  EXPECT_STREQ(StatusCodeName(static_cast<StatusCode>(last + 1)), "UNKNOWN");
+}
+
 TEST(Status, CodesAndMacros) {
   int q = 0;
   EXPECT_TRUE(Quarter(8, &q).ok());
