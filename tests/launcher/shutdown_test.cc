@@ -58,9 +58,9 @@ TEST_F(ShutdownTest, SigtermToEveryDpLaunchEndsWithinTheGracePlusOneSecond) {
           if (Alive(agents[i])) {
             all = false;
           } else {
-            gone_ms[i] = std::chrono::duration_cast<milliseconds>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+            gone_ms[i] =
+                std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)
+                    .count();
           }
         }
         return all;
@@ -87,8 +87,7 @@ TEST_F(ShutdownTest, WarnsWhenMpirunWouldKillBeforeTheGrace) {
   spec.dp_args.insert(spec.dp_args.end(), {"--shutdown-grace-s", "5"});
   job_->Start(spec);
   ASSERT_TRUE(WaitLauncher().has_value());
-  EXPECT_NE(job_->Output().find("odls_base_sigkill_timeout"), std::string::npos)
-      << job_->Output();
+  EXPECT_NE(job_->Output().find("odls_base_sigkill_timeout"), std::string::npos) << job_->Output();
 }
 
 // With the setting the batch script passes, SIGTERM to mpirun gives the application its grace:
@@ -103,8 +102,7 @@ TEST_F(ShutdownTest, SigtermToMpirunLeavesTheApplicationItsGrace) {
   WaitStep(1, 2);
   job_->SignalLauncher(SIGTERM);
   ASSERT_TRUE(WaitLauncher().has_value());
-  EXPECT_EQ(job_->Output().find("odls_base_sigkill_timeout"), std::string::npos)
-      << job_->Output();
+  EXPECT_EQ(job_->Output().find("odls_base_sigkill_timeout"), std::string::npos) << job_->Output();
   for (int slot = 0; slot < 2; ++slot) {
     auto exits = LinesOf(dir_, slot, "exit");
     ASSERT_FALSE(exits.empty()) << "slot " << slot << " was killed before it finished\n"
