@@ -21,8 +21,7 @@ TEST(Guarded, AnEscapingExceptionBecomesAStatus) {
   EXPECT_TRUE(RunGuarded("a loop", [] {}).ok());
   Status s = RunGuarded("a loop", [] { throw std::runtime_error("bad byte in a name"); });
   EXPECT_EQ(s.code(), StatusCode::kInternal);
-  EXPECT_NE(s.message().find("a loop ended by an exception: bad byte in a name"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("a loop ended by an exception: bad byte in a name"), std::string::npos)
       << s;
   s = RunGuarded("a loop", [] { throw 42; });
   EXPECT_EQ(s.code(), StatusCode::kInternal);
@@ -83,8 +82,7 @@ TEST(Guarded, SocketPumpHandlerExceptionIsRecorded) {
   client.set(zmq::sockopt::linger, 0);
   client.connect("inproc://guarded-pump");
   ASSERT_TRUE(SendTo(client, nullptr, MsgType::kAttach, AttachBody(1)));
-  for (int i = 0; i < 200 && pump.error().ok(); ++i)
-    std::this_thread::sleep_for(milliseconds(10));
+  for (int i = 0; i < 200 && pump.error().ok(); ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_TRUE(called);
   EXPECT_EQ(pump.error().code(), StatusCode::kInternal);
   EXPECT_EQ(pump.Send("peer", MsgType::kAssign, AssignBody({})).code(), StatusCode::kInternal);
