@@ -172,8 +172,11 @@ void Abandon(pid_t keeper) {
 Status MapUserNamespace(pid_t keeper, Pipe* go) {
   ::close(go->r);
   go->r = -1;
-  if (!WriteIdMaps(keeper)) return Status::Unavailable(std::string("mapping the user namespace's ids: ") + std::strerror(errno));
-  if (::write(go->w, "g", 1) != 1) return Status::Unavailable(std::string("starting the keeper: ") + std::strerror(errno));
+  if (!WriteIdMaps(keeper))
+    return Status::Unavailable(std::string("mapping the user namespace's ids: ") +
+                               std::strerror(errno));
+  if (::write(go->w, "g", 1) != 1)
+    return Status::Unavailable(std::string("starting the keeper: ") + std::strerror(errno));
   return Status::Ok();
 }
 

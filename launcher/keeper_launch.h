@@ -38,14 +38,14 @@ class AppImage {
 };
 
 struct KeeperOptions {
-  int stop_limit_ms = 0;               // KeeperPlan::stop_limit_ms
+  int stop_limit_ms = 0;             // KeeperPlan::stop_limit_ms
   std::optional<rlimit> app_nofile;  // KeeperPlan::app_nofile
 };
 
 struct StartedKeeper {
   pid_t pid = -1;
-  int status_fd = -1;      // read end: the application's wait status (the caller closes it)
-  std::string proc_note;   // why the application sees the host's /proc; empty when it does not
+  int status_fd = -1;     // read end: the application's wait status (the caller closes it)
+  std::string proc_note;  // why the application sees the host's /proc; empty when it does not
 };
 
 // Starts a keeper that holds `isolation` and starts the application; returns once the
