@@ -3,8 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -57,6 +62,37 @@ Agent::~Agent() {
   app_ = App();  // kills a child still running
   link_.reset();
   if (!link_dir_.empty()) rmdir(link_dir_.c_str());
+  if (!shm_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(shm_dir_, ec);
+  }
+}
+
+// The slot's memory directory, /dev/shm/rtft-<agent pid>-slot<S>: its application keeps its L1
+// snapshot and L2 replica there (docs/protect.md), so they outlive the application; this agent
+// removes it when it ends. Directories of agents that died without cleaning up (SIGKILL) are
+// removed first: their pid names them, and a pid that is gone owns nothing.
+Status Agent::MakeShmDir() {
+  const std::filesystem::path root = "/dev/shm";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) return Status::Ok();  // no tmpfs: no L1 files
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0, slot = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "rtft-%d-slot%d%c", &pid, &slot, &tail) != 2 || pid <= 0)
+      continue;
+    struct stat st {};
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid())
+      continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry.path(), ec);
+  }
+  const std::string dir =
+      "/dev/shm/rtft-" + std::to_string(getpid()) + "-slot" + std::to_string(config_.slot);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::FromErrno(errno, "creating the slot's memory directory " + dir);
+  shm_dir_ = dir;
+  return Status::Ok();
 }
 
 Status Agent::Join() {
@@ -89,6 +125,7 @@ Status Agent::Join() {
 }
 
 Status Agent::OpenLink() {
+  RTFT_RETURN_IF_ERROR(MakeShmDir());
   RTFT_ASSIGN_OR_RETURN(link_dir_, control::MakeLocalLinkDir());
   RTFT_ASSIGN_OR_RETURN(link_, control::LocalServer::Bind(link_dir_ + "/link"));
   // A listener that fails (an exception, the link's own thread gone) ends the slot with its

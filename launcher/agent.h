@@ -98,6 +98,7 @@ class Agent {
 
   Status Join();
   Status OpenLink();
+  Status MakeShmDir();
   void ListenCoordinator();
   void ListenLink();
   void WaitAndHandle();
@@ -124,6 +125,7 @@ class Agent {
   std::chrono::milliseconds coordinator_timeout_{0};  // the client's: slot 0 silent this long
   std::unique_ptr<control::LocalServer> link_;
   std::string link_dir_;
+  std::string shm_dir_;  // RTFT_SHM_DIR of the application (empty: no /dev/shm here)
   Inbox inbox_;
   std::thread coordinator_listener_, link_listener_;
   control::Assignment assignment_;

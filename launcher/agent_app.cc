@@ -52,6 +52,7 @@ ChildSpec Agent::AppSpec() {
               {runtime::kEnvSlot, std::to_string(config_.slot)},
               {runtime::kEnvRole, RoleEnvName(assignment_.role)},
               {runtime::kEnvRestartCount, std::to_string(starts_)}};
+  if (!shm_dir_.empty()) spec.env.emplace_back(runtime::kEnvShmDir, shm_dir_);
   return spec;
 }
 

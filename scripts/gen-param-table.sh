@@ -19,7 +19,7 @@ table() {
   echo '| Variable | Type | Default | Description |'
   echo '|---|---|---|---|'
   # RTFT_PARAM(id, "ENV", kType, "default", "description"), one per line.
-  parsed="$(sed -nE 's/^[[:space:]]*RTFT_PARAM\([A-Za-z0-9_]+, *"([^"]*)", *k([A-Za-z]+), *"([^"]*)", *"(.*)"\)[[:space:]]*$/\1\t\2\t\3\t\4/p' \
+  parsed="$(sed -nE 's/^[[:space:]]*RTFT_PARAM\([A-Za-z0-9_]+, *"([^"]*)", *k([A-Za-z]+), *"([^"]*)", *"(.*)"\)[[:space:]]*$/\1\x1f\2\x1f\3\x1f\4/p' \
     "${param_list}")"
   if [[ "$(grep -c . <<<"${parsed}" || true)" != "${declared}" ]]; then
     echo "error: ${param_list}: ${declared} RTFT_PARAM lines but only $(grep -c . <<<"${parsed}" || true) parse;" \
@@ -27,12 +27,14 @@ table() {
     return 1
   fi
   local env type def desc
-  while IFS=$'\t' read -r env type def desc; do
+  # \x1f, not a tab: read merges runs of whitespace separators, losing an empty default.
+  while IFS=$'\x1f' read -r env type def desc; do
     type="$(tr '[:upper:]' '[:lower:]' <<<"${type}")"
     desc="${desc//\\\"/\"}"
     desc="${desc//|/\\|}"
     # shellcheck disable=SC2016  # the backticks are markdown
-    printf '| `%s` | %s | `%s` | %s |\n' "${env}" "${type}" "${def}" "${desc}"
+    if [[ -z "${def}" ]]; then def='(empty)'; else def="\`${def}\`"; fi
+    printf '| `%s` | %s | %s | %s |\n' "${env}" "${type}" "${def}" "${desc}"
   done <<<"${parsed}"
 }
 

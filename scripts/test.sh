@@ -23,6 +23,7 @@ else
   rtft_log "checking formatting"
   "${RTFT_ROOT}/scripts/check-format.sh"
 fi
+"${RTFT_ROOT}/scripts/check-config-macros.sh"
 
 # Open MPI refuses to start as root unless told; CI runs as root on two cores, so multi-process
 # tests also need to oversubscribe.

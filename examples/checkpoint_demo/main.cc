@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -39,9 +40,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
   CLI11_PARSE(app, argc, argv);
 
-  std::string rm = "rm -rf '" + dir + "'";
-  if (std::system(rm.c_str()) != 0)
-    std::fprintf(stderr, "warning: could not empty %s\n", dir.c_str());
+  // No shell: a --dir holding a quote once turned "rm -rf '<dir>'" into other commands.
+  std::error_code removed;
+  std::filesystem::remove_all(dir, removed);
+  if (removed)
+    std::fprintf(stderr, "warning: could not empty %s: %s\n", dir.c_str(),
+                 removed.message().c_str());
 
   rtft::CheckpointOptions options;
   options.dir = dir;

@@ -60,7 +60,8 @@ class RTFT_EXPORT CheckpointEngine {
   // the memory that `state` describes must not change until WaitCaptured(version) returns.
   // Fails at once on an invalid description or when an earlier version failed.
   virtual Status Checkpoint(uint64_t version, const StateProvider& state) = 0;
-  // Blocks until every byte of `version` is in host memory (the fence before an update).
+  // Blocks until every byte of `version` is in host memory (the fence before an update). Even
+  // when the version failed, it returns only once no copy reads the state's memory any more.
   virtual Status WaitCaptured(uint64_t version) = 0;
   virtual Status WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) = 0;
   // Blocks until `version` is durable; on rank 0 also until it is committed (LATEST moved).

@@ -2,7 +2,8 @@
 // dp-launch. Create() connects to the slot's agent and returns the process's role, logical rank
 // and epoch; a warm spare blocks in Create() until the coordinator gives it a failed slot's rank.
 // Failure events (another rank failed: abort communicators, roll back) reach the application
-// within milliseconds, through a callback and a pollable queue.
+// within milliseconds, through callbacks and a pollable queue; every communicator made with
+// CreateCommunicator() is aborted at an event before any callback runs.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "rtft/comm.h"
 #include "rtft/export.h"
 #include "rtft/status.h"
 
@@ -57,10 +59,19 @@ class RTFT_EXPORT Runtime {
   static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options = {});
   virtual ~Runtime();
 
+  // The process's place when Create() returned.
   virtual const RuntimeInfo& info() const = 0;
-  // Called on the runtime's thread for every event, as it arrives. Keep it short: set a flag,
-  // abort communicators.
-  virtual void OnFailure(std::function<void(const FailureEvent&)> callback) = 0;
+  // Its place now: the epoch, rank and world size of the latest event (a shrink renumbers).
+  virtual RuntimeInfo current() const = 0;
+
+  // Listeners run on the runtime's thread for every event, as it arrives, in the order they
+  // subscribed. Keep them short: set a flag, wake a thread. After Unsubscribe(token) returns,
+  // that listener is not running and is never called again.
+  using Listener = std::function<void(const FailureEvent&)>;
+  virtual uint64_t Subscribe(Listener listener) = 0;
+  virtual void Unsubscribe(uint64_t token) = 0;
+  // One listener of its own, replaced by the next call (nullptr removes it).
+  virtual void OnFailure(Listener callback) = 0;
   // The next event not yet polled, if any.
   virtual std::optional<FailureEvent> PollEvent() = 0;
   // Step progress for the agent's hang watchdog; call once per step.
@@ -71,6 +82,16 @@ class RTFT_EXPORT Runtime {
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;
+
+  // The job's store and failure events as the comm layer wants them: CommOptions::store and
+  // CommOptions::aborts. Both live as long as the runtime.
+  virtual CommStore* comm_store() = 0;
+  virtual AbortRegistry* abort_registry() = 0;
+  // A communicator of the current epoch over every rank of it, aborted at the next failure
+  // event. `options` gives the backend, timeouts, device and host; its rank, world size, epoch,
+  // name, store and registry are filled in.
+  StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& name,
+                                                             CommOptions options = {});
 };
 
 }  // namespace rtft

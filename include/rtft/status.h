@@ -1,5 +1,6 @@
 // Status and StatusOr: how every rt-ft call reports failure. The code tells the caller how far
-// to roll back: retry (kUnavailable), rebuild communicators (kAborted), restore state (kDataLoss).
+// to roll back: retry (kUnavailable), rebuild communicators (kAborted), restore state (kDataLoss),
+// give up the GPU and the slot (kDeviceLost).
 // No exception crosses the library boundary.
 #pragma once
 
@@ -31,6 +32,11 @@ enum class StatusCode : int {
   kIoError = 12,            // an operating-system I/O error not covered above
   kUnimplemented = 13,      // not supported by this build or backend
   kInternal = 14,           // a bug in rt-ft
+  // The GPU is unusable for the rest of this process (a sticky CUDA error: illegal address,
+  // kernel fault, uncorrectable ECC, a device that fell off the bus). Nothing on this device can
+  // be retried: the application calls Runtime::ReportDeviceError() (or lets the step API do it),
+  // which retires the slot and lets a spare take its rank, and then exits.
+  kDeviceLost = 15,
 };
 
 RTFT_EXPORT const char* StatusCodeName(StatusCode code);
@@ -69,6 +75,7 @@ class [[nodiscard]] RTFT_EXPORT Status {
     return {StatusCode::kUnimplemented, std::move(msg)};
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status DeviceLost(std::string msg) { return {StatusCode::kDeviceLost, std::move(msg)}; }
   // Maps an errno value to the code that tells the caller what to do about it.
   static Status FromErrno(int err, const std::string& context);
 

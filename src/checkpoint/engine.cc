@@ -4,8 +4,10 @@
 
 #include <chrono>
 
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
+#include "checkpoint/pool/pool_size.h"
+#include "core/check.h"
 #include "core/checksum.h"
 #include "core/logging.h"
 #include "core/params.h"
@@ -16,6 +18,7 @@ using internal::Clock;
 using internal::Engine;
 using internal::Seconds;
 using internal::Version;
+using internal::VersionStage;
 
 namespace {
 constexpr size_t kVersionsRemembered = 64;
@@ -27,9 +30,6 @@ StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument("rank " + std::to_string(o.rank) + " of world size " +
                                    std::to_string(o.world_size) + " is not valid");
-  if (o.pool_bytes == 0) {
-    RTFT_ASSIGN_OR_RETURN(o.pool_bytes, ParamBytes(Param::kCkptPoolBytes));
-  }
   if (o.chunk_bytes == 0) {
     RTFT_ASSIGN_OR_RETURN(o.chunk_bytes, ParamBytes(Param::kCkptChunkBytes));
   }
@@ -40,6 +40,18 @@ StatusOr<CheckpointOptions> ResolveCheckpointOptions(const CheckpointOptions& in
   if (o.flush_threads <= 0) {
     RTFT_ASSIGN_OR_RETURN(int64_t n, ParamInt(Param::kCkptFlushThreads));
     o.flush_threads = static_cast<int>(n);
+  }
+  if (o.pool_bytes == 0) {
+    RTFT_ASSIGN_OR_RETURN(o.pool_bytes, ParamBytes(Param::kCkptPoolBytes));
+  }
+  if (o.pool_bytes == 0 && o.chunk_bytes > 0) {
+    const PoolSizing sizing = DefaultPoolSize(o.chunk_bytes, o.flush_threads);
+    o.pool_bytes = sizing.bytes;
+    RTFT_LOG(kInfo, kLogCkpt) << "pinned pool: " << FormatBytes(sizing.bytes) << " by default ("
+                              << FormatBytes(sizing.host_bytes) << " of host memory, "
+                              << sizing.local_ranks << " local rank(s) from "
+                              << sizing.local_ranks_from
+                              << ", an eighth each; RTFT_CKPT_POOL_BYTES chooses another size)";
   }
   if (o.io_backend.empty()) o.io_backend = ParamString(Param::kCkptIoBackend);
   if (o.io_depth <= 0) {
@@ -121,12 +133,13 @@ Engine::Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
 
 Status Engine::Start() {
   capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads);
-  capture_thread_ = std::thread([this] { CaptureLoop(); });
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
-  file_thread_ = std::thread([this] { FileLoop(); });
-  commit_thread_ = std::thread([this] { CommitLoop(); });
+  capture_thread_ = std::thread([this] { RunLoop("capture thread", &Engine::CaptureLoop); });
+  completion_thread_ =
+      std::thread([this] { RunLoop("completion thread", &Engine::CompletionLoop); });
+  file_thread_ = std::thread([this] { RunLoop("file thread", &Engine::FileLoop); });
+  commit_thread_ = std::thread([this] { RunLoop("commit thread", &Engine::CommitLoop); });
   for (int i = 0; i < options_.flush_threads; ++i)
-    flush_threads_.emplace_back([this] { FlushLoop(); });
+    flush_threads_.emplace_back([this] { RunLoop("flush thread", &Engine::FlushLoop); });
   RTFT_LOG(kInfo, kLogCkpt) << "checkpoint engine: rank " << options_.rank << "/"
                             << options_.world_size << ", dir " << options_.dir << ", io "
                             << io_->name() << ", pool " << FormatBytes(pool_->capacity())
@@ -139,8 +152,9 @@ Engine::~Engine() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] {
+      if (!loop_error_.ok()) return true;  // a dead loop finishes nothing
       for (const auto& [n, v] : versions_)
-        if (!v->finished) return false;
+        if (!v->done()) return false;
       return true;
     });
     stopping_ = true;
@@ -206,6 +220,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::FailedPrecondition("checkpoint engine is shutting down");
+    if (!loop_error_.ok()) return loop_error_;
     if (any_version_ && version <= last_version_)
       return Status::InvalidArgument(
           "checkpoint versions must increase: " + std::to_string(version) + " after " +
@@ -218,7 +233,7 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
     last_version_ = version;
     any_version_ = true;
     versions_[version] = v;
-    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->finished)
+    while (versions_.size() > kVersionsRemembered && versions_.begin()->second->done())
       versions_.erase(versions_.begin());
     capture_queue_.push_back(v);
     file_queue_.emplace_back(FileTask::kCreate, v);
@@ -235,9 +250,15 @@ Status Engine::WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool
     return Status::NotFound("version " + std::to_string(version) +
                             " was not checkpointed by this engine");
   std::shared_ptr<Version> v = it->second;
-  const bool done = cv_.wait_for(
-      lock, timeout, [&] { return !v->error.ok() || (persisted ? v->finished : v->captured); });
-  if (!v->error.ok()) return v->error;
+  // Until the version is captured, copies may still be reading the caller's memory: not even a
+  // failed version returns before that, or the caller could free memory a copy still reads.
+  const bool done = cv_.wait_for(lock, timeout, [&] {
+    if (!loop_error_.ok()) return true;
+    if (!v->captured()) return false;
+    return !v->error.ok() || !persisted || v->done();
+  });
+  if (!v->error.ok() && v->captured()) return v->error;
+  if (!loop_error_.ok() && !(persisted ? v->done() : v->captured())) return loop_error_;
   if (!done)
     return Status::DeadlineExceeded("version " + std::to_string(version) + " was not " +
                                     (persisted ? "persisted" : "captured") + " within " +
@@ -280,20 +301,39 @@ void Engine::FailLocked(Version* v, const Status& status) {
 
 void Engine::AdvanceLocked(const std::shared_ptr<Version>& v) {
   const size_t n = v->units.size();
-  if (!v->captured && v->error.ok() && v->units_captured == n) {
-    v->captured = true;
-    v->stats.capture_s = Seconds(Clock::now() - v->start);
+  if (v->stage == VersionStage::kCapturing && v->units_captured == n) {
+    if (v->error.ok()) v->stats.capture_s = Seconds(Clock::now() - v->start);
+    SetStageLocked(v.get(), VersionStage::kCaptured);
   }
-  if (!v->finalize_queued && v->units_released == n && v->units_captured == n && v->skeleton_done) {
-    v->finalize_queued = true;
+  if (v->stage == VersionStage::kCaptured && v->units_released == n && v->skeleton_done) {
+    SetStageLocked(v.get(), VersionStage::kFinalizing);
     file_queue_.emplace_back(FileTask::kFinalize, v);
   }
   cv_.notify_all();
 }
 
-void Engine::FinishLocked(Version* v) {
-  v->finished = true;
+void Engine::SetStageLocked(Version* v, VersionStage stage) {
+  RTFT_CHECK(stage > v->stage);
+  RTFT_LOG(kTrace, kLogCkpt) << "version " << v->version << ": " << VersionStageName(v->stage)
+                             << " -> " << VersionStageName(stage);
+  v->stage = stage;
   cv_.notify_all();
+}
+
+const char* VersionStageName(VersionStage stage) {
+  switch (stage) {
+    case VersionStage::kCapturing:
+      return "capturing";
+    case VersionStage::kCaptured:
+      return "captured";
+    case VersionStage::kFinalizing:
+      return "finalizing";
+    case VersionStage::kCommitting:
+      return "committing";
+    case VersionStage::kDone:
+      return "done";
+  }
+  return "?";
 }
 
 }  // namespace internal

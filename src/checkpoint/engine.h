@@ -2,13 +2,15 @@
 // include/rtft/checkpoint.h). Pipeline per version:
 //
 //   Checkpoint() ──> objects serialized (small; a consistent snapshot of step, RNG, ...)
-//                ──> capture thread: pool span per unit ──> host copy (capture pool) or
+//   kCapturing   ──> capture thread: pool span per unit ──> host copy (capture pool) or
 //                    D2H copy (CUDA stream, completion thread)
 //                ──> file thread: version dir + HDF5 skeleton (dataset offsets, objects)
-//   captured unit ──> flush threads: XXH3 per piece, write at dataset offset (O_DIRECT body,
-//                     buffered tail), release span
-//   all written   ──> file thread: manifest (HDF5), fsync, rename, dir fsync
-//                ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
+//                ──> flush threads, per captured unit: XXH3 per piece, write at dataset offset
+//                    (O_DIRECT body, buffered tail), release span
+//   kCaptured        every unit is in the pool (WaitCaptured returns); flushing goes on
+//   kFinalizing  ──> file thread: manifest (HDF5), fsync, rename, dir fsync
+//   kCommitting  ──> commit thread (rank 0): wait for every rank, MANIFEST.json, LATEST, prune
+//   kDone            persisted, or failed (version.h)
 //
 // engine.cc holds the API and bookkeeping, engine_pipeline.cc the background threads.
 #pragma once
@@ -17,17 +19,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "checkpoint/capture_plan.h"
-#include "checkpoint/device_copy.h"
-#include "checkpoint/io_backend.h"
-#include "checkpoint/layout.h"
-#include "checkpoint/pinned_pool.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/pool/pinned_pool.h"
+#include "checkpoint/version.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"
 
@@ -42,36 +46,20 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
 
 namespace internal {
 
-using Clock = std::chrono::steady_clock;
-inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-struct TensorState {
-  TensorDesc desc;
-  uint64_t file_offset = 0;
-  std::vector<uint64_t> xxh3;  // one per chunk; filled by the flush threads
-};
-
-struct Version {
-  uint64_t version = 0;
-  std::vector<TensorState> tensors;
-  std::vector<ObjectBlob> object_blobs;     // serialized inside Checkpoint()
-  std::vector<ObjectEntry> object_entries;  // where the skeleton put them
-  std::vector<PlannedUnit> units;
-  std::string tmp_path;
-  std::string final_path;
-  Clock::time_point start;
-  std::atomic<bool> direct_io{false};  // some flush thread got O_DIRECT for this file
-
-  // Guarded by the engine's mutex.
-  Status error;
-  bool skeleton_done = false;  // the file exists with its datasets (or creating it failed)
-  size_t units_captured = 0;   // copied into the pool, or skipped after an error
-  size_t units_released = 0;   // written (or skipped) and their pool span released
-  bool captured = false;
-  bool finalize_queued = false;
-  bool finished = false;  // persisted (and committed on rank 0), or failed
-  CheckpointStats stats;
-};
+// Runs `fn` (returning Status); an exception that escapes it, from a bug or from a library that
+// throws, becomes kInternal naming `where`, so that no exception leaves a background thread
+// (std::terminate would end the training process).
+template <typename Fn>
+Status CatchAll(const char* where, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where +
+                            ": " + e.what());
+  } catch (...) {
+    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where);
+  }
+}
 
 struct FlushItem {
   std::shared_ptr<Version> version;
@@ -103,13 +91,21 @@ class Engine : public CheckpointEngine {
   StatusOr<DeviceCopier*> Copier(int device);
   // Records the version's first error (and the engine's), under mu_.
   void FailLocked(Version* v, const Status& status);
-  // Moves a version along once its counters say so, under mu_.
+  // Moves a version to its next stage once its counters say so, under mu_.
   void AdvanceLocked(const std::shared_ptr<Version>& v);
-  void FinishLocked(Version* v);
+  // Moves a version to `stage` (only ever forward), under mu_.
+  void SetStageLocked(Version* v, VersionStage stage);
 
   // engine_pipeline.cc
+  // Runs one background loop. Work items are guarded one by one (CatchAll) and fail only their
+  // version; should anything escape the loop itself, the engine records it and fails every wait
+  // and every later call with it instead of ending the process.
+  void RunLoop(const char* name, void (Engine::*loop)());
+  void RecordLoopFailure(const Status& status);
   void CaptureLoop();
   void CaptureVersion(const std::shared_ptr<Version>& v);
+  // Starts the copy of unit `i` into `span`; once it returns OK the copy owns the span.
+  Status StartCopy(const std::shared_ptr<Version>& v, size_t i, const PoolSpan& span);
   void OnUnitCaptured(const std::shared_ptr<Version>& v, size_t unit, PoolSpan span, Status status);
   void CompletionLoop();
   void FlushLoop();
@@ -134,6 +130,7 @@ class Engine : public CheckpointEngine {
   uint64_t last_version_ = 0;
   bool any_version_ = false;
   Status first_error_;
+  Status loop_error_;  // a background loop ended by an exception: the engine is unusable
   std::map<uint64_t, std::shared_ptr<Version>> versions_;  // recent versions, for Wait/Stats
   std::deque<std::shared_ptr<Version>> capture_queue_;
   std::deque<FlushItem> flush_queue_;

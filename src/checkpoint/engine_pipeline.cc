@@ -1,11 +1,14 @@
 // The checkpoint engine's background threads. None of them throws or aborts on an I/O or CUDA
 // error: the first error of a version is recorded and reported by WaitCaptured/WaitPersisted.
+// Every piece of work runs under CatchAll and every loop under RunLoop, so that not even an
+// exception (a bug, a throwing library) ends the process.
 #include <cstring>
 
-#include "checkpoint/commit.h"
+#include "checkpoint/commit/commit.h"
 #include "checkpoint/engine.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
+#include "core/fault_point.h"
 #include "core/logging.h"
 
 namespace rtft::internal {
@@ -50,6 +53,27 @@ void SplitLarge(std::vector<IoRequest>* requests) {
 
 // ---- capture ---------------------------------------------------------------------------------
 
+void Engine::RunLoop(const char* name, void (Engine::*loop)()) {
+  Status status = CatchAll(name, [&] {
+    (this->*loop)();
+    return Status::Ok();
+  });
+  if (!status.ok()) RecordLoopFailure(status);
+}
+
+void Engine::RecordLoopFailure(const Status& status) {
+  // Only reached when an exception escaped a loop's own bookkeeping (allocation failure):
+  // logging and recording must not throw again, so nothing here allocates beyond the Status.
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    RTFT_LOG(kError, kLogCkpt) << status.ToString() << "; the checkpoint engine stops";
+    if (loop_error_.ok()) loop_error_ = status;
+    if (first_error_.ok()) first_error_ = status;
+  } catch (...) {
+  }
+  cv_.notify_all();
+}
+
 void Engine::CaptureLoop() {
   for (;;) {
     std::shared_ptr<Version> v;
@@ -84,36 +108,46 @@ void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
       AdvanceLocked(v);
       return;
     }
-    if (unit.memory == MemoryKind::kHost) {
-      capture_pool_->Submit([this, v, i, span = *span] {
+    // A copy that could not start still hands its span to a flush thread, which releases it.
+    Status started = CatchAll("capture thread", [&] { return StartCopy(v, i, *span); });
+    if (!started.ok()) OnUnitCaptured(v, i, *span, started);
+    FaultPoint("ckpt.capture");
+  }
+}
+
+Status Engine::StartCopy(const std::shared_ptr<Version>& v, size_t i, const PoolSpan& span) {
+  const PlannedUnit& unit = v->units[i];
+  if (unit.memory == MemoryKind::kHost) {
+    capture_pool_->Submit([this, v, i, span] {
+      Status copied = CatchAll("capture pool", [&] {
         for (const PlannedPiece& p : v->units[i].pieces) {
           const char* src =
               static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
           std::memcpy(span.data + p.span_offset, src, p.bytes);
         }
-        OnUnitCaptured(v, i, span, Status::Ok());
+        return Status::Ok();
       });
-      continue;
-    }
-    std::vector<CopyPiece> pieces;
-    for (const PlannedPiece& p : unit.pieces) {
-      const char* src = static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
-      pieces.push_back(CopyPiece{span->data + p.span_offset, src, p.bytes});
-    }
-    StatusOr<DeviceCopier*> copier = Copier(unit.device);
-    StatusOr<std::unique_ptr<CopyTicket>> ticket =
-        copier.ok() ? (*copier)->CopyToHost(pieces)
-                    : StatusOr<std::unique_ptr<CopyTicket>>(copier.status());
-    if (!ticket.ok()) {
-      OnUnitCaptured(v, i, *span, ticket.status());
-      continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      device_queue_.push_back(DeviceWait{v, i, *span, std::move(*ticket)});
-    }
-    cv_.notify_all();
+      Status handed = CatchAll("capture pool", [&] {
+        OnUnitCaptured(v, i, span, copied);
+        return Status::Ok();
+      });
+      if (!handed.ok()) RecordLoopFailure(handed);
+    });
+    return Status::Ok();
   }
+  std::vector<CopyPiece> pieces;
+  for (const PlannedPiece& p : unit.pieces) {
+    const char* src = static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
+    pieces.push_back(CopyPiece{span.data + p.span_offset, src, p.bytes});
+  }
+  RTFT_ASSIGN_OR_RETURN(DeviceCopier * copier, Copier(unit.device));
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> ticket, copier->CopyToHost(pieces));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_queue_.push_back(DeviceWait{v, i, span, std::move(ticket)});
+  }
+  cv_.notify_all();
+  return Status::Ok();
 }
 
 void Engine::OnUnitCaptured(const std::shared_ptr<Version>& v, size_t unit, PoolSpan span,
@@ -135,7 +169,8 @@ void Engine::CompletionLoop() {
       wait = std::move(device_queue_.front());
       device_queue_.pop_front();
     }
-    OnUnitCaptured(wait.version, wait.unit, wait.span, wait.ticket->Wait());
+    Status copied = CatchAll("completion thread", [&] { return wait.ticket->Wait(); });
+    OnUnitCaptured(wait.version, wait.unit, wait.span, copied);
   }
 }
 
@@ -189,7 +224,8 @@ void Engine::FlushLoop() {
     Status status;
     if (!skip) {
       holders[v] = item.version;
-      status = WriteUnit(v, v->units[item.unit], item.span, &files);
+      status = CatchAll("flush thread",
+                        [&] { return WriteUnit(v, v->units[item.unit], item.span, &files); });
     }
     pool_->Release(item.span);
     std::lock_guard<std::mutex> lock(mu_);
@@ -233,6 +269,7 @@ Status Engine::WriteUnit(
   SplitLarge(&aligned);
   if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
   if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
+  FaultPoint("ckpt.flush");
   return Status::Ok();
 }
 
@@ -250,7 +287,7 @@ void Engine::FileLoop() {
     }
     Version* v = task.second.get();
     if (task.first == FileTask::kCreate) {
-      Status status = CreateFile(v);
+      Status status = CatchAll("file thread", [&] { return CreateFile(v); });
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) FailLocked(v, status);
       v->skeleton_done = true;
@@ -262,18 +299,18 @@ void Engine::FileLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       status = v->error;
     }
-    if (status.ok()) status = FinalizeVersion(v);
+    if (status.ok()) status = CatchAll("file thread", [&] { return FinalizeVersion(v); });
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) {
       FailLocked(v, status);
       // No partial file is left behind under the final name; the temporary one goes too.
-      (void)io_->Remove(v->tmp_path);
-      FinishLocked(v);
+      (void)CatchAll("file thread", [&] { return io_->Remove(v->tmp_path); });
+      SetStageLocked(v, VersionStage::kDone);
     } else if (options_.rank == 0) {
+      SetStageLocked(v, VersionStage::kCommitting);
       commit_queue_.push_back(task.second);
-      cv_.notify_all();
     } else {
-      FinishLocked(v);
+      SetStageLocked(v, VersionStage::kDone);
     }
   }
 }
@@ -286,9 +323,11 @@ Status Engine::CreateFile(Version* v) {
   specs.reserve(v->tensors.size());
   for (const TensorState& t : v->tensors)
     specs.push_back(DatasetSpec{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard});
-  RTFT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
-                        CreateSkeleton(v->tmp_path, specs, v->object_blobs, &v->object_entries));
+  RTFT_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> offsets,
+      CreateSkeleton(io_.get(), v->tmp_path, specs, v->object_blobs, &v->object_entries));
   for (size_t i = 0; i < offsets.size(); ++i) v->tensors[i].file_offset = offsets[i];
+  FaultPoint("ckpt.skeleton");
   return Status::Ok();
 }
 
@@ -304,14 +343,17 @@ Status Engine::FinalizeVersion(Version* v) {
                                     t.file_offset, t.desc.bytes(), t.xxh3});
   }
   m.objects = v->object_entries;
-  RTFT_RETURN_IF_ERROR(FinalizeFile(v->tmp_path, {}, &m));
+  RTFT_RETURN_IF_ERROR(FinalizeFile(io_.get(), v->tmp_path, {}, &m));
+  FaultPoint("ckpt.manifest_written");
   {
     RTFT_ASSIGN_OR_RETURN(auto file,
                           io_->Open(v->tmp_path, OpenOptions{OpenMode::kReadWrite, false}));
     RTFT_RETURN_IF_ERROR(file->Sync());
     RTFT_RETURN_IF_ERROR(file->Close());
   }
+  FaultPoint("ckpt.synced");
   RTFT_RETURN_IF_ERROR(io_->Rename(v->tmp_path, v->final_path));
+  FaultPoint("ckpt.renamed");
   RTFT_RETURN_IF_ERROR(io_->SyncDir(DirName(v->final_path)));
   std::lock_guard<std::mutex> lock(mu_);
   v->stats.persist_s = Seconds(Clock::now() - v->start);
@@ -329,16 +371,20 @@ void Engine::CommitLoop() {
       v = commit_queue_.front();
       commit_queue_.pop_front();
     }
-    Status status = CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
-                                  options_.commit_timeout);
+    Status status = CatchAll("commit thread", [&] {
+      return CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
+                           options_.commit_timeout);
+    });
     if (status.ok()) {
-      Status pruned = PruneVersions(io_.get(), options_.dir, *options_.keep_versions);
+      Status pruned = CatchAll("commit thread", [&] {
+        return PruneVersions(io_.get(), options_.dir, *options_.keep_versions);
+      });
       if (!pruned.ok()) RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) FailLocked(v.get(), status);
     v->stats.commit_s = Seconds(Clock::now() - v->start);
-    FinishLocked(v.get());
+    SetStageLocked(v.get(), VersionStage::kDone);
   }
 }
 

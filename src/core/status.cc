@@ -37,6 +37,8 @@ const char* StatusCodeName(StatusCode code) {
       return "UNIMPLEMENTED";
     case StatusCode::kInternal:
       return "INTERNAL";
+    case StatusCode::kDeviceLost:
+      return "DEVICE_LOST";
   }
   return "UNKNOWN";
 }

@@ -1,4 +1,5 @@
 #include "offload/host_array.h"
+#include "core/build_config.h"
 
 #include <sys/mman.h>
 #include <cstdlib>
@@ -6,10 +7,12 @@
 #include <string>
 #include <utility>
 
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "checkpoint/capture/cuda_status.h"
 #endif
 
 namespace rtft::offload {
@@ -33,7 +36,7 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
 
 void HostArray::Release() {
   if (data_ == nullptr) return;
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
   if (pinned_) {
     cudaFreeHost(data_);
     data_ = nullptr;
@@ -48,14 +51,13 @@ StatusOr<HostArray> HostArray::Allocate(size_t bytes, bool pinned) {
   HostArray a;
   a.bytes_ = bytes;
   if (bytes == 0) return a;
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
   if (pinned && CudaDevicePresent()) {
     cudaError_t err = cudaHostAlloc(&a.data_, bytes, cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      cudaGetLastError();
       a.data_ = nullptr;
-      return Status::ResourceExhausted("cudaHostAlloc of " + std::to_string(bytes) +
-                                       " bytes for optimizer state: " + cudaGetErrorString(err));
+      return CudaStatus(err,
+                        "cudaHostAlloc of " + std::to_string(bytes) + " bytes for optimizer state");
     }
     a.pinned_ = true;
     std::memset(a.data_, 0, bytes);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/build_config.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/thread_pool.h"
@@ -19,7 +20,7 @@
 #include "offload/share_controller.h"
 #include "rtft/offload.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include "offload/gpu/gpu_engine.h"
 #endif
 
@@ -156,7 +157,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
       }
       return Status::Ok();
     }
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
     CpuWorkers workers;
     workers.pool = pool_.get();
     workers.kernel = kernel_;
@@ -235,7 +236,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
   }
 
   Status SyncParamsFromMaster() override {
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
     if (gpu_ != nullptr) return gpu_->WriteParamsFromMaster();
 #endif
     for (size_t i = 0; i < state_->layout.params.size(); ++i) {
@@ -251,7 +252,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
       return Status::OutOfRange("ReadMaster: no parameter " + std::to_string(param));
     const float* src = state_->master_ptr + state_->layout.param_flat_offset[param];
     const size_t bytes = state_->layout.params[param].elements * sizeof(float);
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
     if (state_->memory == MemoryKind::kDevice) return gpu_->CopyToHost(out, src, bytes);
 #endif
     std::memcpy(out, src, bytes);
@@ -290,7 +291,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
 
   Status StepDevice(const AdamWStep& s, const std::vector<const void*>& grads,
                     OffloadStepStats* stats) {
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
     const Layout& l = state_->layout;
     StepTiming timing;
     if (mode_ == OffloadMode::kGpu) {
@@ -327,7 +328,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
   AdamWKernelFn kernel_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ShareController> controller_;
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
   std::unique_ptr<GpuEngine> gpu_;
 #else
   void* gpu_ = nullptr;

@@ -16,5 +16,8 @@ constexpr const char* kEnvSlot = "RTFT_SLOT";
 constexpr const char* kEnvRole = "RTFT_ROLE";
 // How many times the application was started on this slot before (0 for the first start).
 constexpr const char* kEnvRestartCount = "RTFT_RESTART_COUNT";
+// A directory in memory (tmpfs) that the slot's agent owns: the application's L1 snapshot and L2
+// replica live there, outliving a crash of the application; the agent removes it at the end.
+constexpr const char* kEnvShmDir = "RTFT_SHM_DIR";
 
 }  // namespace rtft::runtime

@@ -41,35 +41,140 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-// Rank 0 of 1 without an agent; the KV store is this process's own.
-class StandaloneRuntime final : public Runtime {
+// What both runtimes share: listeners, the event queue, the current place, the abort registry
+// and the comm store over KvPut/KvGet. Events are delivered on one thread (Deliver).
+class RuntimeBase : public Runtime {
  public:
+  explicit RuntimeBase(RuntimeInfo info) : info_(info), current_(info), registry_(info.epoch) {}
+
   const RuntimeInfo& info() const override { return info_; }
-  void OnFailure(std::function<void(const FailureEvent&)>) override {}
-  std::optional<FailureEvent> PollEvent() override { return std::nullopt; }
+  RuntimeInfo current() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+  uint64_t Subscribe(Listener listener) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t token = next_token_++;
+    listeners_[token] = std::move(listener);
+    return token;
+  }
+  void Unsubscribe(uint64_t token) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    listeners_.erase(token);
+    // A listener may unsubscribe itself; anyone else waits until it has returned.
+    if (std::this_thread::get_id() == delivering_thread_) return;
+    idle_.wait(lock, [&] { return running_ != token; });
+  }
+  void OnFailure(Listener callback) override {
+    uint64_t old = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = own_listener_;
+      own_listener_ = 0;
+    }
+    if (old != 0) Unsubscribe(old);
+    if (!callback) return;
+    const uint64_t token = Subscribe(std::move(callback));
+    std::lock_guard<std::mutex> lock(mu_);
+    own_listener_ = token;
+  }
+  std::optional<FailureEvent> PollEvent() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return std::nullopt;
+    FailureEvent e = std::move(queue_.front());
+    queue_.pop_front();
+    return e;
+  }
+  CommStore* comm_store() override { return &store_; }
+  AbortRegistry* abort_registry() override { return &registry_; }
+
+ protected:
+  // Communicators first (their calls in flight return kAborted at once), then the listeners.
+  void Deliver(const FailureEvent& e) {
+    if (!e.shutdown) registry_.Advance(e.epoch);
+    std::vector<uint64_t> tokens;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e.epoch >= current_.epoch) {
+        current_.epoch = e.epoch;
+        if (e.rank >= 0) current_.rank = e.rank;
+        if (e.world_size > 0) current_.world_size = e.world_size;
+      }
+      queue_.push_back(e);
+      delivering_thread_ = std::this_thread::get_id();
+      for (const auto& [token, listener] : listeners_) tokens.push_back(token);
+    }
+    for (uint64_t token : tokens) {
+      Listener listener;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = listeners_.find(token);
+        if (it == listeners_.end()) continue;
+        listener = it->second;
+        running_ = token;
+      }
+      listener(e);
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = 0;
+      idle_.notify_all();
+    }
+  }
+
+ private:
+  // The job's key-value store as the comm layer's CommStore.
+  class KvStore final : public CommStore {
+   public:
+    explicit KvStore(Runtime* rt) : rt_(rt) {}
+    Status Put(const std::string& key, const std::string& value) override {
+      return rt_->KvPut(key, value);
+    }
+    StatusOr<std::string> Get(const std::string& key, CommClock::time_point deadline) override {
+      const auto left = deadline - CommClock::now();
+      return rt_->KvGet(key, std::max(milliseconds(0), std::chrono::ceil<milliseconds>(left)));
+    }
+
+   private:
+    Runtime* rt_;
+  };
+
+  const RuntimeInfo info_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  RuntimeInfo current_;
+  std::map<uint64_t, Listener> listeners_;
+  uint64_t next_token_ = 1, running_ = 0, own_listener_ = 0;
+  std::thread::id delivering_thread_;
+  std::deque<FailureEvent> queue_;
+  EpochAbortRegistry registry_;
+  KvStore store_{this};
+};
+
+// Rank 0 of 1 without an agent; the KV store is this process's own.
+class StandaloneRuntime final : public RuntimeBase {
+ public:
+  StandaloneRuntime() : RuntimeBase(RuntimeInfo{}) {}
   Status ReportStep(uint64_t) override { return Status::Ok(); }
   Status ReportDeviceError(const std::string& detail) override {
     RTFT_LOG(kError, kLogRuntime) << "device error (standalone, no spare to take over): " << detail;
     return Status::Ok();
   }
   Status KvPut(const std::string& key, const std::string& value) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(kv_mu_);
     kv_[key] = value;
-    cv_.notify_all();
+    kv_cv_.notify_all();
     return Status::Ok();
   }
   StatusOr<std::string> KvGet(const std::string& key, milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(kv_mu_);
     const auto deadline = Clock::now() + std::min(timeout, milliseconds(24LL * 3600 * 1000));
-    if (!cv_.wait_until(lock, deadline, [&] { return kv_.count(key) > 0; }))
+    if (!kv_cv_.wait_until(lock, deadline, [&] { return kv_.count(key) > 0; }))
       return Status::DeadlineExceeded("KV key '" + key + "' not set");
     return kv_[key];
   }
 
  private:
-  RuntimeInfo info_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  std::mutex kv_mu_;
+  std::condition_variable kv_cv_;
   std::map<std::string, std::string> kv_;
 };
 
@@ -96,10 +201,10 @@ FailureEvent EventFrom(const control::ControlEvent& e) {
   return f;
 }
 
-class AgentRuntime final : public Runtime {
+class AgentRuntime final : public RuntimeBase {
  public:
   AgentRuntime(std::unique_ptr<control::LocalClient> client, RuntimeInfo info)
-      : client_(std::move(client)), info_(info) {
+      : RuntimeBase(info), client_(std::move(client)) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~AgentRuntime() override {
@@ -110,18 +215,6 @@ class AgentRuntime final : public Runtime {
     (void)client_->Report(detach);
   }
 
-  const RuntimeInfo& info() const override { return info_; }
-  void OnFailure(std::function<void(const FailureEvent&)> callback) override {
-    std::lock_guard<std::mutex> lock(events_mu_);
-    callback_ = std::move(callback);
-  }
-  std::optional<FailureEvent> PollEvent() override {
-    std::lock_guard<std::mutex> lock(events_mu_);
-    if (queue_.empty()) return std::nullopt;
-    FailureEvent e = std::move(queue_.front());
-    queue_.pop_front();
-    return e;
-  }
   Status ReportStep(uint64_t step) override {
     control::RuntimeReport r;
     r.type = control::RuntimeReport::Type::kProgress;
@@ -152,22 +245,11 @@ class AgentRuntime final : public Runtime {
         continue;
       }
       if (!ev->has_value()) continue;
-      FailureEvent f = EventFrom(**ev);
-      std::function<void(const FailureEvent&)> cb;
-      {
-        std::lock_guard<std::mutex> lock(events_mu_);
-        queue_.push_back(f);
-        cb = callback_;
-      }
-      if (cb) cb(f);
+      Deliver(EventFrom(**ev));
     }
   }
 
   std::unique_ptr<control::LocalClient> client_;
-  const RuntimeInfo info_;
-  std::mutex events_mu_;
-  std::deque<FailureEvent> queue_;
-  std::function<void(const FailureEvent&)> callback_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -186,6 +268,18 @@ StatusOr<control::Assignment> WaitForAssignment(control::LocalClient* client, mi
 }
 
 }  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> Runtime::CreateCommunicator(const std::string& name,
+                                                                    CommOptions options) {
+  const RuntimeInfo now = current();
+  options.rank = now.rank;
+  options.world_size = now.world_size;
+  options.epoch = now.epoch;
+  options.name = name;
+  options.store = comm_store();
+  options.aborts = abort_registry();
+  return Communicator::Create(options);
+}
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
   const char* socket = std::getenv(runtime::kEnvAgentSocket);

@@ -119,10 +119,71 @@ Status CompositeProvider::Describe(StateDescription* out) const {
   return Status::Ok();
 }
 
+namespace {
+
+// Names end up in the manifest's JSON, which must be UTF-8 (a JSON writer throws on anything
+// else), and in HDF5 link names, which end at a NUL: both are refused here, in the caller's
+// thread, instead of failing on a background thread later.
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t extra = 0;
+    uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      extra = 1;
+      code = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+      code = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (extra >= s.size() - i) return false;  // cut off at the end
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      code = (code << 6) | (b & 0x3f);
+    }
+    // Overlong forms, surrogates and code points past Unicode's end are not UTF-8.
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (code < kMin[extra] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+bool HasControlCharacter(const std::string& s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
+// The bytes a tensor's shape and dtype hold, or false when that does not fit in 64 bits.
+bool CheckedBytes(const TensorDesc& t, uint64_t* bytes) {
+  uint64_t n = DTypeSize(t.dtype);
+  for (int64_t d : t.shape)
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
+  *bytes = n;
+  return true;
+}
+
+}  // namespace
+
 Status ValidateDescription(const StateDescription& state) {
   std::set<std::string> names;
   auto check_name = [&](const std::string& name, const char* what) -> Status {
     if (name.empty()) return Status::InvalidArgument(std::string(what) + " with an empty name");
+    if (!ValidUtf8(name) || HasControlCharacter(name))
+      return Status::InvalidArgument(std::string(what) +
+                                     " name is not printable UTF-8 text (a byte sequence that is "
+                                     "not UTF-8, or a control character)");
     if (name.front() == '/' || name.back() == '/' || name.find("//") != std::string::npos ||
         name.find('.') == 0)
       return Status::InvalidArgument(std::string(what) + " name '" + name +
@@ -135,7 +196,11 @@ Status ValidateDescription(const StateDescription& state) {
     RTFT_RETURN_IF_ERROR(check_name(t.name, "tensor"));
     for (int64_t d : t.shape)
       if (d < 0) return Status::InvalidArgument("tensor '" + t.name + "' has a negative dimension");
-    if (t.data == nullptr && t.bytes() > 0)
+    uint64_t bytes = 0;
+    if (!CheckedBytes(t, &bytes))
+      return Status::InvalidArgument("tensor '" + t.name +
+                                     "': its shape holds more than 2^64 bytes");
+    if (t.data == nullptr && bytes > 0)
       return Status::InvalidArgument("tensor '" + t.name + "' has no data pointer");
     if (t.shard.sharded()) {
       const auto& g = t.shard.global_shape;
@@ -143,7 +208,9 @@ Status ValidateDescription(const StateDescription& state) {
         return Status::InvalidArgument("tensor '" + t.name +
                                        "': shard coordinates must have the tensor's rank");
       for (size_t d = 0; d < g.size(); ++d) {
-        if (t.shard.offset[d] < 0 || t.shard.offset[d] + t.shape[d] > g[d])
+        // Compared without adding, so that huge coordinates cannot wrap around.
+        if (t.shard.offset[d] < 0 || t.shard.offset[d] > g[d] ||
+            t.shape[d] > g[d] - t.shard.offset[d])
           return Status::InvalidArgument("tensor '" + t.name +
                                          "': shard lies outside the global shape");
       }

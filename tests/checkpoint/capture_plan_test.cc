@@ -1,4 +1,4 @@
-#include "checkpoint/capture_plan.h"
+#include "checkpoint/capture/capture_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
 #include "core/checksum.h"
 #include "rtft/state.h"
 #include "rtft/status.h"

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
-#include "checkpoint/reader.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
+#include "checkpoint/read/reader.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
 #include "test_util.h"
@@ -109,7 +109,9 @@ TEST_F(Corruption, DamagedLatest) {
   std::ofstream(LatestPath(dir_.path()), std::ios::trunc) << "banana";
   auto latest = LatestVersion(dir_.path());
   EXPECT_EQ(latest.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(latest.status().message().find("'banana'"), std::string::npos) << latest.status();
+  EXPECT_NE(latest.status().message().find("6 bytes are not a decimal version number"),
+            std::string::npos)
+      << latest.status();
   EXPECT_EQ(RestoreW().code(), StatusCode::kDataLoss);
 
   std::ofstream(LatestPath(dir_.path()), std::ios::trunc) << "1\n";
@@ -123,6 +125,31 @@ TEST_F(Corruption, DamagedLatest) {
 
   ASSERT_EQ(std::remove(LatestPath(dir_.path()).c_str()), 0);
   EXPECT_EQ(LatestVersion(dir_.path()).status().code(), StatusCode::kNotFound);
+}
+
+// LATEST may be a link planted by someone else: the error must not show the bytes of the file it
+// points to.
+TEST_F(Corruption, LatestLinkedToAnotherFileShowsNoneOfItsBytes) {
+  const std::string secret = dir_.path() + "/secret.txt";
+  std::ofstream(secret) << "password=hunter2\n";
+  ASSERT_EQ(std::remove(LatestPath(dir_.path()).c_str()), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), LatestPath(dir_.path()).c_str()), 0);
+  auto latest = LatestVersion(dir_.path());
+  EXPECT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().message().find("hunter2"), std::string::npos) << latest.status();
+  EXPECT_EQ(latest.status().message().find("password"), std::string::npos) << latest.status();
+}
+
+// A version whose MANIFEST.json claims no ranks at all is not a version that verifies.
+TEST_F(Corruption, GlobalManifestOfNoRanksIsRefused) {
+  GlobalManifest empty;
+  empty.version = 1;
+  empty.world_size = 0;
+  std::ofstream(GlobalManifestPath(dir_.path(), 1), std::ios::trunc) << empty.ToJson();
+  Status s = VerifyVersion(dir_.path(), 1);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("world_size"), std::string::npos) << s;
+  EXPECT_EQ(RestoreW().code(), StatusCode::kDataLoss);
 }
 
 TEST_F(Corruption, DamagedGlobalManifest) {

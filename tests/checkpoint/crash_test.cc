@@ -1,20 +1,20 @@
-// Crash consistency: a real writer process is SIGKILLed at random moments of its checkpoint
-// loop (capture, flush, finalize, commit, pruning); after every kill the version LATEST names
-// must be complete and hold exactly that version's state, and it must be at least the last
-// version the writer reported as persisted. The writer is then restarted on the same directory.
+// Crash consistency: a real writer process is SIGKILLed at named phases of its checkpoint loop
+// (core/fault_point.h): while capturing, after the skeleton, mid-flush, after the manifest,
+// after the fsync, after the rename, after MANIFEST.json, after LATEST, while pruning. After
+// every kill the version LATEST names must be complete and hold exactly that version's state,
+// and it is exactly the last version the writer reported as persisted, or the one after it once
+// LATEST had moved. The writer is then restarted on the same directory, so later rounds find the
+// leftovers of earlier ones.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstring>
-#include <random>
 #include <sstream>
-#include <thread>
 
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "crash_state.h"
 #include "engine_test_util.h"
 #include "test_util.h"
@@ -27,24 +27,29 @@ std::string WriterPath() {
   return std::string(dir ? dir : ".") + "/../tests/crash_writer";
 }
 
-// Runs the writer with stdout into `log` and kills it after `delay`.
-void RunAndKill(const std::string& dir, uint64_t first, const std::string& log,
-                std::chrono::milliseconds delay) {
+// Runs the writer with stdout into `log` and RTFT_FAULT=`fault`; returns once it died at the
+// fault point (it never ends on its own).
+void RunUntilFault(const std::string& dir, uint64_t first, const std::string& log,
+                   const std::string& fault, const std::string& fault_log) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     ::dup2(fd, STDOUT_FILENO);
+    ::setenv("RTFT_FAULT", fault.c_str(), 1);
+    ::setenv("RTFT_FAULT_LOG", fault_log.c_str(), 1);
     std::string first_s = std::to_string(first);
     ::execl(WriterPath().c_str(), "crash_writer", dir.c_str(), first_s.c_str(), nullptr);
     ::_exit(127);
   }
-  std::this_thread::sleep_for(delay);
-  ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "writer exited on its own with " << WEXITSTATUS(status)
-                                   << " (is " << WriterPath() << " built?)";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "writer exited with " << WEXITSTATUS(status) << " instead of dying at " << fault << " (is "
+      << WriterPath() << " built?)";
+  EXPECT_NE(ReadText(fault_log).find("fault " + fault.substr(0, fault.find('@'))),
+            std::string::npos)
+      << "the writer did not note fault point " << fault;
 }
 
 uint64_t LastPersisted(const std::string& log) {
@@ -81,29 +86,47 @@ void ExpectVersionIntact(const std::string& dir, uint64_t version) {
   }
 }
 
-TEST(Crash, LatestIsAlwaysCompleteAfterSigkill) {
+struct Phase {
+  const char* point;
+  bool latest_moved;  // LATEST names the version being written when the writer dies there
+};
+
+TEST(Crash, LatestIsAlwaysCompleteAfterSigkillAtEveryPhase) {
+  const Phase phases[] = {
+      {"ckpt.capture", false},          {"ckpt.skeleton", false}, {"ckpt.flush", false},
+      {"ckpt.manifest_written", false}, {"ckpt.synced", false},   {"ckpt.renamed", false},
+      {"ckpt.committed", false},        {"ckpt.latest", true},    {"ckpt.prune", true},
+  };
   TempDir dir;
   const std::string log = dir.path() + "/writer.log";
+  const std::string fault_log = dir.path() + "/fault.log";
   const std::string root = dir.path() + "/ckpt";
-  std::mt19937 rng(12345);
   uint64_t next = 1;
-  int committed_checks = 0;
-  for (int round = 0; round < 12; ++round) {
-    auto delay = std::chrono::milliseconds(40 + rng() % 400);
-    RunAndKill(root, next, log, delay);
-    const uint64_t persisted = LastPersisted(log);
-    std::string latest = ReadText(LatestPath(root));
-    if (latest.empty()) {
-      EXPECT_EQ(persisted, 0u) << "writer reported a persisted version but LATEST is missing";
-      continue;
+  for (const Phase& phase : phases) {
+    // The first time the phase is reached, and the fifth: a later version, with older versions
+    // (and pruning) on disk.
+    for (int hit : {1, 5}) {
+      const std::string fault = std::string(phase.point) + "@" + std::to_string(hit) + ":kill";
+      SCOPED_TRACE(fault);
+      std::remove(log.c_str());
+      RunUntilFault(root, next, log, fault, fault_log);
+      const uint64_t persisted = LastPersisted(log);
+      std::string latest = ReadText(LatestPath(root));
+      if (latest.empty()) {
+        EXPECT_EQ(persisted, 0u) << "writer reported a persisted version but LATEST is missing";
+        EXPECT_FALSE(phase.latest_moved);
+        continue;
+      }
+      const uint64_t version = std::strtoull(latest.c_str(), nullptr, 10);
+      if (persisted > 0 || phase.latest_moved) {
+        const uint64_t expected =
+            phase.latest_moved ? (persisted ? persisted : next - 1) + 1 : persisted;
+        EXPECT_EQ(version, expected) << "persisted " << persisted;
+      }
+      ExpectVersionIntact(root, version);
+      next = version + 100;  // the restarted writer goes on past anything left behind
     }
-    const uint64_t version = std::strtoull(latest.c_str(), nullptr, 10);
-    EXPECT_GE(version, persisted);
-    ExpectVersionIntact(root, version);
-    ++committed_checks;
-    next = version + 100;  // the restarted writer goes on past anything left behind
   }
-  EXPECT_GE(committed_checks, 6) << "too few kills happened after a commit to prove anything";
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // happen only when their ticket is waited for (the latest an asynchronous copy may land): the
 // tensor arrives exactly, copies hold whole chunks, a half of the buffer is never refilled while
 // its copy is pending, and a damaged chunk stops the stream with every copy still waited for.
-#include "checkpoint/device_staging.h"
+#include "checkpoint/read/device_staging.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/io_backend.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 #include "test_util.h"
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "checkpoint/io/fault/fault_backend.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/naming.h"
 #include "engine_test_util.h"
 #include "test_util.h"
 
@@ -240,6 +240,76 @@ TEST(Engine, RejectsBadCallsAndOptions) {
   // is no device, with one because the pointer is not device memory.
   EXPECT_FALSE(engine->Checkpoint(7, device_tensor).ok());
   ASSERT_TRUE(engine->WaitPersisted(5).ok());
+}
+
+// An exception thrown inside any background thread (here by the I/O backend, as a third-party
+// library might) fails that version with kInternal instead of ending the process, leaves no file
+// under the final name, and the engine goes on with the next version.
+TEST(Engine, ExceptionsInBackgroundThreadsBecomeErrors) {
+  struct Case {
+    const char* where;
+    FaultSpec spec;
+  };
+  std::vector<Case> cases(4);
+  cases[0].where = "flush thread";  // tensor writes, after the skeleton's ~20 KB
+  cases[0].spec.fail_writes_after_bytes = 200000;
+  cases[0].spec.path_substring = ".h5";
+  cases.back().where = "HDF5 driver";  // the skeleton, written by HDF5 on the file thread
+  cases.back().spec.fail_writes_after_bytes = 0;
+  cases.back().spec.path_substring = ".h5";
+  cases[1].where = "file thread";  // the rank file's rename
+  cases[1].spec.fail_rename = true;
+  cases[1].spec.path_substring = ".h5";
+  cases[2].where = "commit thread";  // MANIFEST.json
+  cases[2].spec.fail_writes_after_bytes = 0;
+  cases[2].spec.path_substring = "MANIFEST.json";
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.where);
+    TempDir dir;
+    c.spec.throw_instead = true;
+    auto stats = std::make_shared<FaultStats>();
+    auto io = CreateFaultBackend(*CreateIoBackend({TestIo(), 16}), c.spec, stats);
+    auto engine = CreateCheckpointEngine(SmallOptions(dir.path()), std::move(io));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainState s;
+    ASSERT_TRUE((*engine)->Checkpoint(1, s.provider).ok());
+    Status failed = (*engine)->WaitPersisted(1);
+    EXPECT_EQ(failed.code(), StatusCode::kInternal) << failed;
+    EXPECT_NE(failed.message().find(
+                  std::string("uncaught exception in the ") +
+                  (c.where == std::string("HDF5 driver") ? "" : "checkpoint engine's ") + c.where),
+              std::string::npos)
+        << failed;
+    EXPECT_GT(stats->faults_injected.load(), 0u);
+    if (std::string(c.where) != "commit thread")
+      EXPECT_FALSE(Exists(RankFilePath(dir.path(), 1, 0)));
+    EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 1)));
+    EXPECT_FALSE(Exists(LatestPath(dir.path())));
+    // The engine still serves: the next version fails the same way, it does not hang.
+    ASSERT_TRUE((*engine)->Checkpoint(2, s.provider).ok());
+    EXPECT_EQ((*engine)->WaitPersisted(2).code(), StatusCode::kInternal);
+  }
+}
+
+// A name that is not UTF-8 text used to reach the flush thread, where the JSON writer threw and
+// ended the process (std::terminate). It is refused at the call now, like every other bad name.
+TEST(Engine, NamesThatAreNotUtf8TextAreRefusedAtTheCall) {
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  std::vector<float> x(4, 1.0f);
+  for (const std::string& name :
+       {std::string("w\xff"), std::string("w\xc3"), std::string("\xed\xa0\x80"),
+        std::string("\xc0\xaf"), std::string("a\nb"), std::string("a\0b", 3)}) {
+    TensorProvider bad(HostTensor(name, &x));
+    Status s = engine->Checkpoint(1, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("UTF-8"), std::string::npos) << s;
+  }
+  TensorProvider good(HostTensor("w/\xc3\xa9t\xc3\xa9", &x));  // "w/été"
+  ASSERT_TRUE(engine->Checkpoint(2, good).ok());
+  ASSERT_TRUE(engine->WaitPersisted(2).ok());
+  EXPECT_TRUE(engine->PollError().ok());
 }
 
 // Disk full in the middle of a flush: the version fails with a clear error, leaves no file

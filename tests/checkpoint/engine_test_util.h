@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 #include "core/checksum.h"
 #include "rtft/checkpoint.h"
 

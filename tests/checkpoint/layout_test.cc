@@ -1,4 +1,4 @@
-#include "checkpoint/layout.h"
+#include "checkpoint/layout/layout.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "checkpoint/pinned_pool.h"
+#include "checkpoint/pool/pinned_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -24,10 +24,43 @@ TEST(PinnedPool, AlignedSpansAndOutOfOrderRelease) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data) % PinnedPool::kAlignment, 0u);
   EXPECT_EQ(a->bytes, 10000u);
   EXPECT_EQ((*pool)->in_use(), 12288u + 20480u);
-  // Releasing the newer span first frees nothing until the older one goes too.
+  // Releasing the newer span first frees its space at once.
   (*pool)->Release(*b);
-  EXPECT_EQ((*pool)->in_use(), 12288u + 20480u);
+  EXPECT_EQ((*pool)->in_use(), 12288u);
   (*pool)->Release(*a);
+  EXPECT_EQ((*pool)->in_use(), 0u);
+}
+
+// The small-pool gap: flush threads finish out of order, and the space of a finished write must
+// be reusable while an older one is still being written (a ring buffer kept it until the oldest
+// was done, so capture waited and the disk went idle).
+TEST(PinnedPool, SpaceOfALaterSpanIsReusableBeforeTheOldestIsReleased) {
+  auto pool = PinnedPool::Create(32 << 10, false);
+  ASSERT_TRUE(pool.ok());
+  std::vector<PoolSpan> spans;
+  for (int i = 0; i < 4; ++i) {
+    auto s = (*pool)->Allocate(8 << 10, milliseconds(10));
+    ASSERT_TRUE(s.ok()) << i;
+    spans.push_back(*s);
+  }
+  // Full. The second and fourth writes finish first; the oldest is still being written.
+  (*pool)->Release(spans[1]);
+  (*pool)->Release(spans[3]);
+  auto again = (*pool)->Allocate(8 << 10, milliseconds(0));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->data == spans[1].data || again->data == spans[3].data);
+  auto more = (*pool)->Allocate(8 << 10, milliseconds(0));
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ((*pool)->Allocate(4096, milliseconds(0)).status().code(),
+            StatusCode::kDeadlineExceeded);
+  // Freed neighbours merge: two adjacent 8 KiB spans make room for 16 KiB.
+  (*pool)->Release(spans[0]);
+  (*pool)->Release(spans[2]);
+  (*pool)->Release(*again);
+  (*pool)->Release(*more);
+  auto whole = (*pool)->Allocate(32 << 10, milliseconds(0));
+  EXPECT_TRUE(whole.ok()) << whole.status();
+  (*pool)->Release(*whole);
   EXPECT_EQ((*pool)->in_use(), 0u);
 }
 
@@ -37,7 +70,7 @@ TEST(PinnedPool, BlocksWhenFullAndWrapsAround) {
   auto a = (*pool)->Allocate(8 << 10, milliseconds(10));
   auto b = (*pool)->Allocate(4 << 10, milliseconds(10));
   ASSERT_TRUE(a.ok() && b.ok());
-  // 4 KiB left at the end: 8 KiB does not fit until `a` is released, then wraps to the start.
+  // 4 KiB left at the end: 8 KiB does not fit until `a` is released, then goes to the start.
   auto full = (*pool)->Allocate(8 << 10, milliseconds(20));
   EXPECT_EQ(full.status().code(), StatusCode::kDeadlineExceeded);
   std::thread releaser([&] {
@@ -47,7 +80,7 @@ TEST(PinnedPool, BlocksWhenFullAndWrapsAround) {
   auto c = (*pool)->Allocate(8 << 10, milliseconds(2000));
   releaser.join();
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data, a->data);  // wrapped into the freed start
+  EXPECT_EQ(c->data, a->data);  // the freed start
   (*pool)->Release(*b);
   (*pool)->Release(*c);
   EXPECT_EQ((*pool)->in_use(), 0u);
@@ -65,8 +98,12 @@ TEST(PinnedPool, SpansNeverCrossASegment) {
   }
   char* base = spans[0].data;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(spans[i].data - base, i * (16 << 10));
-  // The ends skipped before the second to fourth spans count as used.
-  EXPECT_EQ((*pool)->in_use(), 4u * (12 << 10) + 3u * (4 << 10));
+  EXPECT_EQ((*pool)->in_use(), 4u * (12 << 10));
+  // The 4 KiB left at each segment's end still serve spans that fit there.
+  auto tail = (*pool)->Allocate(4 << 10, milliseconds(10));
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ((tail->data - base) % (16 << 10), 12 << 10);
+  (*pool)->Release(*tail);
   EXPECT_EQ((*pool)->Allocate(17 << 10, milliseconds(1)).status().code(),
             StatusCode::kInvalidArgument);
   for (auto& s : spans) (*pool)->Release(s);

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "checkpoint/io_backend.h"
-#include "checkpoint/naming.h"
-#include "checkpoint/reader.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/naming.h"
+#include "checkpoint/read/reader.h"
 #include "checkpoint_fixture.h"
 #include "test_util.h"
 

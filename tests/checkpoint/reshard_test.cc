@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "checkpoint/box_copy.h"
+#include "checkpoint/read/box_copy.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
 #include "test_util.h"

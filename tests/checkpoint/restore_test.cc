@@ -1,17 +1,19 @@
 // Restore from versions written by the test fixture: values come back exactly, LATEST and explicit
 // versions, objects, and each error names what is wrong; with CUDA, into device memory through
 // staging buffers of several sizes.
+#include "core/build_config.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
 #include "test_util.h"
@@ -166,7 +168,7 @@ TEST(Restore, IncompleteVersionIsRefused) {
   EXPECT_TRUE(Restore(dir.path(), {}, TensorProvider(out.desc)).ok());
 }
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 // Device memory of `bytes` that frees itself.
 struct DeviceBuffer {
   explicit DeviceBuffer(size_t bytes) {

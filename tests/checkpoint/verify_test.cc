@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 #include "rtft/checkpoint.h"
 #include "test_util.h"

@@ -2,15 +2,18 @@
 // reader tests' fixture (no checkpoint engine involved).
 //   make-test-checkpoint DIR            v1 and v2 complete (LATEST = 2), v3 incomplete
 //   make-test-checkpoint DIR --flip T   also flips one byte of tensor T in v2's rank 0 file
+//   make-test-checkpoint DIR --big N    only v1, one rank holding "big", uint8 [N] = i % 251
 // Every rank holds model/w float32 [2, 3] = 1.5 -2 3 / 4 5 6.25, model/h bfloat16
 // [4] = 1 -2 3.140625 0, model/f16 float16 [2] = 1 -2.5, step int64 scalar 42, opt/m float32
 // [4] at [4 * rank] of [8] with values 4 * rank + i, and an object "rng".
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
 #include "checkpoint_fixture.h"
 
 namespace rtft {
@@ -51,15 +54,29 @@ Status Make(const std::string& dir, const std::string& flip) {
   return Status::Ok();
 }
 
+// One large tensor, for the tools' bounded-memory checks.
+Status MakeBig(const std::string& dir, uint64_t bytes) {
+  std::vector<uint8_t> values(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) values[i] = static_cast<uint8_t>(i % 251);
+  auto t = testing::MakeTensor<uint8_t>("big", DType::kUInt8, {static_cast<int64_t>(bytes)},
+                                        std::move(values));
+  testing::FixtureOptions options;
+  options.chunk_bytes = 64 << 20;
+  return testing::WriteVersion(dir, 1, 1, {{{t.desc}, {}}}, options);
+}
+
 }  // namespace
 }  // namespace rtft
 
 int main(int argc, char** argv) {
-  if (argc != 2 && !(argc == 4 && std::strcmp(argv[2], "--flip") == 0)) {
-    std::fprintf(stderr, "usage: make-test-checkpoint DIR [--flip TENSOR]\n");
+  const bool flip = argc == 4 && std::strcmp(argv[2], "--flip") == 0;
+  const bool big = argc == 4 && std::strcmp(argv[2], "--big") == 0;
+  if (argc != 2 && !flip && !big) {
+    std::fprintf(stderr, "usage: make-test-checkpoint DIR [--flip TENSOR | --big BYTES]\n");
     return 2;
   }
-  rtft::Status s = rtft::Make(argv[1], argc == 4 ? argv[3] : "");
+  rtft::Status s = big ? rtft::MakeBig(argv[1], std::strtoull(argv[3], nullptr, 10))
+                       : rtft::Make(argv[1], flip ? argv[3] : "");
   if (!s.ok()) {
     std::fprintf(stderr, "make-test-checkpoint: %s\n", s.ToString().c_str());
     return 1;

@@ -70,6 +70,40 @@ expect 0 '2 more values' -- "$ckpt" cat "$r1" opt/m --limit 2
 expect 1 "^rtft-ckpt: tensor 'nope' is not in" -- "$ckpt" cat "$r0" nope
 expect 1 "checksum mismatch" -- "$ckpt" cat "$tmp/bad/v000000000002/rank-00000.h5" model/w
 
+# cat streams: only the chunks holding the values shown are read, so a reader limited to far
+# less memory than the tensor prints its first values (it used to allocate the whole tensor).
+"$make" "$tmp/big" --big $((160 << 20)) || { echo "FAIL: make-test-checkpoint --big"; exit 1; }
+rb=$tmp/big/v000000000001/rank-00000.h5
+expect 0 '^0 1 2 3$' -- "$ckpt" --memory-limit 128M cat "$rb" big --limit 4
+expect 0 'OK' -- "$ckpt" --memory-limit 128M verify "$tmp/big"
+
+# Special files in place of checkpoint files are refused at once (they used to block forever on
+# a FIFO): `timeout` turns a hang into exit 124.
+cp -r "$tmp/good" "$tmp/fifo"
+rm "$tmp/fifo/LATEST" && mkfifo "$tmp/fifo/LATEST"
+expect 0 '^2 +complete' -- timeout 20 "$ckpt" ls "$tmp/fifo"
+expect 1 'LATEST is a FIFO, not a regular file' -- timeout 20 "$ckpt" verify "$tmp/fifo"
+rm "$tmp/fifo/v000000000002/MANIFEST.json" && mkfifo "$tmp/fifo/v000000000002/MANIFEST.json"
+expect 0 '^2 +incomplete' -- timeout 20 "$ckpt" ls "$tmp/fifo"
+expect 1 'MANIFEST.json is a FIFO' -- timeout 20 "$ckpt" verify "$tmp/fifo" --version 2
+expect 1 'MANIFEST.json is a FIFO' -- timeout 20 "$ckpt" dump "$tmp/fifo/v000000000002/MANIFEST.json"
+f=$tmp/fifo/v000000000001/rank-00000.h5
+rm "$f" && mkfifo "$f"
+expect 1 'rank-00000.h5 is a FIFO' -- timeout 20 "$ckpt" verify "$tmp/fifo" --version 1
+expect 1 'rank-00000.h5 is a FIFO' -- timeout 20 "$ckpt" dump "$f"
+expect 1 'rank-00000.h5 is a FIFO' -- timeout 20 "$ckpt" cat "$f" model/w
+
+# A reader that dies or hangs inside a file (a crafted file crashing libhdf5; here a named fault
+# point does it) ends only its child process: reported as a damaged file, never a crash or a
+# hang of rtft-ckpt.
+RTFT_FAULT=ckpt.read_manifest:kill expect 1 \
+  'rank-0000[01].h5 is damaged: reading it crashed the reader \(signal 9' -- "$ckpt" dump "$r0"
+RTFT_FAULT=ckpt.read_manifest:kill expect 1 'is damaged: reading it crashed the reader' -- \
+  "$ckpt" verify "$tmp/good"
+RTFT_FAULT=ckpt.read_manifest:hang expect 1 'did not finish within 1 s' -- \
+  timeout 20 "$ckpt" --time-limit 1 cat "$r0" model/w
+expect 1 'ran out of its 1.0 MiB of memory|cannot' -- "$ckpt" --memory-limit 1M dump "$r0"
+
 # config: the settings table.
 expect 0 '^RTFT_CKPT_POOL_BYTES +' -- "$ckpt" config
 RTFT_CKPT_IO_DEPTH=7 expect 0 '^RTFT_CKPT_IO_DEPTH +7 +16 ' -- "$ckpt" config

@@ -44,14 +44,65 @@ Status FsCall(const std::string& what, Fn fn) {
   return Status::Ok();
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Whatever is at `path` may belong to someone else: a checkpoint file is a regular file, and a
+// refused one is damage to a reader, a misconfiguration to a writer.
+Status NotARegularFile(const std::string& path, const OpenOptions& options, const char* kind) {
+  std::string what = path + " is " + kind + ", not a regular file";
+  if (options.mode == OpenMode::kReadOnly) return Status::DataLoss(what);
+  return Status::FailedPrecondition(what);
+}
+
+// `open_errno` receives open(2)'s errno when the open itself fails, 0 otherwise.
+StatusOr<int> OpenChecked(const std::string& path, const OpenOptions& options, int flags,
+                          int* open_errno) {
+  *open_errno = 0;
+  // Non-blocking, so that opening a FIFO does not wait for a writer; the flag is cleared again
+  // below (io_uring would otherwise answer EAGAIN for regular files too).
+  flags |= O_CLOEXEC | O_NONBLOCK | (options.follow_symlinks ? 0 : O_NOFOLLOW);
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    *open_errno = errno;
+    if (errno == ELOOP && !options.follow_symlinks)
+      return NotARegularFile(path, options, "a symbolic link");
+    return Status::FromErrno(errno, std::string("open ") + path);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    Status s = Status::FromErrno(errno, "fstat " + path);
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotARegularFile(path, options, FileKind(st.st_mode));
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    Status s = Status::FromErrno(errno, "fcntl " + path);
+    ::close(fd);
+    return s;
+  }
+  return fd;
+}
+
 }  // namespace
 
 StatusOr<OpenedFd> OpenFd(const std::string& path, const OpenOptions& options) {
-  const int flags = OpenFlags(options.mode) | O_CLOEXEC;
+  const int flags = OpenFlags(options.mode);
   if (options.direct) {
-    int fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
-    if (fd >= 0) return OpenedFd{fd, true};
-    if (errno != EINVAL) return Status::FromErrno(errno, "open " + path + " with O_DIRECT");
+    int err = 0;
+    StatusOr<int> fd = OpenChecked(path, options, flags | O_DIRECT, &err);
+    if (fd.ok()) return OpenedFd{*fd, true};
+    if (err != EINVAL) return fd.status().Annotate("with O_DIRECT");
     // Once per process: the same file system will refuse it for every file of every version.
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
@@ -60,8 +111,8 @@ StatusOr<OpenedFd> OpenFd(const std::string& path, const OpenOptions& options) {
           << " refuses O_DIRECT; using buffered I/O where it does (logged once)";
     }
   }
-  int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  int err = 0;
+  RTFT_ASSIGN_OR_RETURN(int fd, OpenChecked(path, options, flags, &err));
   return OpenedFd{fd, false};
 }
 
@@ -83,6 +134,14 @@ Status FdFile::Sync() {
   if (fd_ < 0) return Status::FailedPrecondition("fdatasync " + path_ + ": file is closed");
   while (::fdatasync(fd_) != 0) {
     if (errno != EINTR) return Status::FromErrno(errno, "fdatasync " + path_);
+  }
+  return Status::Ok();
+}
+
+Status FdFile::Truncate(uint64_t size) {
+  if (fd_ < 0) return Status::FailedPrecondition("ftruncate " + path_ + ": file is closed");
+  while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    if (errno != EINTR) return Status::FromErrno(errno, "ftruncate " + path_);
   }
   return Status::Ok();
 }

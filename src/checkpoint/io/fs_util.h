@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {
@@ -19,8 +19,11 @@ struct OpenedFd {
   bool direct = false;  // O_DIRECT granted
 };
 
-// Opens `path` as `options` asks. When O_DIRECT is requested and the file system refuses it
-// (EINVAL, as tmpfs did before Linux 6.6), opens buffered instead and logs that once per process.
+// Opens `path` as `options` asks, only if it is a regular file (io_backend.h, OpenOptions): a
+// FIFO, device, socket or directory is DataLoss when reading, FailedPrecondition when writing,
+// and so is a symbolic link unless options.follow_symlinks. When O_DIRECT is requested and the
+// file system refuses it (EINVAL, as tmpfs did before Linux 6.6), opens buffered instead and
+// logs that once per process.
 StatusOr<OpenedFd> OpenFd(const std::string& path, const OpenOptions& options);
 
 // The DataLoss a read returns when the file ended before the request did.
@@ -35,6 +38,7 @@ class FdFile : public File {
   FdFile(const FdFile&) = delete;
   FdFile& operator=(const FdFile&) = delete;
 
+  Status Truncate(uint64_t size) override;
   Status Sync() override;
   Status Close() override;
   StatusOr<uint64_t> Size() override;

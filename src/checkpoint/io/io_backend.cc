@@ -1,10 +1,11 @@
 // CreateIoBackend: the one list of compiled-in I/O backends. The fault backend is not in it: it
 // wraps one of these (CreateFaultBackend) and is chosen by tests and tools, not by `kind`.
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
+#include "core/build_config.h"
 
 #include "checkpoint/io/posix/posix_backend.h"
 #include "core/logging.h"
-#ifdef RTFT_WITH_URING
+#if RTFT_WITH_URING
 #include "checkpoint/io/uring/uring_backend.h"
 #endif
 
@@ -12,7 +13,7 @@ namespace rtft {
 namespace {
 
 StatusOr<std::unique_ptr<IoBackend>> CreateUring(const IoBackendOptions& options) {
-#ifdef RTFT_WITH_URING
+#if RTFT_WITH_URING
   return CreateUringBackend(options);
 #else
   return Status::Unimplemented(
@@ -22,7 +23,7 @@ StatusOr<std::unique_ptr<IoBackend>> CreateUring(const IoBackendOptions& options
 
 // Whether `auto` may pick io_uring; the probe behind it runs once per process.
 Status UringUsable() {
-#ifdef RTFT_WITH_URING
+#if RTFT_WITH_URING
   return ProbeUring();
 #else
   return Status::Unimplemented("built without io_uring");

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "checkpoint/capture/cuda_status.h"
 #include "core/logging.h"
 #include "offload/gpu/adamw_kernels.h"
 
@@ -23,9 +24,7 @@ namespace rtft::offload {
 namespace {
 
 Status Cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  // A sticky CUDA error means the context is unusable: the slot needs replacing.
-  return Status::Internal(std::string("offload: ") + what + ": " + cudaGetErrorString(err));
+  return CudaStatus(err, std::string("offload: ") + what);
 }
 
 struct DeviceArrays {
@@ -36,12 +35,9 @@ struct DeviceArrays {
   StatusOr<float*> Alloc(size_t floats) {
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, floats * sizeof(float));
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return Status::ResourceExhausted("offload: cudaMalloc of " +
-                                       std::to_string(floats * sizeof(float)) +
-                                       " bytes: " + cudaGetErrorString(err));
-    }
+    if (err != cudaSuccess)
+      return CudaStatus(
+          err, "offload: cudaMalloc of " + std::to_string(floats * sizeof(float)) + " bytes");
     ptrs.push_back(p);
     return static_cast<float*>(p);
   }

@@ -1,13 +1,17 @@
 #include "tools/rtft_bench/bench_plot.h"
 
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <cerrno>
 #include <fstream>
+#include <vector>
 
 #include "tools/rtft_bench/bench_util.h"
+
+extern char** environ;  // for posix_spawnp: the plot script runs with our environment
 
 namespace rtft::bench {
 namespace {
@@ -37,10 +41,25 @@ std::string FindPlotScript() {
   return "";
 }
 
+// Shown to the user only, never run by a shell.
 std::string ShellQuote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+// Runs `argv` (looked up in PATH) without a shell and waits; the exit code, or -1.
+int RunProgram(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  if (::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace
@@ -64,13 +83,13 @@ void WritePlot(const std::string& png_path, const std::vector<nlohmann::json>& l
     Progress("note: scripts/plot-bench.py not found; no plot");
     return;
   }
-  const std::string cmd =
-      "python3 " + ShellQuote(script) + " " + ShellQuote(data_path) + " " + ShellQuote(png_path);
-  const int rc = std::system(cmd.c_str());
-  if (rc == 0) {
+  // An argument vector, never a shell command: the paths are the user's and may hold anything.
+  const std::vector<std::string> argv = {"python3", script, data_path, png_path};
+  if (RunProgram(argv) == 0) {
     Progress("plot written to " + png_path);
   } else {
-    Progress("note: no plot drawn (needs python3 with matplotlib); run " + cmd +
+    Progress("note: no plot drawn (needs python3 with matplotlib); run python3 " +
+             ShellQuote(script) + " " + ShellQuote(data_path) + " " + ShellQuote(png_path) +
              " where it is installed");
   }
 }

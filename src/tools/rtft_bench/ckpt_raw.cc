@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "checkpoint/engine.h"
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "tools/rtft_bench/bench_util.h"
 #include "tools/rtft_bench/ckpt_variants.h"
 

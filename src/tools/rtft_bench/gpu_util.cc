@@ -1,24 +1,19 @@
 #include "tools/rtft_bench/gpu_util.h"
+#include "core/build_config.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <vector>
 
+#include "checkpoint/capture/cuda_status.h"
 #include "tools/rtft_bench/bench_util.h"
 #endif
 
 namespace rtft::bench {
 
-#ifdef RTFT_WITH_CUDA
-
-namespace {
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(err));
-}
-}  // namespace
+#if RTFT_WITH_CUDA
 
 Status CheckGpuUsable() {
   int count = 0;
@@ -32,9 +27,7 @@ Status CheckGpuUsable() {
 
 StatusOr<void*> GpuAlloc(size_t bytes) {
   void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
-  if (err != cudaSuccess)
-    return Status::ResourceExhausted(std::string("cudaMalloc: ") + cudaGetErrorString(err));
+  RTFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"));
   return p;
 }
 

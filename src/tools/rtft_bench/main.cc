@@ -9,8 +9,11 @@
 
 #include "core/logging.h"
 #include "tools/rtft_bench/bench_command.h"
+#include "tools/rtft_bench/comm_bench.h"
 #include "tools/rtft_bench/detect_sim.h"
 #include "tools/rtft_bench/offload_bench.h"
+#include "tools/rtft_bench/protect_bench.h"
+#include "tools/rtft_bench/recovery_bench.h"
 
 namespace {
 
@@ -21,6 +24,9 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewCkptCommand());
   commands.push_back(rtft::bench::NewOffloadCommand());
   commands.push_back(rtft::bench::NewDetectCommand());
+  commands.push_back(rtft::bench::NewCommCommand());
+  commands.push_back(rtft::bench::NewProtectCommand());
+  commands.push_back(rtft::bench::NewRecoveryCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);

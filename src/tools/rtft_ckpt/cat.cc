@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/reader.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/read/reader.h"
+#include "checkpoint/read/versions.h"
 #include "tools/rtft_ckpt/commands.h"
 
 namespace rtft::tools {
@@ -89,18 +89,37 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// Prints values [first, first + count) of `entry` (whose chunks holding them are verified),
+// reading them in bounded pieces; `line` carries the current row across calls.
+Status PrintValues(const CheckpointFileReader& reader, const TensorEntry& entry, uint64_t first,
+                   uint64_t count, uint64_t row, std::string* line) {
+  const size_t size = DTypeSize(entry.dtype);
+  constexpr uint64_t kPieceValues = 1 << 16;
+  std::vector<char> piece(std::min(count, kPieceValues) * size);
+  for (uint64_t at = first; at < first + count;) {
+    const uint64_t n = std::min(first + count - at, kPieceValues);
+    RTFT_RETURN_IF_ERROR(reader.ReadTensorBytes(entry, at * size, piece.data(), n * size));
+    for (uint64_t i = 0; i < n; ++i, ++at) {
+      *line += (line->empty() ? "" : " ") + Value(entry.dtype, piece.data() + i * size);
+      if ((at + 1) % row == 0) {
+        std::printf("%s\n", line->c_str());
+        line->clear();
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int CatCommand(const std::string& file, const std::string& tensor, uint64_t limit) {
   auto io = CreateReadBackend();
   if (!io.ok()) return Fail(io.status());
-  auto reader = CheckpointFileReader::Open(file, io->get());
+  auto reader = CheckpointFileReader::Open(file, io->get(), /*follow_symlinks=*/true);
   if (!reader.ok()) return Fail(reader.status());
-  const TensorEntry* entry = (*reader)->manifest().FindTensor(tensor);
+  const CheckpointFileReader& r = **reader;
+  const TensorEntry* entry = r.manifest().FindTensor(tensor);
   if (!entry) return Fail(Status::NotFound("tensor '" + tensor + "' is not in " + file));
-  std::vector<char> bytes(entry->bytes);
-  Status s = (*reader)->ReadTensor(*entry, bytes.data());
-  if (!s.ok()) return Fail(s);
 
   std::string header =
       "# " + entry->name + " " + DTypeName(entry->dtype) + " " + ShapeText(entry->shape);
@@ -112,14 +131,16 @@ int CatCommand(const std::string& file, const std::string& tensor, uint64_t limi
   const uint64_t count = entry->bytes / size;
   const uint64_t row = entry->shape.empty() || entry->shape.back() == 0 ? 1 : entry->shape.back();
   const uint64_t shown = limit == 0 ? count : std::min(limit, count);
+  // Streamed chunk by chunk: only the chunks holding the values shown are read, each verified
+  // before any of its values is printed, so memory stays bounded by a piece, not the tensor.
+  const uint64_t per_chunk = std::max<uint64_t>(1, r.chunk_bytes() / size);
   std::string line;
-  for (uint64_t i = 0; i < shown; ++i) {
-    line += (line.empty() ? "" : " ") + Value(entry->dtype, bytes.data() + i * size);
-    if ((i + 1) % row == 0 || i + 1 == shown) {
-      std::printf("%s\n", line.c_str());
-      line.clear();
-    }
+  for (uint64_t c = 0, first = 0; first < shown; ++c, first += per_chunk) {
+    Status s = r.VerifyTensorChunk(*entry, c);
+    if (s.ok()) s = PrintValues(r, *entry, first, std::min(per_chunk, shown - first), row, &line);
+    if (!s.ok()) return Fail(s);
   }
+  if (!line.empty()) std::printf("%s\n", line.c_str());
   if (shown < count)
     std::printf("# ... %llu more values (--limit 0 prints all)\n",
                 static_cast<unsigned long long>(count - shown));

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/commit.h"
-#include "checkpoint/layout.h"
-#include "checkpoint/naming.h"
-#include "checkpoint/versions.h"
+#include "checkpoint/commit/commit.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/naming.h"
+#include "checkpoint/read/versions.h"
 #include "core/params.h"
 #include "rtft/checkpoint.h"
 
@@ -121,16 +121,19 @@ int VerifyCommand(const std::string& dir, std::optional<uint64_t> version) {
 
 int DumpCommand(const std::string& file) {
   std::string text;
+  auto io = CreateReadBackend();
+  if (!io.ok()) return Fail(io.status());
+  // The user named this path: a link is followed, but it must lead to a regular file.
+  auto opened = (*io)->Open(file, {OpenMode::kReadOnly, false, /*follow_symlinks=*/true});
+  if (!opened.ok()) return Fail(opened.status());
   if (std::filesystem::path(file).filename() == "MANIFEST.json") {
-    auto io = CreateReadBackend();
-    if (!io.ok()) return Fail(io.status());
-    auto read = ReadSmallFile(io->get(), file);
+    auto read = ReadSmallFile(opened->get());
     if (!read.ok()) return Fail(read.status());
     auto global = GlobalManifest::FromJson(*read);
     if (!global.ok()) return Fail(global.status().Annotate(file));
     text = *read;
   } else {
-    auto json = ReadFileManifestJson(file);
+    auto json = ReadFileManifestJson(opened->get());
     if (!json.ok()) return Fail(json.status());
     auto manifest = FileManifest::FromJson(*json);
     if (!manifest.ok()) return Fail(manifest.status().Annotate(file));

@@ -4,6 +4,8 @@
 //   rtft-ckpt dump FILE                    a rank file's (or MANIFEST.json's) manifest as JSON
 //   rtft-ckpt cat FILE TENSOR [--limit N]  a tensor's values
 //   rtft-ckpt config                       the RTFT_* settings
+// verify, dump and cat read in a child process with --memory-limit and --time-limit: a file that
+// crashes the reader (libhdf5 parses it first) is reported as damaged (sandbox.h).
 // Exit status: 0 success, 1 failure (corrupt, missing, unreadable), 2 usage error.
 #include <CLI/CLI.hpp>
 
@@ -12,13 +14,23 @@
 #include <string>
 
 #include "core/logging.h"
+#include "core/params.h"
 #include "tools/rtft_ckpt/commands.h"
+#include "tools/rtft_ckpt/sandbox.h"
 
 int main(int argc, char** argv) {
   CLI::App app("rtft-ckpt: list, verify and inspect rt-ft checkpoints", "rtft-ckpt");
   app.require_subcommand(1);
   std::string log_level;
   app.add_option("--log-level", log_level, "error, warn, info, debug or trace");
+  std::string memory_limit = "4G";
+  app.add_option("--memory-limit", memory_limit,
+                 "memory a reader of an untrusted file may use (verify, dump, cat; 0: no limit)")
+      ->capture_default_str();
+  uint64_t time_limit = 3600;
+  app.add_option("--time-limit", time_limit,
+                 "seconds a reader of an untrusted file may take (verify, dump, cat; 0: no limit)")
+      ->capture_default_str();
 
   std::string dir, file, tensor;
   uint64_t version = 0;
@@ -59,11 +71,21 @@ int main(int argc, char** argv) {
   }
 
   using namespace rtft::tools;
+  SandboxLimits limits;
+  limits.seconds = time_limit;
+  auto memory = rtft::ParseBytes(memory_limit);
+  if (!memory.ok()) {
+    std::fprintf(stderr, "rtft-ckpt: --memory-limit: %s\n", memory.status().message().c_str());
+    return 2;
+  }
+  limits.memory_bytes = *memory;
   if (*ls) return ListCommand(dir);
-  if (*verify)
-    return VerifyCommand(dir, *version_opt ? std::optional<uint64_t>(version) : std::nullopt);
-  if (*dump) return DumpCommand(file);
-  if (*cat) return CatCommand(file, tensor, limit);
+  if (*verify) {
+    const auto v = *version_opt ? std::optional<uint64_t>(version) : std::nullopt;
+    return RunSandboxed(limits, dir, [&] { return VerifyCommand(dir, v); });
+  }
+  if (*dump) return RunSandboxed(limits, file, [&] { return DumpCommand(file); });
+  if (*cat) return RunSandboxed(limits, file, [&] { return CatCommand(file, tensor, limit); });
   if (*config) return ConfigCommand();
   return 2;
 }

@@ -6,19 +6,20 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/device_copy.h"
-#include "checkpoint/naming.h"
+#include "checkpoint/capture/device_copy.h"
+#include "checkpoint/layout/naming.h"
+#include "core/build_config.h"
 #include "engine_test_util.h"
 #include "test_util.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
 namespace rtft {
 namespace {
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 struct DeviceBuffer {
   void* ptr = nullptr;
   size_t bytes = 0;

@@ -18,8 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "checkpoint/io/io_backend.h"
 #include "checkpoint/io/io_test_util.h"
-#include "checkpoint/io_backend.h"
 
 namespace rtft {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 
 namespace rtft {
 

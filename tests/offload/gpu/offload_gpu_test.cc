@@ -12,19 +12,20 @@
 #include <random>
 #include <vector>
 
-#include "checkpoint/device_copy.h"
+#include "checkpoint/capture/device_copy.h"
+#include "core/build_config.h"
 #include "offload/cpu/adamw_scalar.h"
 #include "offload_test_util.h"
 #include "rtft/offload.h"
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
 namespace rtft::offload {
 namespace {
 
-#ifdef RTFT_WITH_CUDA
+#if RTFT_WITH_CUDA
 
 struct DeviceBuffer {
   void* ptr = nullptr;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -29,7 +30,9 @@ struct FaultState {
   Status Inject(int err, const std::string& what) {
     stats->faults_injected.fetch_add(1);
     RTFT_LOG(kDebug, kLogIo) << "injecting " << std::strerror(err) << " into " << what;
-    return Status::FromErrno(err, what + " (injected fault)");
+    Status status = Status::FromErrno(err, what + " (injected fault)");
+    if (spec.throw_instead) throw std::runtime_error(status.ToString());
+    return status;
   }
 };
 
@@ -65,6 +68,7 @@ class FaultFile final : public File {
     return inner_->Sync();
   }
 
+  Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status Close() override { return inner_->Close(); }
   StatusOr<uint64_t> Size() override { return inner_->Size(); }
   bool direct() const override { return inner_->direct(); }
@@ -184,6 +188,7 @@ Status ApplyItem(const std::string& item, FaultSpec* spec) {
   bool* flag = key == "fail_sync"       ? &spec->fail_sync
                : key == "fail_rename"   ? &spec->fail_rename
                : key == "fail_sync_dir" ? &spec->fail_sync_dir
+               : key == "throw"         ? &spec->throw_instead
                                         : nullptr;
   if (flag != nullptr) {
     if (has_value) return Status::InvalidArgument("fault spec: '" + key + "' takes no value");

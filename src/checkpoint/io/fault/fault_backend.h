@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {
@@ -27,6 +27,9 @@ struct FaultSpec {
   bool fail_sync_dir = false;  // SyncDir fails with EIO when the directory matches
   // Faults apply only to paths containing this; empty matches every path.
   std::string path_substring;
+  // Raise each fault as a C++ exception instead of returning its errno, as a third-party
+  // backend or library might: proves that no exception escapes the engine's threads.
+  bool throw_instead = false;
 };
 
 // What the backend did; shared so a test can read it while the backend is in use.
@@ -41,6 +44,7 @@ struct FaultStats {
 //   fail_writes_after=<bytes> (sizes as ParseBytes: 4096, 64K, 1M)
 //   errno=<ENOSPC|EDQUOT|EIO|EROFS|EACCES|number>
 //   partial=<0|1>             fail_sync  fail_rename  fail_sync_dir  path=<substring>
+//   throw                     raise faults as exceptions
 StatusOr<FaultSpec> ParseFaultSpec(const std::string& text);
 
 // `stats` may be null when nobody reads the counters.

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "checkpoint/io_backend.h"
+#include "checkpoint/io/io_backend.h"
 #include "rtft/status.h"
 
 namespace rtft {

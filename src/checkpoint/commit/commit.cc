@@ -1,0 +1,131 @@
+#include "checkpoint/commit/commit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
+#include "core/checksum.h"
+#include "core/fault_point.h"
+#include "core/logging.h"
+
+namespace rtft {
+namespace {
+
+// The version directories under root, ascending; unreadable entries are skipped.
+std::vector<uint64_t> VersionsOnDisk(const std::string& root) {
+  std::vector<uint64_t> versions;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    uint64_t v;
+    if (entry.is_directory(ec) && ParseVersionDirName(entry.path().filename().string(), &v))
+      versions.push_back(v);
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+// A rank's file appears only by rename after it is durable, so a file that opens is done. It is
+// opened once and read through that descriptor: size, manifest.
+StatusOr<std::unique_ptr<File>> WaitForRankFile(IoBackend* io, const std::string& path,
+                                                uint64_t version, int rank,
+                                                std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    StatusOr<std::unique_ptr<File>> file = io->Open(path, {OpenMode::kReadOnly, false});
+    if (file.status().code() != StatusCode::kNotFound) return file;
+    if (std::chrono::steady_clock::now() > deadline)
+      return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
+                                      std::to_string(rank) + "'s file " + path +
+                                      " did not appear in time; the version is not committed");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+Status WriteFileAtomically(IoBackend* io, const std::string& path, const std::string& content) {
+  const std::string tmp = TempPath(path);
+  {
+    RTFT_ASSIGN_OR_RETURN(auto file, io->Open(tmp, OpenOptions{OpenMode::kCreate, false}));
+    // IoRequest's buffer is non-const because reads share the type; a write only reads it.
+    if (!content.empty())
+      RTFT_RETURN_IF_ERROR(
+          file->Write({IoRequest{0, const_cast<char*>(content.data()), content.size()}}));
+    RTFT_RETURN_IF_ERROR(file->Sync());
+    RTFT_RETURN_IF_ERROR(file->Close());
+  }
+  RTFT_RETURN_IF_ERROR(io->Rename(tmp, path));
+  return io->SyncDir(DirName(path));
+}
+
+StatusOr<std::string> ReadSmallFile(IoBackend* io, const std::string& path, uint64_t max_bytes) {
+  RTFT_ASSIGN_OR_RETURN(auto file, io->Open(path, OpenOptions{OpenMode::kReadOnly, false}));
+  return ReadSmallFile(file.get(), max_bytes);
+}
+
+StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes) {
+  RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (size > max_bytes)
+    return Status::DataLoss(file->path() + " is " + std::to_string(size) +
+                            " bytes, more than expected");
+  std::string content(size, '\0');
+  if (size > 0) RTFT_RETURN_IF_ERROR(file->Read({IoRequest{0, content.data(), content.size()}}));
+  return content;
+}
+
+Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
+                     std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  GlobalManifest global;
+  global.version = version;
+  global.world_size = world_size;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = RankFilePath(root, version, rank);
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                          WaitForRankFile(io, path, version, rank, deadline));
+    RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
+    RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
+    if (m.version != version || m.rank != rank || m.world_size != world_size)
+      return Status::DataLoss(path + " belongs to version " + std::to_string(m.version) +
+                              ", rank " + std::to_string(m.rank) + " of " +
+                              std::to_string(m.world_size) + "; refusing to commit it");
+    RTFT_ASSIGN_OR_RETURN(uint64_t bytes, file->Size());
+    global.files.push_back(
+        GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
+  }
+  global.created_unix_ms = NowUnixMs();
+  RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
+  FaultPoint("ckpt.committed");
+  RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, LatestPath(root), std::to_string(version) + "\n"));
+  FaultPoint("ckpt.latest");
+  RTFT_LOG(kInfo, kLogCkpt) << "committed version " << version << " (" << world_size << " ranks)";
+  return Status::Ok();
+}
+
+Status PruneVersions(IoBackend* io, const std::string& root, int keep) {
+  if (keep <= 0) return Status::Ok();
+  std::vector<uint64_t> versions = VersionsOnDisk(root);
+  std::vector<uint64_t> complete;
+  for (uint64_t v : versions)
+    if (Exists(GlobalManifestPath(root, v))) complete.push_back(v);
+  if (complete.size() <= static_cast<size_t>(keep)) return Status::Ok();
+  const uint64_t oldest_kept = complete[complete.size() - keep];
+  for (uint64_t v : versions) {
+    if (v >= oldest_kept) break;
+    RTFT_LOG(kDebug, kLogCkpt) << "pruning version " << v;
+    FaultPoint("ckpt.prune");
+    RTFT_RETURN_IF_ERROR(io->RemoveAll(VersionDir(root, v)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace rtft

@@ -1,0 +1,469 @@
+// The Gloo communicator's life: rendezvous through the store, one authenticated pair per peer,
+// the watcher that turns a dead peer into an abort, Abort() itself, and a clean goodbye.
+#include "comm/gloo/gloo_comm.h"
+
+#include "comm/gloo/sigpipe_guard.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <gloo/transport/tcp/attr.h>
+#include <gloo/transport/tcp/device.h>
+#include <nlohmann/json.hpp>
+
+#include "core/fault_point.h"
+#include "core/logging.h"
+#include "core/params.h"
+
+namespace rtft::comm {
+
+StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const ResolvedOptions& options) {
+  return gloo_backend::GlooComm::Create(options);
+}
+
+namespace gloo_backend {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint32_t kRecordVersion = 1;
+// How long one store lookup may block before Create() looks at its abort flag again.
+constexpr milliseconds kStoreSlice{50};
+// How long a clean close waits for its bye frames to leave.
+constexpr milliseconds kByeTimeout{1000};
+// "Forever" for the watcher's wait (Gloo would close every pair if it ever timed out).
+constexpr milliseconds kWatchForever{50LL * 365 * 24 * 3600 * 1000};
+
+std::string ThisHost() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+StatusOr<size_t> SegmentBytes() {
+  RTFT_ASSIGN_OR_RETURN(uint64_t bytes, ParamBytes(Param::kCommSegmentBytes));
+  if (bytes < 4096 || bytes > (uint64_t{1} << 30))
+    return Status::InvalidArgument("RTFT_COMM_SEGMENT_BYTES=" + std::to_string(bytes) +
+                                   ": use 4K to 1G");
+  return static_cast<size_t>(bytes & ~uint64_t{63});
+}
+
+}  // namespace
+
+Buf::Buf(GlooComm* comm, std::unique_ptr<gloo::transport::UnboundBuffer> ub)
+    : comm_(comm), ub_(std::move(ub)) {
+  comm_->Register(ub_.get());
+}
+
+Buf::~Buf() { comm_->Unregister(ub_.get()); }
+
+GlooComm::GlooComm(const ResolvedOptions& options)
+    : opts_(options),
+      rank_(options.o.rank),
+      size_(options.o.world_size),
+      comm_id_(CommId(options.o.epoch, options.o.name)),
+      peers_(options.o.world_size) {}
+
+StatusOr<std::unique_ptr<Communicator>> GlooComm::Create(const ResolvedOptions& options) {
+  std::unique_ptr<GlooComm> c(new GlooComm(options));
+  RTFT_ASSIGN_OR_RETURN(c->segment_bytes_, SegmentBytes());
+  if (options.o.aborts != nullptr) {
+    GlooComm* self = c.get();
+    c->abort_token_ = options.o.aborts->Subscribe(options.o.epoch, [self] {
+      self->Abort("a failure event ended epoch " + std::to_string(self->epoch()));
+    });
+    c->subscribed_ = true;
+  }
+  if (c->size_ > 1) {
+    const Status s = c->Connect();
+    if (!s.ok())
+      return s.Annotate("creating communicator '" + options.o.name + "' of epoch " +
+                        std::to_string(options.o.epoch));
+  }
+  RTFT_LOG(kDebug, kLogComm) << "gloo communicator '" << options.o.name << "' epoch "
+                             << options.o.epoch << ": rank " << c->rank_ << " of " << c->size_
+                             << " ready";
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+Status GlooComm::Connect() {
+  // Also makes Gloo's event loop thread, created below, block SIGPIPE for good.
+  SigpipeGuard sigpipe;
+  token_.assign(16, '\0');
+  if (getrandom(&token_[0], token_.size(), 0) != static_cast<ssize_t>(token_.size()))
+    return Status::FromErrno(errno, "getrandom");
+  std::string host = opts_.o.host;
+  if (host.empty()) host = ParamString(Param::kCommGlooHost);
+  if (host.empty()) host = ThisHost();
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    context_ = device_->createContext(rank_, size_);
+    // The listening side of a pair waits up to 5x this for its peer to connect.
+    context_->setTimeout(std::max(milliseconds(1), Remaining(opts_.create_deadline) / 5));
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) context_->createPair(p);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("cannot listen on '" + host +
+                               "' (RTFT_COMM_GLOO_HOST): " + e.what());
+  }
+  {
+    // From here on Abort() may close the pairs (the only way to wake a pair that connects).
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_ready_ = true;
+  }
+  std::vector<std::vector<char>> addresses;
+  RTFT_RETURN_IF_ERROR(Rendezvous(&addresses));
+  FaultPoint("comm.gloo.connect");
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (aborted_) return Usable();
+    try {
+      context_->getPair(p)->connect(addresses[p]);
+    } catch (const std::exception& e) {
+      if (aborted_) return Usable();
+      return Status::Unavailable("connecting to rank " + std::to_string(p) + ": " + e.what());
+    }
+  }
+  if (aborted_) return Usable();
+  RTFT_RETURN_IF_ERROR(SayHello());
+  return StartWatcher();
+}
+
+Status GlooComm::Rendezvous(std::vector<std::vector<char>>* peer_addresses) {
+  json record = {{"v", kRecordVersion},
+                 {"rank", rank_},
+                 {"world", size_},
+                 {"token", HexEncode(token_.data(), token_.size())}};
+  json addrs = json::array();
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      addrs.push_back("");
+      continue;
+    }
+    const std::vector<char> bytes = context_->getPair(p)->address().bytes();
+    addrs.push_back(HexEncode(bytes.data(), bytes.size()));
+  }
+  record["addrs"] = std::move(addrs);
+  const std::string& name = opts_.o.name;
+  const uint64_t epoch = opts_.o.epoch;
+  RTFT_RETURN_IF_ERROR(
+      opts_.o.store->Put(CommKey(epoch, name, "rank/" + std::to_string(rank_)), record.dump()));
+  peer_addresses->assign(size_, {});
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string key = CommKey(epoch, name, "rank/" + std::to_string(p));
+    StatusOr<std::string> value = Status::DeadlineExceeded("");
+    while (true) {
+      if (aborted_) return Usable();
+      const auto slice = std::min(opts_.create_deadline, Clock::now() + kStoreSlice);
+      value = opts_.o.store->Get(key, slice);
+      if (value.ok() || value.status().code() != StatusCode::kDeadlineExceeded) break;
+      if (Clock::now() >= opts_.create_deadline)
+        return Status::DeadlineExceeded(
+            "rank " + std::to_string(p) + " did not join within " +
+            std::to_string(opts_.create_timeout.count()) +
+            " ms (RTFT_COMM_CREATE_TIMEOUT_MS): is it alive, and in the same epoch?");
+    }
+    if (!value.ok()) return value.status().Annotate("looking up rank " + std::to_string(p));
+    const std::string bad = "rank " + std::to_string(p) + " published a malformed record";
+    if (value->size() > 4096 + size_t(size_) * 512) return Status::DataLoss(bad + " (too long)");
+    const json r = json::parse(*value, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object() || !r.contains("v") || !r["v"].is_number_unsigned() || !r.contains("rank") ||
+        !r["rank"].is_number_integer() || !r.contains("world") || !r["world"].is_number_integer() ||
+        !r.contains("token") || !r["token"].is_string() || !r.contains("addrs") ||
+        !r["addrs"].is_array())
+      return Status::DataLoss(bad);
+    if (r["v"].get<uint64_t>() != kRecordVersion)
+      return Status::InvalidArgument(bad + " (record version " + r["v"].dump() +
+                                     "; mixed rt-ft builds?)");
+    if (r["world"].get<int64_t>() != size_ || r["rank"].get<int64_t>() != p)
+      return Status::InvalidArgument(
+          "rank " + std::to_string(p) + " created communicator '" + name + "' of epoch " +
+          std::to_string(epoch) + " as rank " + r["rank"].dump() + " of " + r["world"].dump() +
+          ", this rank as rank " + std::to_string(rank_) + " of " + std::to_string(size_));
+    std::vector<char> token, address;
+    const json& a = r["addrs"];
+    if (!HexDecode(r["token"].get<std::string>(), &token) || token.size() != 16 ||
+        a.size() != static_cast<size_t>(size_) || !a[rank_].is_string() ||
+        !HexDecode(a[rank_].get<std::string>(), &address) || address.empty() ||
+        address.size() > 4096)
+      return Status::DataLoss(bad);
+    peers_[p].token.assign(token.begin(), token.end());
+    (*peer_addresses)[p] = std::move(address);
+  }
+  return Status::Ok();
+}
+
+// Each side proves to the other that it is the rank that published the record: a connection
+// from anyone else (Gloo's listener accepts whoever comes first) fails here.
+Status GlooComm::SayHello() {
+  std::vector<Frame> in(size_), out(size_);
+  std::vector<std::unique_ptr<Buf>> bufs;
+  std::set<int> peers;
+  const Clock::time_point deadline = opts_.create_deadline;
+  Status s;
+  for (int p = 0; p < size_ && s.ok(); ++p) {
+    if (p == rank_) continue;
+    peers.insert(p);
+    Frame& f = out[p];
+    f.op = static_cast<uint16_t>(OpKind::kHello);
+    f.comm_id = comm_id_;
+    f.seq = NextSendSeq(p);
+    f.src = rank_;
+    f.dst = p;
+    PutToken(token_, &f);
+    Seal(&f);
+    auto rb = NewBuf(&in[p], sizeof(Frame));
+    auto sb = NewBuf(&out[p], sizeof(Frame));
+    if (!rb.ok() || !sb.ok()) {
+      s = rb.ok() ? sb.status() : rb.status();
+      break;
+    }
+    try {
+      (*rb)->get()->recv(p, kSlotHello, 0, sizeof(Frame));
+      (*sb)->get()->send(p, kSlotHello, 0, sizeof(Frame));
+    } catch (const std::exception& e) {
+      s = Status::Aborted(std::string("hello to rank ") + std::to_string(p) + ": " + e.what());
+    }
+    bufs.push_back(std::move(*rb));
+    bufs.push_back(std::move(*sb));
+  }
+  for (size_t i = 0; i < bufs.size() && s.ok(); i += 2) {
+    s = WaitRecv(bufs[i].get(), deadline);
+    if (s.code() == StatusCode::kDeadlineExceeded)
+      s = Status::DeadlineExceeded(
+          "a connection was made but no hello came before the creation deadline (a stray "
+          "connection took a rank's place?)");
+  }
+  for (int p = 0; p < size_ && s.ok(); ++p) {
+    if (p == rank_) continue;
+    FrameExpect e;
+    e.comm_id = comm_id_;
+    e.seq = NextRecvSeq(p);
+    e.op = OpKind::kHello;
+    e.src = p;
+    e.dst = rank_;
+    s = CheckHello(in[p], e, peers_[p].token);
+  }
+  for (size_t i = 1; i < bufs.size() && s.ok(); i += 2) s = WaitSend(bufs[i].get(), deadline);
+  if (!s.ok()) return Break(s, peers);
+  return Status::Ok();
+}
+
+Status GlooComm::StartWatcher() {
+  bye_frames_.assign(size_, Frame());
+  RTFT_ASSIGN_OR_RETURN(bye_buf_, NewBuf(bye_frames_.data(), bye_frames_.size() * sizeof(Frame)));
+  try {
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) bye_buf_->get()->recv(p, kSlotBye, p * sizeof(Frame), sizeof(Frame));
+  } catch (const std::exception& e) {
+    return Status::Aborted(std::string("posting the watcher's receives: ") + e.what());
+  }
+  watcher_ = std::thread([this] { Watch(); });
+  return Status::Ok();
+}
+
+// Runs for the communicator's life. Never throws: everything Gloo throws becomes an abort.
+void GlooComm::Watch() {
+  int remaining = size_ - 1;
+  while (remaining > 0 && !watcher_stop_) {
+    int src = -1;
+    bool done = false;
+    try {
+      done = bye_buf_->get()->waitRecv(&src, kWatchForever);
+    } catch (const std::exception& e) {
+      if (!watcher_stop_) Abort(std::string("a peer's connection failed: ") + e.what());
+      return;
+    } catch (...) {
+      if (!watcher_stop_) Abort("a peer's connection failed");
+      return;
+    }
+    if (!done) return;  // Abort() or the destructor woke us
+    if (src < 0 || src >= size_ || src == rank_) continue;
+    Frame f = bye_frames_[src];
+    const uint64_t check = f.check;
+    Seal(&f);
+    if (f.magic != kFrameMagic || check != f.check || f.comm_id != comm_id_ ||
+        f.src != static_cast<uint32_t>(src) || f.op != static_cast<uint16_t>(OpKind::kBye)) {
+      Abort("rank " + std::to_string(src) + " sent a malformed goodbye");
+      return;
+    }
+    RTFT_LOG(kDebug, kLogComm) << "communicator '" << name() << "': rank " << src << " left";
+    --remaining;
+  }
+}
+
+void GlooComm::SayBye() {
+  SigpipeGuard sigpipe;
+  std::vector<Frame> out(size_);
+  std::vector<std::unique_ptr<Buf>> bufs;
+  const Clock::time_point deadline = Clock::now() + kByeTimeout;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    Frame& f = out[p];
+    f.op = static_cast<uint16_t>(OpKind::kBye);
+    f.comm_id = comm_id_;
+    f.src = rank_;
+    f.dst = p;
+    Seal(&f);
+    auto b = NewBuf(&f, sizeof(Frame));
+    if (!b.ok()) return;
+    try {
+      (*b)->get()->send(p, kSlotBye, 0, sizeof(Frame));
+    } catch (const std::exception&) {
+      continue;  // that peer is gone already
+    }
+    bufs.push_back(std::move(*b));
+  }
+  for (auto& b : bufs)
+    if (!WaitSend(b.get(), deadline).ok()) break;
+}
+
+GlooComm::~GlooComm() {
+  if (subscribed_) opts_.o.aborts->Unsubscribe(abort_token_);
+  if (context_ && watcher_.joinable() && Usable().ok()) SayBye();
+  watcher_stop_ = true;
+  if (bye_buf_) bye_buf_->get()->abortWaitRecv();
+  if (watcher_.joinable()) watcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_ready_ = false;  // no closer starts any more
+  }
+  if (closer_.joinable()) closer_.join();
+  if (context_) {
+    // After a pair is closed, Gloo's thread no longer touches any buffer of ours.
+    std::set<int> all;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) all.insert(p);
+    ClosePairs(all);
+  }
+  bye_buf_.reset();
+  context_.reset();
+  device_.reset();
+}
+
+void GlooComm::Register(gloo::transport::UnboundBuffer* ub) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.insert(ub);
+  if (aborted_) {
+    ub->abortWaitRecv();
+    ub->abortWaitSend();
+  }
+}
+
+void GlooComm::Unregister(gloo::transport::UnboundBuffer* ub) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(ub);
+}
+
+void GlooComm::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    if (broken_.ok()) broken_ = Status::Aborted(reason);
+    aborted_ = true;
+    for (auto* ub : live_) {
+      ub->abortWaitRecv();
+      ub->abortWaitSend();
+    }
+    // Closing the pairs tells the peers at once (they see the connection end) and wakes a pair
+    // still connecting; it waits for Gloo's event loop, so it runs on a thread of its own.
+    if (pairs_ready_) {
+      closer_ = std::thread([this] {
+        std::set<int> all;
+        for (int p = 0; p < size_; ++p)
+          if (p != rank_) all.insert(p);
+        ClosePairs(all);
+      });
+    }
+  }
+  RTFT_LOG(kInfo, kLogComm) << "communicator '" << name() << "' of epoch " << epoch()
+                            << " aborted: " << reason;
+}
+
+StatusOr<std::unique_ptr<Buf>> GlooComm::NewBuf(const void* ptr, size_t bytes) {
+  try {
+    auto ub = context_->createUnboundBuffer(const_cast<void*>(ptr), bytes);
+    return std::make_unique<Buf>(this, std::move(ub));
+  } catch (const std::exception& e) {
+    return Status::ResourceExhausted(std::string("creating a Gloo buffer: ") + e.what());
+  }
+}
+
+Status GlooComm::WaitRecv(Buf* buf, Clock::time_point deadline) {
+  try {
+    if (buf->get()->waitRecv(nullptr, Remaining(deadline))) return Status::Ok();
+  } catch (const std::exception& e) {
+    if (Clock::now() >= deadline)
+      return Status::DeadlineExceeded("the deadline passed (RTFT_COMM_TIMEOUT_MS, or the call's)");
+    Abort(std::string("a peer's connection failed: ") + e.what());
+  }
+  return Usable();
+}
+
+Status GlooComm::WaitSend(Buf* buf, Clock::time_point deadline) {
+  try {
+    if (buf->get()->waitSend(nullptr, Remaining(deadline))) return Status::Ok();
+  } catch (const std::exception& e) {
+    if (Clock::now() >= deadline)
+      return Status::DeadlineExceeded("the deadline passed (RTFT_COMM_TIMEOUT_MS, or the call's)");
+    Abort(std::string("a peer's connection failed: ") + e.what());
+  }
+  return Usable();
+}
+
+gloo::transport::Pair* GlooComm::pair(int peer) { return context_->getPair(peer).get(); }
+
+Status GlooComm::Usable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_.ok()) return aborted_ ? Status::Aborted("communicator aborted") : Status::Ok();
+  if (broken_.code() == StatusCode::kAborted) return broken_;
+  return Status::Aborted("communicator '" + opts_.o.name + "' is unusable after an earlier " +
+                         "error: " + broken_.ToString());
+}
+
+Status GlooComm::Break(const Status& why, const std::set<int>& peers) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok()) broken_ = why;
+  }
+  ClosePairs(peers);
+  return why;
+}
+
+// Closing a pair waits for the next tick of Gloo's event loop (up to 10 ms), so that its handler
+// is not running; pairs closed at once share that tick, closed one by one they would not.
+void GlooComm::ClosePairs(const std::set<int>& peers) {
+  auto close = [this](int p) {
+    try {
+      auto& pair = context_->getPair(p);
+      if (pair) pair->close();
+    } catch (...) {
+      // Best effort: a pair that cannot close has failed already.
+    }
+  };
+  const std::vector<int> list(peers.begin(), peers.end());
+  const size_t threads = std::min<size_t>(16, list.size());
+  if (threads <= 1) {
+    for (int p : list) close(p);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < list.size(); i += threads) close(list[i]);
+    });
+  for (size_t i = 0; i < list.size(); i += threads) close(list[i]);
+  for (auto& th : pool) th.join();
+}
+
+Status GlooComm::Wait(void*, std::chrono::milliseconds) { return Usable(); }
+
+}  // namespace gloo_backend
+}  // namespace rtft::comm

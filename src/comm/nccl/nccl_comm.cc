@@ -1,0 +1,332 @@
+#include "comm/nccl/nccl_comm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <mutex>
+
+#include "core/logging.h"
+#include "core/params.h"
+
+namespace rtft::comm {
+
+StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const ResolvedOptions& options) {
+  return nccl_backend::NcclComm::Create(options);
+}
+
+namespace nccl_backend {
+namespace {
+
+constexpr milliseconds kStoreSlice{50};
+
+// How a poll loop waits between two looks: yielding (a few microseconds) for its first 2 ms, so a
+// short collective is seen done at once, then sleeping 50 us, so a long one does not hold a core.
+class Backoff {
+ public:
+  void Pause() {
+    if (Clock::now() - start_ < milliseconds(2)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  const Clock::time_point start_ = Clock::now();
+};
+
+// Aborts outlive their communicators (ncclCommAbort takes about half a second with a dead peer):
+// the threads running them are kept here and joined when done, or at exit.
+class Reaper {
+ public:
+  static Reaper& Get() {
+    static Reaper reaper;
+    return reaper;
+  }
+  void Adopt(std::thread thread, std::shared_ptr<std::atomic<bool>> done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (it->second->load()) {
+        it->first.join();
+        it = threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    threads_.emplace_back(std::move(thread), std::move(done));
+  }
+  ~Reaper() {
+    for (auto& t : threads_) t.first.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> threads_;
+};
+
+Status CudaStatus(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status::Ok();
+  if (e == cudaErrorMemoryAllocation)
+    return Status::ResourceExhausted(what + ": " + cudaGetErrorString(e));
+  return Status::Unavailable(what + ": CUDA error " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
+}
+
+// NCCL_ALGO and NCCL_PROTO are read once per process, by the first communicator: set them before
+// it, or not at all (docs/comm.md, "Deterministic results").
+void PinAlgorithms() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto on = ParamBool(Param::kCommNcclDeterministic);
+    if (!on.ok() || !*on) return;
+    const std::pair<const char*, const char*> pins[] = {{"NCCL_ALGO", "Ring"},
+                                                        {"NCCL_PROTO", "Simple"}};
+    for (const auto& [name, value] : pins) {
+      const char* cur = std::getenv(name);
+      if (cur == nullptr || *cur == '\0') {
+        setenv(name, value, 0);
+        RTFT_LOG(kInfo, kLogComm) << "NCCL: " << name << "=" << value << " (deterministic)";
+      } else if (std::strcmp(cur, value) != 0) {
+        RTFT_LOG(kWarn, kLogComm) << "NCCL: " << name << "=" << cur << " is set; rt-ft's "
+                                  << "bitwise reproducibility assumes " << value;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> NcclComm::Create(const ResolvedOptions& options) {
+  std::unique_ptr<NcclComm> c(new NcclComm(options));
+  if (options.o.aborts != nullptr) {
+    NcclComm* self = c.get();
+    c->abort_token_ = options.o.aborts->Subscribe(options.o.epoch, [self] {
+      self->Abort("a failure event ended epoch " + std::to_string(self->epoch()));
+    });
+    c->subscribed_ = true;
+  }
+  const Status s = c->Init();
+  if (!s.ok())
+    return s.Annotate("creating NCCL communicator '" + options.o.name + "' of epoch " +
+                      std::to_string(options.o.epoch));
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+StatusOr<std::string> NcclComm::UniqueId() {
+  const std::string key = CommKey(opts_.o.epoch, opts_.o.name, "nccl-id");
+  if (opts_.o.rank == 0) {
+    ncclUniqueId id;
+    const ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) return Fail("ncclGetUniqueId", rc);
+    std::string hex = HexEncode(id.internal, sizeof(id.internal));
+    if (opts_.o.world_size > 1) RTFT_RETURN_IF_ERROR(opts_.o.store->Put(key, hex));
+    return std::string(id.internal, sizeof(id.internal));
+  }
+  while (true) {
+    if (aborted_) return Usable();
+    const auto slice = std::min(opts_.create_deadline, Clock::now() + kStoreSlice);
+    auto v = opts_.o.store->Get(key, slice);
+    if (v.ok()) {
+      std::vector<char> id;
+      if (!HexDecode(*v, &id) || id.size() != sizeof(ncclUniqueId::internal))
+        return Status::DataLoss("rank 0 published a malformed NCCL unique id");
+      return std::string(id.begin(), id.end());
+    }
+    if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();
+    if (Clock::now() >= opts_.create_deadline)
+      return Status::DeadlineExceeded("rank 0 did not publish the NCCL unique id within " +
+                                      std::to_string(opts_.create_timeout.count()) +
+                                      " ms (RTFT_COMM_CREATE_TIMEOUT_MS)");
+  }
+}
+
+Status NcclComm::Init() {
+  PinAlgorithms();
+  RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(opts_.o.device),
+                                  "selecting CUDA device " + std::to_string(opts_.o.device)));
+  RTFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&barrier_word_, sizeof(int32_t)), "cudaMalloc"));
+  RTFT_ASSIGN_OR_RETURN(std::string id_bytes, UniqueId());
+  ncclUniqueId id;
+  std::memcpy(id.internal, id_bytes.data(), sizeof(id.internal));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  {
+    std::lock_guard<std::mutex> lock(h_->mu);
+    if (aborted_) return Usable();
+    const ncclResult_t rc =
+        ncclCommInitRankConfig(&h_->comm, opts_.o.world_size, id, opts_.o.rank, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      h_->comm = nullptr;
+      return Fail("ncclCommInitRankConfig", rc);
+    }
+  }
+  return Settle("ncclCommInitRankConfig", opts_.create_deadline);
+}
+
+Status NcclComm::Settle(const char* what, Clock::time_point deadline) {
+  Backoff backoff;
+  while (true) {
+    if (aborted_) return Usable();
+    {
+      std::unique_lock<std::mutex> lock(h_->mu, std::try_to_lock);
+      if (lock.owns_lock()) {
+        if (h_->comm == nullptr) return Usable();
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t rc = ncclCommGetAsyncError(h_->comm, &state);
+        if (rc != ncclSuccess) {
+          lock.unlock();
+          return Fail("ncclCommGetAsyncError", rc);
+        }
+        if (state == ncclSuccess) return Status::Ok();
+        if (state != ncclInProgress) {
+          lock.unlock();
+          return Fail(what, state);
+        }
+      }
+    }
+    if (Clock::now() >= deadline) {
+      Abort(std::string(what) + " did not finish before its deadline");
+      return Status::DeadlineExceeded(std::string(what) + " did not finish before its deadline");
+    }
+    backoff.Pause();
+  }
+}
+
+Status NcclComm::Enqueue(const char* what, const CallOptions& call,
+                         const std::function<ncclResult_t(ncclComm_t)>& enqueue) {
+  RTFT_RETURN_IF_ERROR(Usable());
+  const Clock::time_point deadline = DeadlineFrom(call.timeout, opts_.timeout);
+  ncclResult_t rc = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(h_->mu);
+    if (h_->comm == nullptr || aborted_) return Usable();
+    rc = enqueue(h_->comm);
+  }
+  if (rc != ncclSuccess && rc != ncclInProgress) return Fail(what, rc);
+  // Work a non-blocking communicator has not taken yet (ncclInProgress) must be taken before the
+  // next call on it.
+  return Settle(what, deadline);
+}
+
+Status NcclComm::Usable() const {
+  if (!aborted_) return Status::Ok();
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return Status::Aborted("NCCL communicator '" + opts_.o.name + "' of epoch " +
+                         std::to_string(opts_.o.epoch) + " aborted: " + abort_reason_);
+}
+
+Status NcclComm::Fail(const std::string& what, ncclResult_t rc) {
+  const std::string why = what + ": " + ncclGetErrorString(rc);
+  if (rc == ncclInvalidArgument || rc == ncclInvalidUsage) {
+    Abort(why);
+    return Status::InvalidArgument(why);
+  }
+  Abort(why);
+  return Status::Aborted(why);
+}
+
+void NcclComm::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (aborted_) return;
+    abort_reason_ = reason;
+    aborted_ = true;
+    // ncclCommAbort waits for the communicator's threads: never on the caller's thread, and the
+    // communicator's destructor does not wait for it either.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread abort([h = h_, done] {
+      {
+        std::lock_guard<std::mutex> nccl(h->mu);
+        if (h->comm != nullptr) {
+          const ncclResult_t rc = ncclCommAbort(h->comm);
+          if (rc != ncclSuccess)
+            RTFT_LOG(kWarn, kLogComm) << "ncclCommAbort: " << ncclGetErrorString(rc);
+          h->comm = nullptr;
+        }
+      }
+      *done = true;
+    });
+    Reaper::Get().Adopt(std::move(abort), std::move(done));
+  }
+  RTFT_LOG(kInfo, kLogComm) << "NCCL communicator '" << name() << "' of epoch " << epoch()
+                            << " aborted: " << reason;
+}
+
+NcclComm::~NcclComm() {
+  if (subscribed_) opts_.o.aborts->Unsubscribe(abort_token_);
+  bool healthy;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    healthy = !aborted_;
+  }
+  if (healthy) {
+    // Flush, then free. A peer that died meanwhile turns the flush into an abort at the deadline.
+    std::unique_lock<std::mutex> nccl(h_->mu);
+    if (h_->comm != nullptr) {
+      ncclResult_t rc = ncclCommFinalize(h_->comm);
+      const auto deadline = Clock::now() + opts_.timeout;
+      Backoff backoff;
+      while (rc == ncclSuccess || rc == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        rc = ncclCommGetAsyncError(h_->comm, &state);
+        if (rc != ncclSuccess) break;
+        if (state != ncclInProgress) {
+          rc = state;
+          break;
+        }
+        if (Clock::now() >= deadline) {
+          rc = ncclInternalError;
+          break;
+        }
+        nccl.unlock();
+        backoff.Pause();
+        nccl.lock();
+      }
+      if (rc == ncclSuccess) {
+        ncclCommDestroy(h_->comm);
+      } else {
+        ncclCommAbort(h_->comm);
+      }
+      h_->comm = nullptr;
+    }
+  }
+  if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+}
+
+Status NcclComm::Wait(void* stream, std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = DeadlineFrom(timeout, opts_.timeout);
+  auto s = static_cast<cudaStream_t>(stream);
+  Backoff backoff;
+  while (true) {
+    RTFT_RETURN_IF_ERROR(Usable());
+    {
+      std::unique_lock<std::mutex> lock(h_->mu, std::try_to_lock);
+      if (lock.owns_lock() && h_->comm != nullptr) {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t rc = ncclCommGetAsyncError(h_->comm, &state);
+        if (rc != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+          lock.unlock();
+          return Fail("a collective failed", rc != ncclSuccess ? rc : state);
+        }
+      }
+    }
+    const cudaError_t q = cudaStreamQuery(s);
+    if (q == cudaSuccess) return Usable();
+    if (q != cudaErrorNotReady) {
+      Abort(std::string("the stream failed: ") + cudaGetErrorName(q));
+      return CudaStatus(q, "waiting for the stream");
+    }
+    if (Clock::now() >= deadline) {
+      Abort("Wait passed its deadline");
+      return Status::DeadlineExceeded(
+          "the stream's collectives did not complete in time "
+          "(RTFT_COMM_TIMEOUT_MS); the communicator is aborted");
+    }
+    backoff.Pause();
+  }
+}
+
+}  // namespace nccl_backend
+}  // namespace rtft::comm

@@ -1,0 +1,102 @@
+#include "core/fault_point.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "core/params.h"
+
+namespace rtft {
+namespace {
+
+struct Armed {
+  long at = 1;         // fire on this hit
+  std::string action;  // kill | stop | hang | exit=N
+};
+
+std::mutex g_mu;
+std::string g_spec;  // the RTFT_FAULT value parsed into g_armed
+std::map<std::string, Armed> g_armed;
+std::map<std::string, long> g_hits;
+
+void Parse(const std::string& spec) {
+  g_armed.clear();
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    Armed a;
+    a.action = "kill";
+    const size_t colon = item.find(':');
+    if (colon != std::string::npos) {
+      a.action = item.substr(colon + 1);
+      item = item.substr(0, colon);
+    }
+    const size_t at = item.find('@');
+    if (at != std::string::npos) {
+      a.at = std::strtol(item.c_str() + at + 1, nullptr, 10);
+      item = item.substr(0, at);
+    }
+    if (a.at >= 1 && !item.empty()) g_armed[item] = a;
+  }
+}
+
+void Note(const char* point, const std::string& action) {
+  timeval tv{};
+  gettimeofday(&tv, nullptr);
+  // The slot (set by dp-launch) tells a test which process this is: inside dp-launch's PID
+  // namespace every application is pid 2.
+  const char* slot = std::getenv("RTFT_SLOT");
+  char line[512];
+  const int n =
+      std::snprintf(line, sizeof(line), "fault %s %s pid=%d slot=%s t=%lld\n", point,
+                    action.c_str(), static_cast<int>(getpid()), slot && *slot ? slot : "-",
+                    static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec);
+  const std::string log = ParamString(Param::kFaultLog);
+  int fd = 2;
+  if (!log.empty()) fd = open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0 && n > 0) (void)!write(fd, line, std::min<size_t>(n, sizeof(line) - 1));
+  if (fd > 2) close(fd);
+}
+
+}  // namespace
+
+void FaultPoint(const char* point) {
+  const char* spec = std::getenv("RTFT_FAULT");
+  if (spec == nullptr || *spec == '\0') return;
+  std::string action;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_spec != spec) {
+      g_spec = spec;
+      Parse(g_spec);
+      g_hits.clear();
+    }
+    auto it = g_armed.find(point);
+    if (it == g_armed.end()) return;
+    if (++g_hits[point] != it->second.at) return;
+    action = it->second.action;
+  }
+  Note(point, action);
+  if (action == "stop") {
+    raise(SIGSTOP);
+  } else if (action == "hang") {
+    while (true) pause();
+  } else if (action.rfind("exit=", 0) == 0) {
+    _exit(std::atoi(action.c_str() + 5));
+  } else {
+    raise(SIGKILL);
+  }
+}
+
+}  // namespace rtft

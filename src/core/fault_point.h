@@ -1,0 +1,14 @@
+// Named fault points: places in the library where a test can make a process fail on purpose, at a
+// known phase instead of after a random delay (docs/testing.md lists the points). RTFT_FAULT
+// arms them: "point[@n][:action][,...]" fires at the n-th time (default 1) this process reaches
+// `point`, with action kill (SIGKILL itself), stop (SIGSTOP itself), hang (block forever) or
+// exit=N. Before acting it appends "fault <point> <action> pid=<pid> slot=<RTFT_SLOT> t=<us>" to
+// RTFT_FAULT_LOG
+// (or stderr), so a test can wait for the phase. Unset (the default), a point costs one getenv.
+#pragma once
+
+namespace rtft {
+
+void FaultPoint(const char* point);
+
+}  // namespace rtft

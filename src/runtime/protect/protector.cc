@@ -1,0 +1,204 @@
+// The step bracket: BeginStep starts the L1 capture on a thread of its own and, once it is
+// complete, hands the step to the L2 replicator; BeforeUpdate waits for the capture; EndStep
+// reports progress and says whether a failure event came.
+#include <filesystem>
+
+#include "core/fault_point.h"
+#include "core/logging.h"
+#include "core/params.h"
+#include "runtime/protect/protector_impl.h"
+
+namespace rtft {
+
+Protector::~Protector() = default;
+
+StatusOr<std::unique_ptr<Protector>> Protector::Create(Runtime* runtime,
+                                                       const ProtectOptions& options) {
+  if (runtime == nullptr) return Status::InvalidArgument("Protector::Create needs a runtime");
+  return std::unique_ptr<Protector>(new protect::ProtectorImpl(runtime, options));
+}
+
+namespace protect {
+
+ProtectorImpl::ProtectorImpl(Runtime* runtime, const ProtectOptions& options)
+    : rt_(runtime), o_(options) {
+  listener_ = rt_->Subscribe([this](const FailureEvent& e) {
+    if (e.shutdown) {
+      std::lock_guard<std::mutex> lock(event_mu_);
+      shutdown_event_ = e;
+      shutdown_ = true;
+    }
+    uint64_t seen = event_epoch_.load();
+    while (e.epoch > seen && !event_epoch_.compare_exchange_weak(seen, e.epoch)) {
+    }
+  });
+}
+
+ProtectorImpl::~ProtectorImpl() {
+  rt_->Unsubscribe(listener_);
+  if (capture_.joinable()) capture_.join();
+  replicator_.reset();
+  l3_.reset();
+  train_.reset();
+  l1_.reset();
+  l2_.reset();
+  if (owned_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+Status ProtectorImpl::AddReplicated(TensorDesc tensor) {
+  if (started_) return Status::FailedPrecondition("declare the protected state before Start()");
+  layout_.replicated.push_back({std::move(tensor)});
+  return Status::Ok();
+}
+
+Status ProtectorImpl::AddSharded(TensorDesc tensor) {
+  if (started_) return Status::FailedPrecondition("declare the protected state before Start()");
+  layout_.sharded.push_back({std::move(tensor)});
+  return Status::Ok();
+}
+
+Status ProtectorImpl::OnShrink(Reshard reshard) {
+  if (started_) return Status::FailedPrecondition("set OnShrink before Start()");
+  reshard_ = std::move(reshard);
+  return Status::Ok();
+}
+
+Status ProtectorImpl::AddObject(ObjectDesc object) {
+  if (started_) return Status::FailedPrecondition("declare the protected state before Start()");
+  layout_.objects.push_back(std::move(object));
+  return Status::Ok();
+}
+
+uint64_t ProtectorImpl::EventEpoch() const {
+  return std::max(event_epoch_.load(), rt_->current().epoch);
+}
+
+Status ProtectorImpl::Aborted() const {
+  if (shutdown_) return Status::Aborted("the job is shutting down");
+  if (train_ && EventEpoch() > train_->epoch())
+    return Status::Aborted("a failure event ended epoch " + std::to_string(train_->epoch()));
+  return Status::Ok();
+}
+
+Status ProtectorImpl::Open() {
+  if (o_.recovery_timeout.count() > 0) {
+    recovery_timeout_ = o_.recovery_timeout;
+  } else {
+    RTFT_ASSIGN_OR_RETURN(int64_t ms, ParamInt(Param::kCommCreateTimeoutMs));
+    recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
+  }
+  RTFT_RETURN_IF_ERROR(layout_.Finish(ObjectRoom()));
+  RTFT_RETURN_IF_ERROR(ResolveL3());
+  RTFT_ASSIGN_OR_RETURN(dir_, ProtectDir(o_.shm_dir, &owned_dir_));
+  RTFT_ASSIGN_OR_RETURN(l1_, Snapshot::Open(dir_, layout_));
+  RTFT_ASSIGN_OR_RETURN(l2_, ReplicaStore::Open(dir_));
+  RTFT_LOG(kInfo, kLogRuntime) << "protect: " << layout_.replicated.size() << " replicated, "
+                               << layout_.sharded.size() << " sharded tensors, "
+                               << layout_.objects.size() << " objects; snapshot of "
+                               << FormatBytes(layout_.payload_bytes) << " in " << dir_;
+  return Status::Ok();
+}
+
+// The training communicator and the replication one, of `epoch`.
+Status ProtectorImpl::BuildComms(uint64_t epoch) {
+  replicator_.reset();
+  train_.reset();
+  CommOptions train;
+  train.backend = o_.backend;
+  train.create_timeout = recovery_timeout_;
+  RTFT_ASSIGN_OR_RETURN(train_, rt_->CreateCommunicator(o_.comm_name, train));
+  if (train_->epoch() != epoch)
+    return Status::Aborted("the job moved on to epoch " + std::to_string(train_->epoch()));
+  if (train_->world_size() > 1 && o_.enabled) {
+    CommOptions replica;
+    replica.backend = CommBackend::kGloo;
+    replica.create_timeout = recovery_timeout_;
+    RTFT_ASSIGN_OR_RETURN(auto comm, rt_->CreateCommunicator(o_.comm_name + ".replica", replica));
+    replicator_ = std::make_unique<Replicator>(std::move(comm), l1_.get(), l2_.get());
+  }
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> ProtectorImpl::Start() {
+  if (started_) return Status::FailedPrecondition("Protector::Start() called twice");
+  started_ = true;
+  RTFT_RETURN_IF_ERROR(Open());
+  const RuntimeInfo me = rt_->info();
+  if (me.role == RuntimeRole::kInitial || me.role == RuntimeRole::kStandalone) {
+    // A new job: what a slot's files hold is from no run of this job.
+    for (uint64_t k = 0; k < 2; ++k) l1_->Invalidate(k);
+    l2_->Clear();
+    const uint64_t epoch = rt_->current().epoch;
+    RTFT_RETURN_IF_ERROR(BuildComms(epoch));
+    step_ = 0;
+    if (o_.enabled) {
+      // A job started again with its checkpoint directory resumes from the newest version.
+      if (!ckpt_dir_.empty() && LatestVersion(ckpt_dir_).ok()) return RestoreL3(epoch);
+      RTFT_RETURN_IF_ERROR(PlaceShards());
+      RTFT_RETURN_IF_ERROR(OpenL3());
+    }
+    return step_;
+  }
+  // A spare just activated, or a process restarted on its slot: it joins the recovery of the
+  // epoch it was given (or of a later one, when another failure comes meanwhile).
+  return RecoverFrom(me.epoch, Clock::now() + recovery_timeout_);
+}
+
+Status ProtectorImpl::BeginStep(uint64_t step) {
+  if (!train_) return Status::FailedPrecondition("Protector::Start() first");
+  RTFT_RETURN_IF_ERROR(JoinCapture());
+  RTFT_RETURN_IF_ERROR(Aborted());
+  if (!o_.enabled) {
+    step_ = step;
+    return Status::Ok();
+  }
+  // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
+  // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
+  if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
+  RTFT_RETURN_IF_ERROR(WaitL3Area(step));
+  FaultPoint("protect.capture");
+  step_ = step;
+  in_step_ = true;
+  capture_status_ = Status::Ok();
+  // Right after a recovery the snapshot of this step is the state itself: capturing it again
+  // would only open a window in which it is incomplete.
+  if (step == restored_step_ && l1_->Verify(step)) {
+    restored_step_ = kNoStep;
+    if (replicator_) replicator_->Submit(step);
+    return Status::Ok();
+  }
+  restored_step_ = kNoStep;
+  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
+  const RuntimeInfo now = rt_->current();
+  const uint64_t epoch = train_->epoch();
+  capture_ = std::thread([this, step, epoch, now, objects = std::move(objects)] {
+    capture_status_ = l1_->Capture(step, epoch, now.rank, now.world_size, objects);
+    if (capture_status_.ok() && replicator_) replicator_->Submit(step);
+  });
+  return Status::Ok();
+}
+
+Status ProtectorImpl::JoinCapture() {
+  if (capture_.joinable()) capture_.join();
+  return capture_status_;
+}
+
+Status ProtectorImpl::BeforeUpdate() {
+  RTFT_RETURN_IF_ERROR(JoinCapture());
+  FaultPoint("protect.update");
+  return Aborted();
+}
+
+Status ProtectorImpl::EndStep() {
+  RTFT_RETURN_IF_ERROR(JoinCapture());
+  in_step_ = false;
+  (void)rt_->ReportStep(step_);
+  if (o_.enabled) RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
+  return Aborted();
+}
+
+}  // namespace protect
+}  // namespace rtft

@@ -1,0 +1,225 @@
+#include "runtime/protect/snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/checksum.h"
+
+namespace rtft::protect {
+namespace {
+
+constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
+constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
+constexpr uint32_t kFormat = 1;
+
+// The file's first 4 KiB: which layout its areas hold.
+struct FileHeader {
+  uint64_t magic;
+  uint32_t format;
+  uint32_t reserved;
+  uint64_t layout_hash;
+  uint64_t area_bytes;
+};
+
+void HashMix(Xxh3Hasher* h, const std::string& s) {
+  const uint64_t n = s.size();
+  h->Update(&n, sizeof(n));
+  h->Update(s.data(), s.size());
+}
+
+}  // namespace
+
+Status Layout::Finish(size_t capacity) {
+  Xxh3Hasher h;
+  std::set<std::string> names;
+  size_t at = 0;
+  for (auto* list : {&replicated, &sharded}) {
+    if (list == &sharded) {
+      shard_begin = at;
+      replicated_hash = h.Digest();
+    }
+    for (Entry& e : *list) {
+      if (e.tensor.name.empty() || !names.insert(e.tensor.name).second)
+        return Status::InvalidArgument("protected state: tensor name '" + e.tensor.name +
+                                       "' is empty or used twice");
+      if (e.tensor.memory != MemoryKind::kHost)
+        return Status::Unimplemented("protected state: '" + e.tensor.name +
+                                     "' is in device memory; this build protects host tensors");
+      e.bytes = e.tensor.bytes();
+      if (e.bytes > 0 && e.tensor.data == nullptr)
+        return Status::InvalidArgument("protected state: '" + e.tensor.name + "' has no data");
+      e.offset = at;
+      at = AlignUp(at + e.bytes);
+      HashMix(&h, e.tensor.name);
+      const uint64_t meta[3] = {static_cast<uint64_t>(e.tensor.dtype), e.bytes,
+                                list == &sharded ? 1u : 0u};
+      h.Update(meta, sizeof(meta));
+    }
+  }
+  for (const ObjectDesc& o : objects) {
+    if (o.name.empty() || !names.insert(o.name).second)
+      return Status::InvalidArgument("protected state: object name '" + o.name +
+                                     "' is empty or used twice");
+    if (!o.serialize || !o.deserialize)
+      return Status::InvalidArgument("protected state: object '" + o.name +
+                                     "' needs both serialize and deserialize");
+    HashMix(&h, o.name);
+  }
+  objects_begin = at;
+  object_capacity = AlignUp(std::max<size_t>(capacity, 1));
+  payload_bytes = AlignUp(objects_begin + object_capacity);
+  const uint64_t cap = object_capacity;
+  h.Update(&cap, sizeof(cap));
+  hash = h.Digest();
+  return Status::Ok();
+}
+
+StatusOr<std::string> SerializeObjects(const std::vector<ObjectDesc>& objects) {
+  std::string out;
+  for (const ObjectDesc& o : objects) {
+    auto data = o.serialize();
+    if (!data.ok()) return data.status().Annotate("serializing object '" + o.name + "'");
+    const uint32_t n = static_cast<uint32_t>(o.name.size());
+    const uint64_t d = data->size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out.append(o.name);
+    out.append(reinterpret_cast<const char*>(&d), sizeof(d));
+    out.append(*data);
+  }
+  return out;
+}
+
+Status DeserializeObjects(const std::vector<ObjectDesc>& objects, const char* data, size_t bytes) {
+  size_t at = 0;
+  for (const ObjectDesc& o : objects) {
+    uint32_t n = 0;
+    uint64_t d = 0;
+    if (bytes - at < sizeof(n)) return Status::DataLoss("objects of a snapshot are cut short");
+    std::memcpy(&n, data + at, sizeof(n));
+    at += sizeof(n);
+    if (bytes - at < n || std::string(data + at, n) != o.name)
+      return Status::DataLoss("a snapshot's objects do not match the declared ones ('" + o.name +
+                              "' expected)");
+    at += n;
+    if (bytes - at < sizeof(d)) return Status::DataLoss("objects of a snapshot are cut short");
+    std::memcpy(&d, data + at, sizeof(d));
+    at += sizeof(d);
+    if (bytes - at < d) return Status::DataLoss("object '" + o.name + "' is cut short");
+    RTFT_RETURN_IF_ERROR(
+        o.deserialize(std::string(data + at, d)).Annotate("restoring object '" + o.name + "'"));
+    at += d;
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Snapshot>> Snapshot::Open(const std::string& dir, const Layout& layout) {
+  std::unique_ptr<Snapshot> s(new Snapshot(layout));
+  const size_t total = kAlign + 2 * s->area_bytes();
+  RTFT_ASSIGN_OR_RETURN(s->file_, ShmFile::Open(dir + "/l1", total));
+  auto* fh = reinterpret_cast<FileHeader*>(s->file_->data());
+  // A file of another layout (or none yet) starts over: its areas mean nothing to this state.
+  if (fh->magic != kFileMagic || fh->format != kFormat || fh->layout_hash != layout.hash ||
+      fh->area_bytes != s->area_bytes() || s->file_->size() < total) {
+    RTFT_RETURN_IF_ERROR(s->file_->Grow(total));
+    fh = reinterpret_cast<FileHeader*>(s->file_->data());
+    std::memset(s->file_->data(), 0, kAlign);
+    for (uint64_t k = 0; k < 2; ++k) std::memset(s->header(k), 0, sizeof(AreaHeader));
+    fh->format = kFormat;
+    fh->layout_hash = layout.hash;
+    fh->area_bytes = s->area_bytes();
+    fh->magic = kFileMagic;
+  }
+  return s;
+}
+
+Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> fresh, Open(dir, layout));
+  // Areas of an equal layout hold another rank's shards of the old world: never valid here.
+  for (uint64_t k = 0; k < 2; ++k) fresh->Invalidate(k);
+  layout_ = fresh->layout_;
+  file_ = std::move(fresh->file_);
+  return Status::Ok();
+}
+
+AreaHeader* Snapshot::header(uint64_t step) const {
+  return reinterpret_cast<AreaHeader*>(file_->data() + kAlign + (step % 2) * area_bytes());
+}
+
+char* Snapshot::payload(uint64_t step) const {
+  return reinterpret_cast<char*>(header(step)) + kAlign;
+}
+
+bool Snapshot::Verify(uint64_t step) const {
+  const AreaHeader* h = header(step);
+  if (h->magic != kAreaMagic || h->format != kFormat || h->state != kComplete ||
+      h->layout_hash != layout_.hash || h->step != step ||
+      h->payload_bytes != layout_.payload_bytes || h->object_bytes > layout_.object_capacity)
+    return false;
+  return Xxh3(payload(step), layout_.objects_begin + h->object_bytes) == h->checksum;
+}
+
+std::vector<uint64_t> Snapshot::CompleteSteps() const {
+  std::vector<uint64_t> steps;
+  for (uint64_t k = 0; k < 2; ++k) {
+    const AreaHeader* h = header(k);
+    if (h->magic == kAreaMagic && h->state == kComplete && h->step % 2 == k && Verify(h->step))
+      steps.push_back(h->step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+void Snapshot::Invalidate(uint64_t step) {
+  std::atomic_thread_fence(std::memory_order_release);
+  header(step)->state = kWriting;
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
+                         const std::string& objects) {
+  if (objects.size() > layout_.object_capacity)
+    return Status::ResourceExhausted(
+        "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
+        std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
+  Invalidate(step);
+  char* p = payload(step);
+  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+    for (const Entry& e : *list)
+      if (e.bytes > 0) std::memcpy(p + e.offset, e.tensor.data, e.bytes);
+  std::memcpy(p + layout_.objects_begin, objects.data(), objects.size());
+  Seal(step, epoch, rank, world, objects.size());
+  return Status::Ok();
+}
+
+void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
+  AreaHeader* h = header(step);
+  h->state = kWriting;
+  h->magic = kAreaMagic;
+  h->format = kFormat;
+  h->layout_hash = layout_.hash;
+  h->step = step;
+  h->epoch = epoch;
+  h->payload_bytes = layout_.payload_bytes;
+  h->object_bytes = object_bytes;
+  h->rank = rank;
+  h->world = world;
+  h->checksum = Xxh3(payload(step), layout_.objects_begin + object_bytes);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->state = kComplete;
+}
+
+Status Snapshot::Restore(uint64_t step, bool sharded) const {
+  if (!Verify(step))
+    return Status::DataLoss("the L1 snapshot of step " + std::to_string(step) +
+                            " is incomplete or damaged");
+  const char* p = payload(step);
+  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
+    if (list == &layout_.sharded && !sharded) break;
+    for (const Entry& e : *list)
+      if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+  }
+  return DeserializeObjects(layout_.objects, p + layout_.objects_begin, header(step)->object_bytes);
+}
+
+}  // namespace rtft::protect

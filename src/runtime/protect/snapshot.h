@@ -1,0 +1,99 @@
+// The L1 snapshot: the rank's whole protected state, captured at the start of a step into one of
+// two areas of a memory file (ping-pong: one complete version always survives a capture cut
+// short), each area with a header and an XXH3 checksum. Also the layout every level shares: where
+// each tensor sits in an area, 4 KiB aligned (docs/protect.md, "Layout").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rtft/state.h"
+#include "runtime/protect/shm_file.h"
+
+namespace rtft::protect {
+
+constexpr size_t kAlign = 4096;
+inline size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct Entry {
+  TensorDesc tensor;
+  size_t bytes = 0;
+  size_t offset = 0;  // in an area's payload
+};
+
+// Payload of an area: [replicated tensors][sharded tensors][objects], each tensor 4 KiB aligned.
+// The L2 replica is the range [shard_begin, objects_begin + objects length).
+struct Layout {
+  std::vector<Entry> replicated, sharded;
+  std::vector<ObjectDesc> objects;
+  size_t shard_begin = 0;
+  size_t objects_begin = 0;
+  size_t object_capacity = 0;
+  size_t payload_bytes = 0;  // objects_begin + object_capacity, aligned
+  uint64_t hash = 0;         // of every name, type and size: a file of another layout is ignored
+  // Of the replicated tensors alone: equal on every rank (shards may differ in size).
+  uint64_t replicated_hash = 0;
+
+  Status Finish(size_t object_capacity);
+};
+
+// An area's header: the first 4 KiB of the area.
+struct AreaHeader {
+  uint64_t magic;
+  uint32_t format;
+  uint32_t state;  // kEmpty, kWriting, kComplete
+  uint64_t layout_hash;
+  uint64_t step;
+  uint64_t epoch;
+  uint64_t payload_bytes;
+  uint64_t object_bytes;  // serialized objects actually used
+  uint64_t checksum;      // XXH3 of payload [0, objects_begin + object_bytes)
+  int32_t rank;
+  int32_t world;
+};
+constexpr uint32_t kEmpty = 0, kWriting = 1, kComplete = 2;
+
+// Serialized objects: for each, u32 name length, name, u64 data length, data.
+StatusOr<std::string> SerializeObjects(const std::vector<ObjectDesc>& objects);
+Status DeserializeObjects(const std::vector<ObjectDesc>& objects, const char* data, size_t bytes);
+
+class Snapshot {
+ public:
+  // Opens (or creates) <dir>/l1 for `layout`; complete areas of the same layout are kept.
+  static StatusOr<std::unique_ptr<Snapshot>> Open(const std::string& dir, const Layout& layout);
+
+  // Steps whose snapshot is complete and checks out, newest first.
+  std::vector<uint64_t> CompleteSteps() const;
+  // The area of `step` (its parity) and its payload.
+  AreaHeader* header(uint64_t step) const;
+  char* payload(uint64_t step) const;
+
+  // Capture: objects (already serialized, so they are as at the call) and then every tensor,
+  // into the area of `step`, marked complete with its checksum at the end.
+  Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects);
+  // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
+  void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
+  // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors
+  // too unless `sharded` is false: after a shrink they are redistributed instead).
+  Status Restore(uint64_t step, bool sharded = true) const;
+  // The file laid out again for another layout (a shrink's new shard sizes): both areas empty.
+  Status Relayout(const std::string& dir, const Layout& layout);
+  // Verifies the checksum of `step`'s area.
+  bool Verify(uint64_t step) const;
+  void Invalidate(uint64_t step);
+
+  const Layout& layout() const { return layout_; }
+
+ private:
+  Snapshot(const Layout& layout) : layout_(layout) {}
+  size_t area_bytes() const { return kAlign + layout_.payload_bytes; }
+
+  Layout layout_;
+  std::unique_ptr<ShmFile> file_;
+};
+
+}  // namespace rtft::protect

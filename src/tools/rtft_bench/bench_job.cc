@@ -1,0 +1,198 @@
+#include "tools/rtft_bench/bench_job.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tools/rtft_bench/bench_util.h"
+
+namespace rtft::bench {
+
+using std::chrono::milliseconds;
+
+long long NowUs() {
+  timeval tv{};
+  gettimeofday(&tv, nullptr);
+  return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
+}
+
+std::string SelfPath() {
+  char buf[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return std::string(buf, n > 0 ? n : 0);
+}
+
+std::vector<Fields> Lines(const std::string& dir, int slot, const std::string& kind) {
+  std::vector<Fields> out;
+  std::ifstream in(dir + "/slot-" + std::to_string(slot) + ".log");
+  std::string text;
+  while (std::getline(in, text)) {
+    std::istringstream words(text);
+    std::string first, word;
+    words >> first;
+    if (first != kind) continue;
+    Fields kv;
+    while (words >> word) {
+      const size_t eq = word.find('=');
+      if (eq != std::string::npos) kv[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+    out.push_back(std::move(kv));
+  }
+  return out;
+}
+
+long long Num(const Fields& kv, const char* key) {
+  auto it = kv.find(key);
+  return it == kv.end() ? -1 : std::atoll(it->second.c_str());
+}
+double Real(const Fields& kv, const char* key) {
+  auto it = kv.find(key);
+  return it == kv.end() ? -1 : std::atof(it->second.c_str());
+}
+
+bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  while (Clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return pred();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The pid, as this process sees it, of the job's process named `comm` (the first 15 characters)
+// on `slot`: its environment holds `marker` and RTFT_SLOT=<slot>.
+pid_t SlotProcess(const std::string& marker, int slot, const std::string& comm) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    const std::string dir = "/proc/" + std::string(e->d_name);
+    std::string name = ReadFile(dir + "/comm");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (name != comm.substr(0, 15)) continue;
+    const std::string env = ReadFile(dir + "/environ");
+    const std::string want = std::string("RTFT_SLOT=") + std::to_string(slot) + '\0';
+    if (env.find(marker) != std::string::npos && env.find(want) != std::string::npos)
+      found = static_cast<pid_t>(pid);
+  }
+  closedir(d);
+  return found;
+}
+
+// Every process of a job (its environment holds `marker`) still alive.
+void KillMarked(const std::string& marker) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    if (ReadFile("/proc/" + std::string(e->d_name) + "/environ").find(marker) != std::string::npos)
+      kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  closedir(d);
+}
+
+// The dp-launch running `pid` (its parent, or further up: a keeper may stand between).
+pid_t AgentOf(pid_t pid) {
+  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string skip;
+    pid_t ppid = 0;
+    stat >> skip >> skip >> skip >> ppid;
+    std::ifstream comm("/proc/" + std::to_string(ppid) + "/comm");
+    std::string name;
+    if ((comm >> name) && name == "dp-launch") return ppid;
+    pid = ppid;
+  }
+  return 0;
+}
+
+pid_t SlotAgent(const std::string& marker, int slot) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  pid_t found = 0;
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(slot) + '\0';
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    const std::string dir = "/proc/" + std::string(e->d_name);
+    std::string name = ReadFile(dir + "/comm");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (name != "dp-launch") continue;
+    const std::string env = ReadFile(dir + "/environ");
+    if (env.find(marker) != std::string::npos && env.find(want) != std::string::npos)
+      found = static_cast<pid_t>(pid);
+  }
+  closedir(d);
+  return found;
+}
+
+BenchJob::~BenchJob() {
+  if (pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  // Processes Open MPI put in groups of their own.
+  KillMarked(Marker());
+}
+
+Status BenchJob::Start(const std::vector<std::string>& args,
+                       const std::map<std::string, std::string>& env) {
+  std::vector<std::string> a = args;
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ < 0) return Status::FromErrno(errno, "fork");
+  if (pid_ == 0) {
+    setpgid(0, 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("RTFT_FAULT_LOG", (dir_ + "/faults.log").c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    FILE* f = std::fopen((dir_ + "/mpirun.out").c_str(), "w");
+    if (f) dup2(fileno(f), 1), dup2(fileno(f), 2);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid_, pid_);
+  return Status::Ok();
+}
+
+Status BenchJob::Wait(milliseconds timeout) {
+  int status = 0;
+  const bool done = WaitUntil([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
+  if (!done) return Status::DeadlineExceeded("the job did not end (see " + dir_ + ")");
+  pid_ = -1;
+  return Status::Ok();
+}
+
+int BenchJob::FaultSlot() const {
+  std::istringstream in(ReadFile(dir_ + "/faults.log"));
+  std::string w;
+  while (in >> w)
+    if (w.rfind("slot=", 0) == 0) return std::atoi(w.c_str() + 5);
+  return -1;
+}
+
+}  // namespace rtft::bench

@@ -1,0 +1,61 @@
+// What the benchmarks that run real jobs share (comm, protect, recovery): one `mpirun
+// --enable-recovery dp-launch ... -- PROGRAM` job started in its own process group, its slots'
+// `kind key=value ... t=<us>` logs read back, and its processes found through /proc (dp-launch
+// runs applications in PID namespaces of their own, so the pids they log are not this process's).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rtft/status.h"
+
+namespace rtft::bench {
+
+using Fields = std::map<std::string, std::string>;
+
+long long NowUs();  // wall clock, microseconds: the clock the applications log with
+std::string SelfPath();
+std::string ReadFile(const std::string& path);
+// The `kind key=value` lines of <dir>/slot-<slot>.log that start with `kind`.
+std::vector<Fields> Lines(const std::string& dir, int slot, const std::string& kind);
+long long Num(const Fields& kv, const char* key);
+double Real(const Fields& kv, const char* key);
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// The job's process named `comm` on `slot` (its environment holds `marker` and RTFT_SLOT=slot).
+pid_t SlotProcess(const std::string& marker, int slot, const std::string& comm);
+// Every process whose environment holds `marker`.
+void KillMarked(const std::string& marker);
+// The dp-launch running `pid` (its parent, or further up: a keeper may stand between).
+pid_t AgentOf(pid_t pid);
+// The dp-launch of `slot` of the job marked `marker`.
+pid_t SlotAgent(const std::string& marker, int slot);
+
+class BenchJob {
+ public:
+  BenchJob(std::string dir, int slots) : dir_(std::move(dir)), slots_(slots) {}
+  ~BenchJob();  // kills what is left of the job
+  // argv[0] is looked up in PATH; stdout and stderr go to <dir>/mpirun.out. The job's processes
+  // get RTFT_FAULT_LOG=<dir>/faults.log, which also marks them (Marker()).
+  Status Start(const std::vector<std::string>& argv,
+               const std::map<std::string, std::string>& env = {});
+  // The launcher's exit, or kDeadlineExceeded (the job is left running: the destructor kills it).
+  Status Wait(std::chrono::milliseconds timeout);
+  std::string Output() const { return ReadFile(dir_ + "/mpirun.out"); }
+  std::string Marker() const { return "RTFT_FAULT_LOG=" + dir_ + "/faults.log"; }
+  // The slot named by the first fault line, once one was written (-1 until then).
+  int FaultSlot() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  int slots_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace rtft::bench

@@ -1,0 +1,28 @@
+// The rank side of `rtft-bench comm`: what one process of the benchmark's job measures
+// (comm_bench.h runs the jobs and reads what the ranks logged).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rtft/comm.h"
+#include "tools/rtft_bench/bench_util.h"
+
+namespace rtft::bench {
+
+struct CommWorkerOptions {
+  std::string mode;  // bw | fail | single
+  CommBackend backend = CommBackend::kGloo;
+  std::vector<uint64_t> bytes;
+  int rounds = 3;
+  std::string dir;  // where each slot logs
+  int victim = 1;
+  std::string victim_fault;
+  int gpus = 1;  // NCCL: rank r uses GPU r % gpus
+};
+
+// Runs inside the job (under dp-launch); returns the process exit code.
+int RunCommWorker(const CommWorkerOptions& options);
+
+}  // namespace rtft::bench

@@ -1,0 +1,208 @@
+// Manifests are input from outside: FromJson accepts exactly the types and ranges of
+// docs/format.md and names the field that is wrong. Each case here was accepted (silently
+// converted, overflowed or ignored) before the reader became strict.
+#include "checkpoint/layout/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "checkpoint/layout/json_fields.h"
+
+namespace rtft {
+namespace {
+
+using nlohmann::json;
+
+json ValidFileManifest() {
+  FileManifest m;
+  m.version = 7;
+  m.rank = 1;
+  m.world_size = 2;
+  m.chunk_bytes = 4096;
+  m.created_unix_ms = 1700000000000;
+  TensorEntry t;
+  t.name = "model/w";
+  t.dtype = DType::kFloat32;
+  t.shape = {4, 1024};
+  t.shard.global_shape = {8, 1024};
+  t.shard.offset = {4, 0};
+  t.offset = 8192;
+  t.bytes = 4 * 1024 * 4;
+  t.xxh3 = {1, 2, 3, 4};
+  m.tensors.push_back(t);
+  ObjectEntry o;
+  o.name = "step";
+  o.offset = 100;
+  o.bytes = 2;
+  o.xxh3 = 5;
+  m.objects.push_back(o);
+  return json::parse(m.ToJson());
+}
+
+json ValidGlobalManifest() {
+  GlobalManifest g;
+  g.version = 7;
+  g.world_size = 2;
+  g.files = {{0, "rank-00000.h5", 100, 1}, {1, "rank-00001.h5", 100, 2}};
+  return json::parse(g.ToJson());
+}
+
+// FromJson's error on `j`, which must be a DataLoss that mentions `words`.
+void ExpectRefused(const json& j, const std::string& words, bool global = false) {
+  const std::string text = j.dump();
+  Status s =
+      global ? GlobalManifest::FromJson(text).status() : FileManifest::FromJson(text).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s << "\nfor " << text;
+  EXPECT_NE(s.message().find(words), std::string::npos) << s;
+}
+
+TEST(Manifest, ValidManifestsRoundTrip) {
+  auto m = FileManifest::FromJson(ValidFileManifest().dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->rank, 1);
+  EXPECT_EQ(m->tensors.at(0).shard.offset, (std::vector<int64_t>{4, 0}));
+  auto g = GlobalManifest::FromJson(ValidGlobalManifest().dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+}
+
+TEST(Manifest, IntegersMustBeIntegersOfTheirRange) {
+  json j = ValidFileManifest();
+  j["version"] = 7.0;
+  ExpectRefused(j, "'version' must be a non-negative integer, not a fractional number");
+  j = ValidFileManifest();
+  j["version"] = 7.5;
+  ExpectRefused(j, "'version'");
+  j = ValidFileManifest();
+  j["version"] = "7";
+  ExpectRefused(j, "'version' must be a non-negative integer, not string");
+  j = ValidFileManifest();
+  j["chunk_bytes"] = -4096;
+  ExpectRefused(j, "'chunk_bytes' must be a non-negative integer, not an integer");
+  j = ValidFileManifest();
+  j["rank"] = 1.0;
+  ExpectRefused(j, "'rank' must be an integer");
+  j = ValidFileManifest();
+  j["rank"] = 4294967297ull;  // would have been converted to 1
+  ExpectRefused(j, "'rank' is 4294967297");
+  j = ValidFileManifest();
+  j["tensors"][0]["offset"] = 8192.5;
+  ExpectRefused(j, "'tensors[0].offset'");
+  j = ValidFileManifest();
+  j["tensors"][0]["shape"][1] = 1024.0;
+  ExpectRefused(j, "'tensors[0].shape[1]'");
+  j = ValidFileManifest();
+  j["tensors"][0]["shape"][1] = -1;
+  ExpectRefused(j, "'tensors[0].shape[1]'");
+  j = ValidFileManifest();
+  j["chunk_bytes"] = 4097;  // chunks would split values
+  ExpectRefused(j, "'chunk_bytes' is not a positive multiple of 8");
+  j = ValidFileManifest();
+  j["format_version"] = 1.0;
+  ExpectRefused(j, "'format_version' must be an integer");
+}
+
+TEST(Manifest, WorldSizeAndRankMustMakeSense) {
+  json j = ValidFileManifest();
+  j["world_size"] = 0;
+  ExpectRefused(j, "'world_size' is 0");
+  j = ValidFileManifest();
+  j["rank"] = 2;  // of world size 2
+  ExpectRefused(j, "'rank' is 2");
+  json g = ValidGlobalManifest();
+  g["world_size"] = 0;
+  g["files"] = json::array();
+  ExpectRefused(g, "'world_size' is 0", /*global=*/true);
+  g = ValidGlobalManifest();
+  g["files"][1]["rank"] = 0;
+  ExpectRefused(g, "a second time", true);
+  g = ValidGlobalManifest();
+  g["files"][1]["rank"] = 2;
+  ExpectRefused(g, "'files[1].rank' is 2", true);
+  g = ValidGlobalManifest();
+  g["files"][1]["bytes"] = 1e2;
+  ExpectRefused(g, "'files[1].bytes'", true);
+}
+
+TEST(Manifest, SizesThatOverflowAreRefused) {
+  json j = ValidFileManifest();
+  // 2^62 x 4 bytes wraps to 0 in 64 bits; a reader that multiplied unchecked would accept it
+  // with "bytes": 0.
+  j["tensors"][0]["shape"] = {4611686018427387904ull};
+  j["tensors"][0].erase("global_shape");
+  j["tensors"][0].erase("shard_offset");
+  j["tensors"][0]["bytes"] = 0;
+  j["tensors"][0]["xxh3"] = {"2d06800538d394c2"};
+  ExpectRefused(j, "more than 2^64 bytes");
+  j = ValidFileManifest();
+  j["tensors"][0]["shard_offset"] = {9223372036854775807ll, 0};
+  ExpectRefused(j, "outside global_shape");
+  j = ValidFileManifest();
+  j["tensors"][0]["shape"] = json::array();
+  for (int d = 0; d < 40; ++d) j["tensors"][0]["shape"].push_back(1);
+  ExpectRefused(j, "more than 32");
+}
+
+TEST(Manifest, DuplicateNamesAreRefused) {
+  json j = ValidFileManifest();
+  j["tensors"].push_back(j["tensors"][0]);
+  ExpectRefused(j, "tensor 'model/w' twice");
+  j = ValidFileManifest();
+  j["objects"].push_back(j["objects"][0]);
+  ExpectRefused(j, "object 'step' twice");
+  j = ValidFileManifest();
+  j["tensors"][0]["name"] = "";
+  ExpectRefused(j, "empty name");
+}
+
+TEST(Manifest, ChecksumsMustMatchTheChunkCount) {
+  json j = ValidFileManifest();
+  j["tensors"][0]["xxh3"].push_back("0000000000000001");
+  ExpectRefused(j, "has 5 checksums, not the 4");
+  j = ValidFileManifest();
+  j["tensors"][0]["xxh3"][2] = 3;
+  ExpectRefused(j, "'tensors[0].xxh3[2]' is not a checksum");
+  j = ValidFileManifest();
+  j["objects"][0]["xxh3"] = "xyz";
+  ExpectRefused(j, "'objects[0].xxh3' is not a checksum");
+}
+
+TEST(Manifest, ShapesOfTheWrongKindAreRefused) {
+  json j = ValidFileManifest();
+  j["tensors"] = json::object();
+  ExpectRefused(j, "'tensors' must be a list");
+  j = ValidFileManifest();
+  j["tensors"][0] = 5;
+  ExpectRefused(j, "is not an object");
+  j = ValidFileManifest();
+  j["tensors"][0]["dataset"] = 5;
+  ExpectRefused(j, "'tensors[0].dataset' must be a string");
+  j = ValidFileManifest();
+  j["tensors"][0]["shard_offset"] = {4};
+  ExpectRefused(j, "as many dimensions as shape");
+}
+
+TEST(Manifest, DeepNestingIsRefusedBeforeParsing) {
+  std::string deep = "{\"format\":\"rt-ft checkpoint\",\"x\":";
+  for (int i = 0; i < 100000; ++i) deep += '[';
+  Status s = FileManifest::FromJson(deep).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("nests deeper"), std::string::npos) << s;
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(CheckJsonDepth("{\"a\":\"[[[[[[[[[[[[[[[[[[[[[[\\\"[[[[[[\"}").ok());
+  EXPECT_FALSE(CheckJsonDepth("[[[[[[[[[1]]]]]]]]]").ok());
+}
+
+TEST(Manifest, TextThatIsNotUtf8IsRefused) {
+  std::string text = ValidFileManifest().dump();
+  const size_t at = text.find("model/w");
+  ASSERT_NE(at, std::string::npos);
+  text[at] = '\xff';
+  Status s = FileManifest::FromJson(text).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+}
+
+}  // namespace
+}  // namespace rtft
