@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/executable.h"
 #include "launcher/keeper.h"
 #include "rtft/status.h"
 
@@ -53,12 +54,6 @@ struct ChildExit {
   int code() const;  // exit code, or 128 + signal
   std::string ToString() const;
 };
-
-// Resolves APP as execvp would (PATH when it has no '/'): a regular file this process may
-// execute. The error names APP and says what is wrong.
-StatusOr<std::string> ResolveExecutable(const std::string& app);
-// The same as an errno (0: found, into *path), for the bootstrap's exchange.
-int FindExecutable(const std::string& app, std::string* path);
 
 class ChildProcess {
  public:

@@ -1,12 +1,15 @@
 #include "control/local_link.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -243,9 +246,32 @@ class LocalClientImpl final : public LocalClient {
 
 }  // namespace
 
+namespace {
+
+// Removes link directories of agents that died without removing theirs (SIGKILL): the pid in
+// the name is gone. Only this user's own directories (not links) are touched.
+void RemoveStaleLinkDirs(const std::string& parent) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0, used = 0;
+    if (std::sscanf(name.c_str(), "rtft-agent-%d-%n", &pid, &used) != 1 || used == 0 || pid <= 0 ||
+        name.size() != static_cast<size_t>(used) + 6)
+      continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+      continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 StatusOr<std::string> MakeLocalLinkDir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/rtft-agent-XXXXXX";
+  const std::string parent = tmp && *tmp ? tmp : "/tmp";
+  RemoveStaleLinkDirs(parent);
+  std::string tmpl = parent + "/rtft-agent-" + std::to_string(::getpid()) + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return Status::FromErrno(errno, "mkdtemp " + tmpl);
   return tmpl;  // mkdtemp creates it with mode 0700
 }

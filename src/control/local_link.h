@@ -31,7 +31,8 @@ struct RuntimeReport {
   int64_t timeout_ms = 0;  // kKvGet
 };
 
-// A fresh private directory for the link's socket: mkdtemp under $TMPDIR (or /tmp), mode 0700.
+// A fresh private directory for the link's socket: mkdtemp under $TMPDIR (or /tmp), mode 0700,
+// named rtft-agent-<pid>-XXXXXX; directories left there by agents whose pid is gone are removed.
 StatusOr<std::string> MakeLocalLinkDir();
 
 // Agent side: one per supervised application process (it survives the application's restarts:

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 
 #include <thread>
 
@@ -33,6 +37,33 @@ TEST_F(LocalLinkTest, DirectoryIsPrivate) {
   EXPECT_EQ(LocalServer::Bind(path_).status().code(), StatusCode::kPermissionDenied);
   ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
   EXPECT_EQ(LocalServer::Bind(std::string(200, 'x')).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A SIGKILLed agent cannot remove its link directory: the next agent removes those whose pid is
+// gone, and nothing else.
+TEST(LocalLinkDir, DirectoriesOfDeadAgentsAreRemoved) {
+  char parent[] = "/tmp/rtft-link-dir-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(parent), nullptr);
+  const pid_t dead = ::fork();
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string p = parent;
+  const std::string stale = p + "/rtft-agent-" + std::to_string(dead) + "-abcdef";
+  const std::string live = p + "/rtft-agent-" + std::to_string(::getppid()) + "-abcdef";
+  const std::string other = p + "/rtft-agent-" + std::to_string(dead) + "-not-ours";
+  for (const auto& d : {stale, live, other}) ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+  ASSERT_EQ(::mkfifo((stale + "/link").c_str(), 0600), 0);
+  ::setenv("TMPDIR", parent, 1);
+  auto made = MakeLocalLinkDir();
+  ::unsetenv("TMPDIR");
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->rfind(p + "/rtft-agent-" + std::to_string(::getpid()) + "-", 0), 0u) << *made;
+  struct stat st {};
+  EXPECT_NE(::stat(stale.c_str(), &st), 0) << "the dead agent's directory is still there";
+  EXPECT_EQ(::stat(live.c_str(), &st), 0);
+  EXPECT_EQ(::stat(other.c_str(), &st), 0) << "a name that is not a link directory's";
+  std::error_code ec;
+  std::filesystem::remove_all(p, ec);
 }
 
 TEST_F(LocalLinkTest, AttachAssignEventsReportsAndKv) {

@@ -6,6 +6,9 @@
 //   RTFT_TEST_STEPS     steps to run (default 20); RTFT_TEST_STEP_MS: sleep per step (100)
 //   RTFT_TEST_EXIT_CODE exit code after the last step (0)
 //   RTFT_TEST_TERM_MS   how long it takes to exit after SIGTERM (0), logging `sigterm` first
+//   RTFT_TEST_WAIT_EPOCH do not finish the last step before an epoch this high was seen (its own
+//                       start epoch or an event; 60 s at most): a test's failure must happen
+//                       before the job can end, however fast the machine
 // Commands: a file <dir>/cmd-rank<R> holding `crash`, `hang`, `exit N`, `device-error` or
 // `daemonize` (a grandchild that calls setsid() and outlives its parent, logging `daemon`) is
 // consumed at the next step by the process holding logical rank R. SIGUSR1 is logged
@@ -16,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -148,8 +152,10 @@ int main() {
   const long steps = EnvLong("RTFT_TEST_STEPS", 20);
   const long step_ms = EnvLong("RTFT_TEST_STEP_MS", 100);
   int code = static_cast<int>(EnvLong("RTFT_TEST_EXIT_CODE", 0));
+  uint64_t seen_epoch = info.epoch;
   for (; step < steps; ++step) {
     while (auto e = (*rt)->PollEvent()) {
+      seen_epoch = std::max<uint64_t>(seen_epoch, e->epoch);
       if (e->rank >= 0) rank = e->rank;  // a shrink renumbers the ranks
       if (!e->shutdown) continue;
       if (e->checkpoint_first)
@@ -185,6 +191,20 @@ int main() {
     (void)(*rt)->ReportStep(static_cast<uint64_t>(step));
     Log("step rank=" + std::to_string(rank) + " step=" + std::to_string(step));
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+  const long wait_epoch = EnvLong("RTFT_TEST_WAIT_EPOCH", 0);
+  const auto wait_end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (seen_epoch < static_cast<uint64_t>(wait_epoch) &&
+         std::chrono::steady_clock::now() < wait_end) {
+    while (auto e = (*rt)->PollEvent()) {
+      seen_epoch = std::max<uint64_t>(seen_epoch, e->epoch);
+      if (e->rank >= 0) rank = e->rank;
+      if (e->shutdown) {
+        Log("exit rank=" + std::to_string(rank) + " code=0 why=shutdown");
+        return 0;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Log("exit rank=" + std::to_string(rank) + " code=" + std::to_string(code) + " why=done");
   return code;

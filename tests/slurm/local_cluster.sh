@@ -142,11 +142,15 @@ rtft_cluster_wait_idle() {
 }
 
 # slurmd carries RTFT_CLUSTER_NODE in its environment, and so do the slurmstepd it forks:
-# that is how rtft_cluster_crash_node finds a node's processes on a shared host.
+# that is how rtft_cluster_crash_node finds a node's processes on a shared host. The value names
+# the cluster too: another cluster on the same host (another test run) has nodes of the same
+# names, and crashing ours must not touch its processes.
+_rtft_node_marker() { printf 'RTFT_CLUSTER_NODE=%s@%s' "$1" "$RTFT_CLUSTER_DIR"; }
+
 _rtft_start_slurmd() {
   local node=$1
   _rtft_spawn "$RTFT_CLUSTER_DIR/log/slurmd-$node.out" \
-    env RTFT_CLUSTER_NODE="$node" slurmd -D -N "$node" -f "$SLURM_CONF"
+    env "$(_rtft_node_marker "$node")" slurmd -D -N "$node" -f "$SLURM_CONF"
   RTFT_CLUSTER_SLURMD[$node]=${RTFT_CLUSTER_PIDS[-1]}
 }
 
@@ -280,15 +284,16 @@ rtft_cluster_pids_with_env() {
   done
 }
 
-# Pids of the processes of NODE: slurmd and slurmstepd (RTFT_CLUSTER_NODE=NODE), the job tasks
-# (SLURMD_NODENAME=NODE), and whatever they started.
+# Pids of the processes of NODE of this cluster: slurmd and slurmstepd (its node marker), the
+# job tasks (SLURMD_NODENAME=NODE and this cluster's SLURM_CONF), and whatever they started.
 _rtft_node_pids() {
-  local node=$1 f pid
+  local node=$1 f pid marker
+  marker=$(_rtft_node_marker "$node")
   {
     for f in /proc/[0-9]*/environ; do
       pid=${f#/proc/}
       pid=${pid%/environ}
-      if grep -qxzF "RTFT_CLUSTER_NODE=$node" "$f" 2>/dev/null; then echo "$pid"; fi
+      if grep -qxzF "$marker" "$f" 2>/dev/null; then echo "$pid"; fi
     done
     rtft_cluster_pids_with_env "SLURMD_NODENAME=$node"
   } | rtft_with_descendants

@@ -182,8 +182,12 @@ fi
 # 3. dp-launch through scripts/slurm/: 2 active slots + 1 spare on n1..n3, the test application
 #    (tests/launcher/rtft_test_app.cc) logging to <dir>/slot-<S>.log. A generous heartbeat
 #    timeout: CI's two cores are shared with other tests.
-export DP_LAUNCH=$dp_launch RTFT_TEST_STEPS=60 RTFT_TEST_STEP_MS=100
-dp_opts=(--spares 1 --heartbeat-timeout-ms 2000 --log-level info)
+# The applications do not finish their last step before they saw epoch 2 (slot 1's loss), so the
+# job cannot end before the failure the test makes, however fast the machine is.
+export DP_LAUNCH=$dp_launch RTFT_TEST_STEPS=60 RTFT_TEST_STEP_MS=100 RTFT_TEST_WAIT_EPOCH=2
+# A short grace: dp-mpirun.sbatch sets mpirun's odls_base_sigkill_timeout to it plus 2, and
+# mpirun takes about twice that to return after a job that lost a slot.
+dp_opts=(--spares 1 --heartbeat-timeout-ms 2000 --shutdown-grace-s 2 --log-level info)
 
 # wait_for_step DIR SLOT STEP: until slot SLOT's application logged step STEP (30 s at most).
 wait_for_step() {
@@ -257,7 +261,7 @@ srun "$dp_launch" --job-key-file "$jobs_dir/warn.keys" --spares 1 -- "$test_app"
 EOF
 app_dir=$jobs_dir/warn-app
 mkdir -p "$app_dir"
-RTFT_TEST_DIR=$app_dir RTFT_TEST_STEPS=3 run_job srun-warn 60 "$jobs_dir/srun-warn.sh"
+RTFT_TEST_DIR=$app_dir RTFT_TEST_STEPS=3 RTFT_TEST_WAIT_EPOCH=0 run_job srun-warn 60 "$jobs_dir/srun-warn.sh"
 if ((job_rc != 0)); then fail "srun that kills on a bad exit: job exited $job_rc"; fi
 if ! sed -n '/^== srun with/,/^== plain/p' "$job_out" |
   grep -q 'dp-launch: warning: .*kill-on-bad-exit'; then
