@@ -2,6 +2,14 @@
 
 #include <xxhash.h>
 
+#include "core/build_config.h"
+#if RTFT_HAVE_XXH_DISPATCH
+// Replaces XXH3_64bits and XXH3_64bits_update with the library's variants that pick SSE2, AVX2
+// or AVX-512 for this CPU at run time (the plain ones are built for SSE2): same results, about
+// three times the speed on data in cache.
+#include <xxh_x86dispatch.h>
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 

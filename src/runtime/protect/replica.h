@@ -33,7 +33,8 @@ class ReplicaStore {
   const char* Data(uint64_t step) const;
   // Room for `bytes` in the area of `step`'s parity, marked incomplete until Seal.
   StatusOr<char*> Prepare(uint64_t step, uint64_t bytes);
-  Status Seal(uint64_t step, int owner, uint64_t epoch, uint64_t bytes, uint64_t checksum);
+  // Marks it complete with the sender's checksum, which Complete() checks (not this call).
+  void Seal(uint64_t step, int owner, uint64_t epoch, uint64_t bytes, uint64_t checksum);
   void Clear();
 
  private:

@@ -11,7 +11,9 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 1;
+constexpr uint32_t kFormat = 2;
+// Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
+constexpr size_t kPiece = 64 * 1024;
 
 // The file's first 4 KiB: which layout its areas hold.
 struct FileHeader {
@@ -176,6 +178,27 @@ void Snapshot::Invalidate(uint64_t step) {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
+// The checksum of a whole area and that of its replica range, over bytes given in payload order.
+class AreaHasher {
+ public:
+  explicit AreaHasher(size_t replica_begin) : replica_begin_(replica_begin) {}
+  void Update(const char* p, size_t n) {
+    all_.Update(p, n);
+    if (at_ + n > replica_begin_) {
+      const size_t skip = at_ >= replica_begin_ ? 0 : replica_begin_ - at_;
+      replica_.Update(p + skip, n - skip);
+    }
+    at_ += n;
+  }
+  uint64_t all() const { return all_.Digest(); }
+  uint64_t replica() const { return replica_.Digest(); }
+
+ private:
+  const size_t replica_begin_;
+  size_t at_ = 0;
+  Xxh3Hasher all_, replica_;
+};
+
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
                          const std::string& objects) {
   if (objects.size() > layout_.object_capacity)
@@ -184,15 +207,34 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
         std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
   Invalidate(step);
   char* p = payload(step);
+  AreaHasher hash(layout_.shard_begin);
+  size_t at = 0;  // what is hashed so far: payload [0, at)
+  // Copies `bytes` from `src` to payload offset `offset` (at or after `at`), hashing the padding
+  // before it and then each piece right after it is copied.
+  auto put = [&](size_t offset, const void* src, size_t bytes) {
+    hash.Update(p + at, offset - at);
+    for (size_t done = 0; done < bytes; done += kPiece) {
+      const size_t n = std::min(kPiece, bytes - done);
+      std::memcpy(p + offset + done, static_cast<const char*>(src) + done, n);
+      hash.Update(p + offset + done, n);
+    }
+    at = offset + bytes;
+  };
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
-    for (const Entry& e : *list)
-      if (e.bytes > 0) std::memcpy(p + e.offset, e.tensor.data, e.bytes);
-  std::memcpy(p + layout_.objects_begin, objects.data(), objects.size());
-  Seal(step, epoch, rank, world, objects.size());
+    for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
+  put(layout_.objects_begin, objects.data(), objects.size());
+  Close(step, epoch, rank, world, objects.size(), hash.all(), hash.replica());
   return Status::Ok();
 }
 
 void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
+  AreaHasher hash(layout_.shard_begin);
+  hash.Update(payload(step), layout_.objects_begin + object_bytes);
+  Close(step, epoch, rank, world, object_bytes, hash.all(), hash.replica());
+}
+
+void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
+                     uint64_t checksum, uint64_t replica_checksum) {
   AreaHeader* h = header(step);
   h->state = kWriting;
   h->magic = kAreaMagic;
@@ -204,7 +246,8 @@ void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t
   h->object_bytes = object_bytes;
   h->rank = rank;
   h->world = world;
-  h->checksum = Xxh3(payload(step), layout_.objects_begin + object_bytes);
+  h->checksum = checksum;
+  h->replica_checksum = replica_checksum;
   std::atomic_thread_fence(std::memory_order_release);
   h->state = kComplete;
 }

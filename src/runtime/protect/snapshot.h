@@ -54,6 +54,9 @@ struct AreaHeader {
   uint64_t checksum;      // XXH3 of payload [0, objects_begin + object_bytes)
   int32_t rank;
   int32_t world;
+  // XXH3 of the L2 replica's range [shard_begin, objects_begin + object_bytes), computed in the
+  // same pass as `checksum`, so that the replicator need not read the area again.
+  uint64_t replica_checksum;
 };
 constexpr uint32_t kEmpty = 0, kWriting = 1, kComplete = 2;
 
@@ -72,8 +75,9 @@ class Snapshot {
   AreaHeader* header(uint64_t step) const;
   char* payload(uint64_t step) const;
 
-  // Capture: objects (already serialized, so they are as at the call) and then every tensor,
-  // into the area of `step`, marked complete with its checksum at the end.
+  // Capture: every tensor and then the objects (already serialized, so they are as at the call),
+  // into the area of `step`, marked complete with its checksums at the end. The copy goes in
+  // pieces that stay in cache and each piece is hashed as it lands: one pass over the state.
   Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects);
   // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
   void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
@@ -91,6 +95,9 @@ class Snapshot {
  private:
   Snapshot(const Layout& layout) : layout_(layout) {}
   size_t area_bytes() const { return kAlign + layout_.payload_bytes; }
+  // Writes the header of `step`'s area and marks it complete, last.
+  void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
+             uint64_t checksum, uint64_t replica_checksum);
 
   Layout layout_;
   std::unique_ptr<ShmFile> file_;
