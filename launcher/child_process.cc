@@ -161,24 +161,32 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spe
   return refused;
 }
 
+// The keeper writes the application's wait status once the whole tree is gone, and only then
+// exits. Its exit can take tens of milliseconds more (a PID and mount namespace are torn down), so
+// the status is reported as soon as it is read, and the keeper is reaped after.
 void ChildProcess::Reap() {
-  int keeper_status = 0;
-  pid_t r;
-  do {
-    r = ::waitpid(keeper_, &keeper_status, __WALL);
-  } while (r < 0 && errno == EINTR);
   int app_status = 0;
   ssize_t n;
   do {
     n = ::read(status_fd_, &app_status, sizeof(app_status));
   } while (n < 0 && errno == EINTR);
-  if (n == sizeof(app_status)) {
-    exit_.wait_status = app_status;
-  } else if (r == keeper_ && WIFSIGNALED(keeper_status)) {
-    exit_.wait_status = keeper_status;  // the keeper was killed, and the tree with it
+  const bool known = n == sizeof(app_status);
+  if (known) Exited(app_status);
+  int keeper_status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(keeper_, &keeper_status, __WALL);
+  } while (r < 0 && errno == EINTR);
+  if (known) return;
+  if (r == keeper_ && WIFSIGNALED(keeper_status)) {
+    Exited(keeper_status);  // the keeper was killed, and the tree with it
   } else {
-    exit_.wait_status = SIGKILL;  // unknown: report a kill
+    Exited(SIGKILL);  // unknown: report a kill
   }
+}
+
+void ChildProcess::Exited(int wait_status) {
+  exit_.wait_status = wait_status;
   exit_.at = Clock::now();
   done_.store(true, std::memory_order_release);
   if (on_exit_) (void)control::RunGuarded("the application's reaper", on_exit_);

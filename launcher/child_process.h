@@ -83,6 +83,7 @@ class ChildProcess {
  private:
   ChildProcess() = default;
   void Reap();
+  void Exited(int wait_status);  // records the ending and runs on_exit_
 
   pid_t keeper_ = -1;
   Isolation isolation_ = Isolation::kProcessGroup;

@@ -62,7 +62,7 @@ class RecoveryCommand final : public BenchCommand {
   Status Failure(const std::string& kind, JsonLines* out);
   StatusOr<double> CheckpointRestart(double* step_s);
 
-  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 24;
+  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 36;
   int heartbeat_timeout_ms_ = 1000;
   double restart_s_ = -1;
 };
