@@ -35,6 +35,10 @@ struct CheckpointOptions {
   std::optional<int> keep_versions;             // RTFT_CKPT_KEEP_VERSIONS; 0 keeps all
   std::chrono::milliseconds commit_timeout{0};  // RTFT_CKPT_COMMIT_TIMEOUT_MS
   std::chrono::milliseconds wait_timeout{0};    // RTFT_CKPT_WAIT_TIMEOUT_MS
+  // Register the pool with CUDA (page-locked, so device tensors are captured by DMA). A job
+  // whose state is all in host memory sets false: then the engine never creates a CUDA context,
+  // which on a GPU node costs device memory, start-up time and tens of milliseconds at exit.
+  bool pin_pool = true;
 };
 
 // What one version cost; filled in as the version moves through the pipeline.

@@ -181,6 +181,9 @@ CheckpointOptions ProtectorImpl::L3Options(int rank, int world) const {
   // A commit waiting for a rank that died is abandoned with its engine at the next recovery; it
   // then gives up after this long in the background.
   c.commit_timeout = recovery_timeout_;
+  // The protected state is in host memory (Layout::Finish): no CUDA context for it. A process
+  // with one takes tens of milliseconds longer to die, which is time before its crash is seen.
+  c.pin_pool = false;
   // Sized by the snapshot, not by the node, unless the user chose: one step's state fits, and the
   // pool is allocated when the engine is created, so recovery does not wait for a large one.
   if (std::getenv("RTFT_CKPT_POOL_BYTES") == nullptr) {

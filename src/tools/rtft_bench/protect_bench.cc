@@ -50,7 +50,7 @@ class ProtectCommand final : public BenchCommand {
   };
   StatusOr<RunTimes> Finish(BenchJob* job, uint64_t* params);
 
-  int ranks_ = 4, steps_ = 40, hidden_ = 1024, batch_ = 36, repeats_ = 3;
+  int ranks_ = 4, steps_ = 60, hidden_ = 1024, batch_ = 36, repeats_ = 3;
   std::string pair_;
 };
 
