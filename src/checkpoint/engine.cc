@@ -118,8 +118,7 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
     (void)(*file)->Close();
     (void)io->Remove(probe);
   }
-  RTFT_ASSIGN_OR_RETURN(auto pool,
-                        PinnedPool::Create(resolved.pool_bytes, resolved.pin_pool));
+  RTFT_ASSIGN_OR_RETURN(auto pool, PinnedPool::Create(resolved.pool_bytes, resolved.pin_pool));
   auto engine = std::make_unique<Engine>(resolved, std::move(io), std::move(pool));
   RTFT_RETURN_IF_ERROR(engine->Start());
   return std::unique_ptr<CheckpointEngine>(std::move(engine));
