@@ -2,17 +2,20 @@
 # The Slurm batch scripts of scripts/slurm/ against a real slurmctld and three slurmd ("nodes"
 # n1..n3 of one machine) that tests/slurm/local_cluster.sh starts on localhost.
 #
-#   slurm_test.sh REPO_ROOT DP_LAUNCH TEST_APP
+#   slurm_test.sh REPO_ROOT DP_LAUNCH TEST_APP [TRAINER]
 #
 # Always: a plain job proves the cluster (3 nodes allocated with --no-kill, a task killed under
 # srun --kill-on-bad-exit=0 leaves the others running). When DP_LAUNCH and TEST_APP exist: the
 # mpirun and the srun variant each run 2 active slots + 1 spare, one slot is killed, and the job
 # still exits 0 with a spare in its place; srun without --kill-on-bad-exit=0 is warned about.
+# When TRAINER (examples/train's rtft-train) exists: it runs under srun with a node crash and
+# ends with the digest of a run without one.
 # Exit 77 (skipped) when not root or when Slurm cannot be started here.
 set -u
 repo=$1
 dp_launch=$2
 test_app=$3
+trainer=${4:-}
 
 failures=0
 fail() {
@@ -292,6 +295,48 @@ show_out_if_failed
 expect_spare_took_over "$app_dir" "srun variant"
 if compgen -G "$jobs_dir/.rtft-job-*" >/dev/null; then
   fail "srun variant: key, endpoint or exit-code files left behind: $(echo "$jobs_dir"/.rtft-job-*)"
+fi
+
+# 4. The trainer under srun: 2 active slots + 1 spare, a run without failures, then the same run
+#    whose rank 1 stops at a named point of step 20 (so the crash always lands mid-run, however
+#    fast the machine) and whose node n2 then crashes: the spare on n3 takes rank 1, its state
+#    from rank 0's replica, and the run ends with the first run's digest, bit for bit.
+if [[ -x "$trainer" ]]; then
+  # n2 crashed in 3c: back to three nodes first.
+  rtft_cluster_restart_node n2
+  rtft_cluster_wait_idle 3 || fail "n2 did not come back after its slurmd restarted"
+  train_args=(--steps 40 --hidden 256 --batch 8 --log-every 10)
+  RTFT_FAULT_LOG=$jobs_dir/train-ref-faults.log run_job train-ref 120 \
+    "$repo/scripts/slurm/dp-srun.sbatch" "${dp_opts[@]}" -- "$trainer" "${train_args[@]}"
+  if ((job_rc != 0)); then fail "trainer, no failure: job exited $job_rc"; fi
+  ref=$(sed -n 's/^\[train 0\] done .* digest=\([0-9a-f]*\) .*/\1/p' "$job_out")
+  [[ -n "$ref" ]] || fail "trainer, no failure: rank 0 printed no digest"
+  show_out_if_failed
+  faults=$jobs_dir/train-faults.log
+  rm -f "$faults"
+  (
+    for i in {1..300}; do
+      grep -q '^fault protect.update hang' "$faults" 2>/dev/null && break
+      sleep 0.2
+    done
+    rtft_cluster_crash_node n2
+  ) &
+  killer=$!
+  RTFT_FAULT_LOG=$faults run_job train 120 "$repo/scripts/slurm/dp-srun.sbatch" "${dp_opts[@]}" \
+    -- "$trainer" "${train_args[@]}" --fault 1:protect.update@20:hang
+  wait "$killer"
+  if ((job_rc != 0)); then fail "trainer, node crash: job exited $job_rc"; fi
+  expect_out '^\[train 1\] start role=spare-activated' "trainer, node crash: the spare took rank 1"
+  expect_out '^\[train 1\] recovered ' "trainer, node crash: rank 1's state was recovered"
+  got=$(sed -n 's/^\[train 0\] done .* digest=\([0-9a-f]*\) .*/\1/p' "$job_out")
+  if [[ -z "$got" || "$got" != "$ref" ]]; then
+    fail "trainer, node crash: digest '$got', the run without failures ended with '$ref'"
+  fi
+  show_out_if_failed
+  rtft_cluster_restart_node n2
+  rtft_cluster_wait_idle 3 || fail "n2 did not come back after its slurmd restarted"
+elif [[ -n "$trainer" ]]; then
+  fail "the trainer $trainer is not built"
 fi
 
 echo "slurm test: $failures failure(s) in $((SECONDS - start)) s"
