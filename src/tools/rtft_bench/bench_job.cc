@@ -30,6 +30,17 @@ std::string SelfPath() {
   return std::string(buf, n > 0 ? n : 0);
 }
 
+std::string NextToSelf(const std::string& name) {
+  const std::string self = SelfPath();
+  return self.substr(0, self.rfind('/')) + "/" + name;
+}
+
+std::string MissingTool(const std::vector<std::string>& names) {
+  for (const std::string& name : names)
+    if (access(NextToSelf(name).c_str(), X_OK) != 0) return NextToSelf(name);
+  return "";
+}
+
 std::vector<Fields> Lines(const std::string& dir, int slot, const std::string& kind) {
   std::vector<Fields> out;
   std::ifstream in(dir + "/slot-" + std::to_string(slot) + ".log");

@@ -20,6 +20,10 @@ using Fields = std::map<std::string, std::string>;
 
 long long NowUs();  // wall clock, microseconds: the clock the applications log with
 std::string SelfPath();
+// The program `name` in rtft-bench's own folder (build/bin/).
+std::string NextToSelf(const std::string& name);
+// The first of `names` (next to rtft-bench) that is not an executable, or empty when all are.
+std::string MissingTool(const std::vector<std::string>& names);
 std::string ReadFile(const std::string& path);
 // The `kind key=value` lines of <dir>/slot-<slot>.log that start with `kind`.
 std::vector<Fields> Lines(const std::string& dir, int slot, const std::string& kind);

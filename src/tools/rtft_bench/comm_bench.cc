@@ -298,10 +298,7 @@ int CommCommand::Run() {
              std::to_string(gpus_) + ")");
     return kExitUsage;
   }
-  if (dp_launch_.empty()) {
-    const std::string self = SelfPath();
-    dp_launch_ = self.substr(0, self.rfind('/')) + "/dp-launch";
-  }
+  if (dp_launch_.empty()) dp_launch_ = NextToSelf("dp-launch");
   if (access(dp_launch_.c_str(), X_OK) != 0) {
     Progress("comm: " + dp_launch_ + " is not built");
     return kExitUsage;

@@ -1,7 +1,5 @@
 #include "tools/rtft_bench/protect_bench.h"
 
-#include <unistd.h>
-
 #include <regex>
 
 #include "tools/rtft_bench/bench_job.h"
@@ -11,11 +9,6 @@ namespace rtft::bench {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string NextTo(const std::string& name) {
-  const std::string self = SelfPath();
-  return self.substr(0, self.rfind('/')) + "/" + name;
-}
 
 class ProtectCommand final : public BenchCommand {
  public:
@@ -67,11 +60,11 @@ StatusOr<std::unique_ptr<BenchJob>> ProtectCommand::StartRun(bool protect,
                                std::string("--enable-recovery"),
                                std::string("-np"),
                                std::to_string(ranks_ + 1),
-                               NextTo("dp-launch"),
+                               NextToSelf("dp-launch"),
                                std::string("--spares"),
                                std::string("1"),
                                std::string("--"),
-                               NextTo("rtft-train"),
+                               NextToSelf("rtft-train"),
                                std::string("--steps"),
                                std::to_string(steps_),
                                std::string("--hidden"),
@@ -117,11 +110,9 @@ int ProtectCommand::Run() {
     Progress("protect: --ranks >= 1, --steps >= 8, --repeats >= 1");
     return kExitUsage;
   }
-  for (const char* tool : {"dp-launch", "rtft-train"}) {
-    if (access(NextTo(tool).c_str(), X_OK) != 0) {
-      Progress("protect: " + NextTo(tool) + " is not built");
-      return kExitUsage;
-    }
+  if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
+    Progress("protect: " + missing + " is not built");
+    return kExitUsage;
   }
   std::string cpus[2];
   if (!pair_.empty()) {

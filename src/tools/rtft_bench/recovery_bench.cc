@@ -18,11 +18,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string NextTo(const std::string& name) {
-  const std::string self = SelfPath();
-  return self.substr(0, self.rfind('/')) + "/" + name;
-}
-
 // The first `[train R] ...` line matching `pattern` (one capture group at most besides t): its
 // wall time in seconds, or -1.
 double FirstTime(const std::string& out, const std::string& pattern, std::string* group = nullptr) {
@@ -76,7 +71,7 @@ std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                 "--enable-recovery",
                                 "-np",
                                 std::to_string(ranks_ + 1),
-                                NextTo("dp-launch"),
+                                NextToSelf("dp-launch"),
                                 "--spares",
                                 "1",
                                 "--heartbeat-ms",
@@ -84,7 +79,7 @@ std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                 "--heartbeat-timeout-ms",
                                 std::to_string(heartbeat_timeout_ms_),
                                 "--",
-                                NextTo("rtft-train"),
+                                NextToSelf("rtft-train"),
                                 "--steps",
                                 std::to_string(step_ + 3),
                                 "--hidden",
@@ -223,11 +218,9 @@ int RecoveryCommand::Run() {
     Progress("recovery: --step >= 30, 1 <= --l3-every < --step, --ranks >= 3");
     return kExitUsage;
   }
-  for (const char* tool : {"dp-launch", "rtft-train"}) {
-    if (access(NextTo(tool).c_str(), X_OK) != 0) {
-      Progress("recovery: " + NextTo(tool) + " is not built");
-      return kExitUsage;
-    }
+  if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
+    Progress("recovery: " + missing + " is not built");
+    return kExitUsage;
   }
   JsonLines out;
   for (const std::string kind : {"process", "slot"}) {
