@@ -1,6 +1,6 @@
 // The coordinator: runs inside slot 0's agent (dp-launch) on its own thread. It owns the
-// membership table, epochs, the spare pool, failure classification (DESIGN.md table), the
-// key-value store (Gloo rendezvous, NCCL unique ids) and the broadcast of events to agents.
+// membership table, epochs, the spare pool, failure classification (docs/architecture.md table),
+// the key-value store (Gloo rendezvous, NCCL unique ids) and the broadcast of events to agents.
 // Transport: ZeroMQ ROUTER socket with CURVE; messages as in docs/control-protocol.md.
 #pragma once
 

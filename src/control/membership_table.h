@@ -1,6 +1,6 @@
 // The coordinator's decisions, without any I/O: the membership table, epochs, the spare pool,
-// failure classification (DESIGN.md "Failure handling") and the job's end. The coordinator feeds
-// it failures and exits and broadcasts what it returns; tests drive it directly.
+// failure classification (docs/architecture.md, "Failure handling") and the job's end. The
+// coordinator feeds it failures and exits and broadcasts what it returns; tests drive it directly.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Vocabulary shared by the coordinator, the agents (dp-launch) and the application's runtime:
 // slots, logical ranks, epochs, roles, failures and the policies that answer them
-// (DESIGN.md, "Failure handling"). Plain data only; the wire encoding is in messages.h.
+// (docs/architecture.md, "Failure handling"). Plain data only; the wire encoding is in messages.h.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // `rtft-bench ckpt`: raw disk vs torch.save-like vs rt-ft on the same state and disk, as
-// shared/BENCHMARKS.md ("Checkpoint engine") asks. Variants run interleaved for every repeat
+// docs/benchmarks.md ("rtft-bench ckpt") asks. Variants run interleaved for every repeat
 // (raw, naive, rtft, raw, ...) with the page cache dropped and the files deleted in between, so
 // disk drift hits all three alike; the medians are reported. After each rt-ft run, the restore
 // phase reads its version back (raw O_DIRECT read, Restore into host and GPU memory).

@@ -127,10 +127,9 @@ void EmitCkptResults(const CkptMeasurements& m, JsonLines* out) {
   auto met = [&](double gbps) {
     return gbps > 0 ? json(gbps >= kRestoreOfRawReadTarget * restore.raw_read) : json(nullptr);
   };
-  s["targets"] = {{"persist_ge_90pct_raw", persist >= kPersistOfRawTarget * raw},
-                  {"persist_ge_4x_naive", persist >= kTimesNaiveTarget * naive},
-                  {"blocking_lt_5pct_naive", blocking_ratio < kBlockingOfNaiveTarget},
-                  {"gpu_capture_ge_85pct_pcie",
+  s["targets"] = {{"persist_ge_95pct_raw", persist >= kPersistOfRawTarget * raw},
+                  {"blocking_lt_2pct_naive", blocking_ratio < kBlockingOfNaiveTarget},
+                  {"gpu_capture_ge_90pct_pcie",
                    m.gpu ? json(capture >= kCaptureOfPcieTarget * m.pcie_gbps) : json(nullptr)},
                   {"blocking_le_1p2x_drain", BlockingOfDrain(m, rt, raw)},
                   {"restore_ge_90pct_raw_read", met(restore.host)},

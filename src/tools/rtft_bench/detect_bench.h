@@ -1,7 +1,8 @@
 // `rtft-bench detect` (real processes): detection latency of a process crash and of a lost slot
 // in real `mpirun --enable-recovery dp-launch` jobs of 4 to 16 slots on this machine, measured
 // from the SIGKILL to the moment a surviving rank's application receives the new epoch.
-// Targets (shared/BENCHMARKS.md, "Recovery"): crash <= 50 ms, slot loss <= 1.5x heartbeat timeout.
+// Targets (docs/benchmarks.md, "rtft-bench recovery"): crash <= 50 ms, slot loss <= 1.5x heartbeat
+// timeout.
 #pragma once
 
 #include <cstdint>

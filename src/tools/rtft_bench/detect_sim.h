@@ -1,5 +1,5 @@
-// `rtft-bench detect --sim`: the control plane at scale (shared/BENCHMARKS.md, "Scale past one
-// machine"). One real coordinator and 64..4096 simulated agents in this process, each a real
+// `rtft-bench detect --sim`: the control plane at scale (docs/benchmarks.md, "rtft-bench
+// detect"). One real coordinator and 64..4096 simulated agents in this process, each a real
 // CURVE DEALER socket speaking the real protocol, multiplexed over a few driver threads (4096
 // AgentClients would mean 4096 threads and ZeroMQ contexts on a 2-core machine). Reports the
 // coordinator's heartbeat CPU cost, the detection latency of a killed agent and the time to

@@ -1,4 +1,4 @@
-// rtft-bench: the benchmarks behind the performance claims in shared/BENCHMARKS.md. Each
+// rtft-bench: the benchmarks behind the performance claims in docs/benchmarks.md. Each
 // subcommand prints one JSON object per line on stdout and human-readable progress on stderr.
 #include <exception>
 #include <iostream>

@@ -1,4 +1,4 @@
-// `rtft-bench offload`: the optimizer-offload claims of shared/BENCHMARKS.md on one model and one
+// `rtft-bench offload`: the optimizer-offload claims of docs/benchmarks.md on one model and one
 // GPU memory budget: CPU-only update (gradients down, parameters up), GPU-resident (the ceiling),
 // static splits swept over fractions, and interleaved (the model's share refined by the measured
 // search, measured once it settled); plus the host memory bandwidth (STREAM triad) and the bare
@@ -22,7 +22,7 @@
 namespace rtft::bench {
 namespace {
 
-// PyTorch's foreach AdamW on the GPU machine: 1.0 B params/s on 16 threads (BENCHMARKS.md).
+// PyTorch's foreach AdamW on the GPU machine: 1.0 B params/s on 16 threads (docs/benchmarks.md).
 constexpr double kPytorchPerThread = 1.0e9 / 16;
 
 using nlohmann::json;
@@ -137,8 +137,8 @@ Status OffloadCommand::MeasureCpuBounds(DType dtype, JsonLines* out, json* summa
   (*summary)["cpu_kernel_params_per_s"] = best;
   (*summary)["cpu_kernel_vs_pytorch_per_thread"] = best / threads_ / kPytorchPerThread;
   (*summary)["cpu_kernel_vs_bandwidth_bound"] = best / bound;
-  (*summary)["target_cpu_kernel_met"] =
-      best / threads_ / kPytorchPerThread >= 2.0 || best / bound >= 0.8;
+  // docs/benchmarks.md: 90 % of the memory-bandwidth bound or more.
+  (*summary)["target_cpu_kernel_met"] = best / bound >= 0.9;
   return Status::Ok();
 }
 
@@ -270,8 +270,8 @@ Status OffloadCommand::Measure(JsonLines* out) {
   summary["best_static_fraction"] = best_fraction;
   summary["interleaved_vs_cpu_only"] = cpu_s / inter_s;
   summary["interleaved_vs_best_static"] = best_static / inter_s;
-  summary["target_vs_cpu_only_met"] = cpu_s / inter_s >= 2.5;
-  summary["target_vs_best_static_met"] = best_static / inter_s >= 1.0 / 1.1;
+  // docs/benchmarks.md: no slower than the best static split of the sweep.
+  summary["target_vs_best_static_met"] = best_static / inter_s >= 1.0;
   out->Emit(summary);
   return Status::Ok();
 }

@@ -1,4 +1,4 @@
-// `rtft-bench offload`: the optimizer-offload benchmark of shared/BENCHMARKS.md ("Optimizer
+// `rtft-bench offload`: the optimizer-offload benchmark of docs/benchmarks.md ("Optimizer
 // offload"). Declared here rather than in bench_command.h so the subcommand lives in its own files.
 #pragma once
 
