@@ -54,7 +54,7 @@ function(check_lines out bytes tensors)
       endif()
     endif()
     if(variant STREQUAL "summary")
-      foreach(key persist_ge_90pct_raw persist_ge_4x_naive blocking_lt_5pct_naive
+      foreach(key persist_ge_95pct_raw blocking_lt_2pct_naive
                   restore_ge_90pct_raw_read)
         string(JSON type ERROR_VARIABLE err TYPE "${line}" targets ${key})
         if(err OR NOT type STREQUAL "BOOLEAN")
