@@ -11,7 +11,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 2;
+constexpr uint32_t kFormat = 3;
 // Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
 constexpr size_t kPiece = 64 * 1024;
 
@@ -158,7 +158,10 @@ bool Snapshot::Verify(uint64_t step) const {
       h->layout_hash != layout_.hash || h->step != step ||
       h->payload_bytes != layout_.payload_bytes || h->object_bytes > layout_.object_capacity)
     return false;
-  return Xxh3(payload(step), layout_.objects_begin + h->object_bytes) == h->checksum;
+  const char* p = payload(step);
+  const size_t end = layout_.objects_begin + h->object_bytes;
+  return Xxh3(p, layout_.shard_begin) == h->checksum &&
+         Xxh3(p + layout_.shard_begin, end - layout_.shard_begin) == h->replica_checksum;
 }
 
 std::vector<uint64_t> Snapshot::CompleteSteps() const {
@@ -178,25 +181,24 @@ void Snapshot::Invalidate(uint64_t step) {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-// The checksum of a whole area and that of its replica range, over bytes given in payload order.
+// The area's two checksums over bytes given in payload order: each byte goes to one of them,
+// before the replica range or in it.
 class AreaHasher {
  public:
   explicit AreaHasher(size_t replica_begin) : replica_begin_(replica_begin) {}
   void Update(const char* p, size_t n) {
-    all_.Update(p, n);
-    if (at_ + n > replica_begin_) {
-      const size_t skip = at_ >= replica_begin_ ? 0 : replica_begin_ - at_;
-      replica_.Update(p + skip, n - skip);
-    }
+    const size_t before = at_ < replica_begin_ ? std::min(n, replica_begin_ - at_) : 0;
+    if (before > 0) head_.Update(p, before);
+    if (n > before) replica_.Update(p + before, n - before);
     at_ += n;
   }
-  uint64_t all() const { return all_.Digest(); }
+  uint64_t head() const { return head_.Digest(); }
   uint64_t replica() const { return replica_.Digest(); }
 
  private:
   const size_t replica_begin_;
   size_t at_ = 0;
-  Xxh3Hasher all_, replica_;
+  Xxh3Hasher head_, replica_;
 };
 
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
@@ -223,14 +225,14 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
     for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
   put(layout_.objects_begin, objects.data(), objects.size());
-  Close(step, epoch, rank, world, objects.size(), hash.all(), hash.replica());
+  Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
   return Status::Ok();
 }
 
 void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
   AreaHasher hash(layout_.shard_begin);
   hash.Update(payload(step), layout_.objects_begin + object_bytes);
-  Close(step, epoch, rank, world, object_bytes, hash.all(), hash.replica());
+  Close(step, epoch, rank, world, object_bytes, hash.head(), hash.replica());
 }
 
 void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,

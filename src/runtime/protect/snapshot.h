@@ -51,11 +51,11 @@ struct AreaHeader {
   uint64_t epoch;
   uint64_t payload_bytes;
   uint64_t object_bytes;  // serialized objects actually used
-  uint64_t checksum;      // XXH3 of payload [0, objects_begin + object_bytes)
+  uint64_t checksum;      // XXH3 of payload [0, shard_begin): the replicated tensors
   int32_t rank;
   int32_t world;
-  // XXH3 of the L2 replica's range [shard_begin, objects_begin + object_bytes), computed in the
-  // same pass as `checksum`, so that the replicator need not read the area again.
+  // XXH3 of the rest, the L2 replica's range [shard_begin, objects_begin + object_bytes): each
+  // byte is hashed once, in the capture's pass, and the replicator sends this one as it is.
   uint64_t replica_checksum;
 };
 constexpr uint32_t kEmpty = 0, kWriting = 1, kComplete = 2;
