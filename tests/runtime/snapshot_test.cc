@@ -89,6 +89,11 @@ TEST_F(SnapshotTest, ARestartedProcessFindsItsStepsAndADamagedAreaIsRefused) {
   (*again)->payload(8)[100] ^= 1;
   EXPECT_EQ((*again)->CompleteSteps(), std::vector<uint64_t>({7}));
   EXPECT_EQ((*again)->Restore(8).code(), StatusCode::kDataLoss);
+  // The same in step 7's shards (the other checksum's range), and back.
+  (*again)->payload(7)[layout.shard_begin + 10] ^= 1;
+  EXPECT_TRUE((*again)->CompleteSteps().empty());
+  (*again)->payload(7)[layout.shard_begin + 10] ^= 1;
+  EXPECT_EQ((*again)->CompleteSteps(), std::vector<uint64_t>({7}));
   // A capture cut short (the process died in the middle) is never complete.
   (*again)->Invalidate(7);
   EXPECT_TRUE((*again)->CompleteSteps().empty());
