@@ -53,6 +53,9 @@ struct Options {
   int log_every = 10;
   std::string fault;  // RANK:point[@n][:action],... (tests and the demo)
   bool protect = true;
+  // rtft-bench protect: blocks of this many steps alternately protected and paused (0: all
+  // protected), each kind timed on its own.
+  uint64_t protect_blocks = 0;
 };
 
 // ZeRO-1 partition of n parameters: rank r owns [start, start + count).
@@ -83,6 +86,24 @@ void AdamW(float* p, float* m, float* v, const float* g, size_t n, uint64_t step
     p[i] -= lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps);
   }
 }
+
+// Sums of the step times of one kind of step.
+struct Timing {
+  double wall_s = 0, cpu_s = 0;
+  uint64_t steps = 0;
+  void Add(double wall, double cpu) {
+    wall_s += wall;
+    cpu_s += cpu;
+    ++steps;
+  }
+  std::string Wall() const { return Mean(wall_s); }
+  std::string Cpu() const { return Mean(cpu_s); }
+  std::string Mean(double sum) const {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.6f", steps ? sum / steps : 0.0);
+    return text;
+  }
+};
 
 class Trainer {
  public:
@@ -233,18 +254,18 @@ int Trainer::Run() {
     Report(p_->last_recovery(), WallSeconds() - t0);
   uint64_t step = *start;
   // Mean step time and CPU time per step after the first three steps (warm-up), for rtft-bench
-  // protect.
-  double timed_s = 0, timed_cpu_s = 0;
-  uint64_t timed = 0;
+  // protect; with --protect-blocks, of the protected [1] and the paused [0] steps apart, leaving
+  // out the first step of each block (it waits for the last protected step's replica, or does
+  // not).
+  Timing timing[2];
   while (step < o_.steps) {
+    const bool paused = o_.protect_blocks > 0 && (step / o_.protect_blocks) % 2 == 1;
+    p_->Pause(paused);
     const double begin = WallSeconds(), cpu_begin = CpuSeconds();
     s = Step(step);
     if (s.ok()) {
-      if (step >= *start + 3) {
-        timed_s += WallSeconds() - begin;
-        timed_cpu_s += CpuSeconds() - cpu_begin;
-        ++timed;
-      }
+      if (step >= *start + 3 && (o_.protect_blocks == 0 || step % o_.protect_blocks != 0))
+        timing[!paused].Add(WallSeconds() - begin, CpuSeconds() - cpu_begin);
       ++step;
       continue;
     }
@@ -278,11 +299,11 @@ int Trainer::Run() {
   XXH3_64bits_update(h, &loss_ema_, 8);
   const uint64_t digest = XXH3_64bits_digest(h);
   XXH3_freeState(h);
-  std::snprintf(line, sizeof(line),
-                "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64
-                " step_s=%.6f cpu_step_s=%.6f",
-                o_.steps, loss_ema_, digest, timed ? timed_s / timed : 0.0,
-                timed ? timed_cpu_s / timed : 0.0);
+  std::string times = "step_s=" + timing[1].Wall() + " cpu_step_s=" + timing[1].Cpu();
+  if (o_.protect_blocks > 0)
+    times += " paused_step_s=" + timing[0].Wall() + " paused_cpu_step_s=" + timing[0].Cpu();
+  std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " %s",
+                o_.steps, loss_ema_, digest, times.c_str());
   Say(line);
   return 0;
 }
@@ -306,6 +327,10 @@ int main(int argc, char** argv) {
                  "(docs/testing.md)");
   app.add_flag("!--no-protect", o.protect,
                "run without per-step snapshots and replicas (to measure what they cost)");
+  app.add_option("--protect-blocks", o.protect_blocks,
+                 "blocks of N steps alternately protected and paused, each kind timed apart "
+                 "(rtft-bench protect; a failure in a paused block rolls back further)")
+      ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, argc, argv);
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {

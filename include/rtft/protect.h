@@ -109,6 +109,13 @@ class RTFT_EXPORT Protector {
   // failure event came during the step.
   virtual Status EndStep() = 0;
 
+  // Paused, the steps that begin take no snapshot and send no replica (and write no L3) until
+  // Pause(false); failure events are still watched. A failure meanwhile rolls back to the last
+  // step protected before the pause, so more than one step runs again. For phases that do not
+  // change the state, and for `rtft-bench protect`, which alternates protected and paused steps
+  // in one run to measure what protection costs. Call between steps.
+  virtual void Pause(bool paused) = 0;
+
   // After kAborted (or a failure event): waits for the new epoch, agrees with every rank on the
   // newest step whose state is complete, builds the next epoch's communicators, feeds a spare or
   // a restarted rank its state, restores that step everywhere and returns it. A failure during

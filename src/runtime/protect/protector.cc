@@ -157,7 +157,13 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   }
   // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
   // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
+  // The first step of a pause waits too: the replica of the last protected step is then sealed
+  // before the state changes, and its cost stays with the protected steps.
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
+  if (paused_) {
+    step_ = step;
+    return Status::Ok();
+  }
   RTFT_RETURN_IF_ERROR(WaitL3Area(step));
   FaultPoint("protect.capture");
   step_ = step;
@@ -196,7 +202,7 @@ Status ProtectorImpl::EndStep() {
   RTFT_RETURN_IF_ERROR(JoinCapture());
   in_step_ = false;
   (void)rt_->ReportStep(step_);
-  if (o_.enabled) RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
+  if (o_.enabled && !paused_) RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
   return Aborted();
 }
 

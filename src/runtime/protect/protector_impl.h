@@ -74,6 +74,7 @@ class ProtectorImpl final : public Protector {
   Status BeginStep(uint64_t step) override;
   Status BeforeUpdate() override;
   Status EndStep() override;
+  void Pause(bool paused) override { paused_ = paused; }
   StatusOr<uint64_t> Recover() override;
   const RecoveryInfo& last_recovery() const override { return info_; }
   Status CheckpointNow() override;
@@ -142,6 +143,7 @@ class ProtectorImpl final : public Protector {
   uint64_t restored_step_ = kNoStep;  // the step the last recovery restored
   uint64_t l3_pending_ = kNoStep;     // the L3 version whose copy out of L1 may be running
   bool in_step_ = false;
+  bool paused_ = false;  // Pause(): steps begin without a snapshot
   std::thread capture_;
   Status capture_status_;
 

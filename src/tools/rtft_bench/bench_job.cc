@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -204,6 +207,40 @@ int BenchJob::FaultSlot() const {
   while (in >> w)
     if (w.rfind("slot=", 0) == 0) return std::atoi(w.c_str() + 5);
   return -1;
+}
+
+std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
+                                      const std::vector<std::string>& dp_extra,
+                                      const std::vector<std::string>& train_extra) {
+  std::vector<std::string> a = {"mpirun",           "--bind-to", "none", "--oversubscribe",
+                                "--enable-recovery", "-np",      std::to_string(ranks + 1),
+                                NextToSelf("dp-launch"), "--spares", "1"};
+  a.insert(a.end(), dp_extra.begin(), dp_extra.end());
+  a.insert(a.end(), {"--", NextToSelf("rtft-train"), "--hidden", std::to_string(hidden), "--batch",
+                     std::to_string(batch)});
+  a.insert(a.end(), train_extra.begin(), train_extra.end());
+  return a;
+}
+
+StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s) {
+  constexpr int kProbe = 32;
+  RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
+  BenchJob job(dir, ranks + 1);
+  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(
+      ranks, hidden, kProbe, {}, {"--steps", "10", "--log-every", "1000000", "--no-protect"})));
+  RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(600000)));
+  const std::string out = job.Output();
+  static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+))");
+  std::smatch m;
+  if (!std::regex_search(out, m, done))
+    return Status::Internal("the calibration run did not finish (see " + dir + "/mpirun.out)");
+  const double probe_s = std::stod(m[1]);
+  (void)RemoveTree(dir);
+  if (!(probe_s > 0)) return Status::Internal("the calibration run timed no step");
+  // The step is mostly the batch's compute; the collectives' share does not grow with it, so
+  // the scaled batch errs on the long side.
+  const double batch = kProbe * step_s / probe_s;
+  return static_cast<int>(std::clamp(std::lround(batch), 1L, 65536L));
 }
 
 }  // namespace rtft::bench

@@ -40,6 +40,17 @@ pid_t AgentOf(pid_t pid);
 // The dp-launch of `slot` of the job marked `marker`.
 pid_t SlotAgent(const std::string& marker, int slot);
 
+// The `mpirun --enable-recovery -np ranks+1 dp-launch --spares 1 -- rtft-train ...` command of
+// the protect and recovery benchmarks, `dp_extra` before `--`, `train_extra` after the
+// trainer's --hidden and --batch.
+std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
+                                      const std::vector<std::string>& dp_extra,
+                                      const std::vector<std::string>& train_extra);
+// The batch for which an unprotected step of `ranks` ranks takes about `step_s` on this machine:
+// a short run at a probe batch, scaled (the figures mean nothing for a step chosen to flatter
+// them: docs/benchmarks.md asks for 0.2 to 0.5 s).
+StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s);
+
 class BenchJob {
  public:
   BenchJob(std::string dir, int slots) : dir_(std::move(dir)), slots_(slots) {}

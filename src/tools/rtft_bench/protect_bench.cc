@@ -10,79 +10,56 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// What protection costs, measured within one run: the trainer alternates blocks of protected
+// steps (L1 + L2) and paused ones (Protector::Pause), so that the machine's drift between runs,
+// several percent on two shared cores, slows both kinds of step alike (docs/protect.md,
+// "Benchmarks").
 class ProtectCommand final : public BenchCommand {
  public:
   const char* name() const override { return "protect"; }
   const char* help() const override {
-    return "per-step protection: rtft-train with and without L1 + L2 snapshots and replicas "
-           "(4 ranks + a spare under mpirun + dp-launch)";
+    return "per-step protection: rtft-train's steps with and without L1 + L2, alternated in "
+           "blocks within each run (4 ranks + a spare under mpirun + dp-launch)";
   }
   void AddFlags(CLI::App* cmd) override {
     cmd->add_option("--ranks", ranks_, "active ranks")->capture_default_str();
     cmd->add_option("--steps", steps_, "steps per run")->capture_default_str();
+    cmd->add_option("--blocks", blocks_, "steps per block (protected and paused alternate)")
+        ->capture_default_str();
     cmd->add_option("--hidden", hidden_, "hidden width of the trainer's MLP")
         ->capture_default_str();
-    cmd->add_option("--batch", batch_, "samples per rank and step")->capture_default_str();
-    cmd->add_option("--repeats", repeats_, "runs of each variant, alternated")
+    cmd->add_option("--batch", batch_,
+                    "samples per rank and step (0: the batch of a --step-s step here)")
         ->capture_default_str();
-    cmd->add_option("--pair", pair_,
-                    "CPUS_A:CPUS_B (taskset lists, e.g. 0,1:2,3): run the two variants at the "
-                    "same time, one on each CPU set, swapping sets at each repeat, so that what "
-                    "slows the machine down slows both; the overhead is then the median of the "
-                    "repeats' ratios");
+    cmd->add_option("--step-s", step_s_, "the step time --batch 0 aims at (0.2 to 0.5 s)")
+        ->capture_default_str();
+    cmd->add_option("--repeats", repeats_, "runs")->capture_default_str();
   }
   int Run() override;
 
  private:
-  // One run's job, confined to `cpus` unless empty; Finish reads the step and CPU times and the
-  // model's size from its output.
-  StatusOr<std::unique_ptr<BenchJob>> StartRun(bool protect, const std::string& cpus);
   struct RunTimes {
-    double step_s = 0;  // rank 0's mean step time
-    double cpu_s = 0;   // CPU time per step, every thread of a rank, mean of the ranks
+    double on_s = 0, off_s = 0;          // rank 0's mean step time, protected and paused
+    double cpu_on_s = 0, cpu_off_s = 0;  // CPU time per step, every thread, mean of the ranks
   };
-  StatusOr<RunTimes> Finish(BenchJob* job, uint64_t* params);
+  StatusOr<RunTimes> OneRun(int batch, uint64_t* params);
 
-  int ranks_ = 4, steps_ = 60, hidden_ = 1024, batch_ = 36, repeats_ = 3;
-  std::string pair_;
+  int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 3;
+  double step_s_ = 0.3;
 };
 
-StatusOr<std::unique_ptr<BenchJob>> ProtectCommand::StartRun(bool protect,
-                                                             const std::string& cpus) {
+StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* params) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-  auto job = std::make_unique<BenchJob>(dir, ranks_ + 1);
-  std::vector<std::string> args;
-  if (!cpus.empty()) args = {"taskset", "-c", cpus};
-  for (const std::string& a : {std::string("mpirun"),
-                               std::string("--bind-to"),
-                               std::string("none"),
-                               std::string("--oversubscribe"),
-                               std::string("--enable-recovery"),
-                               std::string("-np"),
-                               std::to_string(ranks_ + 1),
-                               NextToSelf("dp-launch"),
-                               std::string("--spares"),
-                               std::string("1"),
-                               std::string("--"),
-                               NextToSelf("rtft-train"),
-                               std::string("--steps"),
-                               std::to_string(steps_),
-                               std::string("--hidden"),
-                               std::to_string(hidden_),
-                               std::string("--batch"),
-                               std::to_string(batch_),
-                               std::string("--log-every"),
-                               std::string("1000000")})
-    args.push_back(a);
-  if (!protect) args.push_back("--no-protect");
-  RTFT_RETURN_IF_ERROR(job->Start(args));
-  return job;
-}
-
-StatusOr<ProtectCommand::RunTimes> ProtectCommand::Finish(BenchJob* job, uint64_t* params) {
-  RTFT_RETURN_IF_ERROR(job->Wait(milliseconds(1800000)));
-  const std::string out = job->Output();
-  static const std::regex done(R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+))");
+  BenchJob job(dir, ranks_ + 1);
+  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(
+      ranks_, hidden_, batch, {},
+      {"--steps", std::to_string(steps_), "--protect-blocks", std::to_string(blocks_),
+       "--log-every", "1000000"})));
+  RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
+  const std::string out = job.Output();
+  static const std::regex done(
+      R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+) )"
+      R"(paused_step_s=([0-9.]+) paused_cpu_step_s=([0-9.]+))");
   static const std::regex start(R"(\[train 0\] start .* params=(\d+))");
   RunTimes t;
   int ranks = 0;
@@ -90,99 +67,93 @@ StatusOr<ProtectCommand::RunTimes> ProtectCommand::Finish(BenchJob* job, uint64_
   for (auto it = std::sregex_iterator(out.begin(), out.end(), done); it != std::sregex_iterator();
        ++it) {
     if ((*it)[1] == "0") {
-      t.step_s = std::stod((*it)[2]);
+      t.on_s = std::stod((*it)[2]);
+      t.off_s = std::stod((*it)[4]);
       rank0 = true;
     }
-    t.cpu_s += std::stod((*it)[3]);
+    t.cpu_on_s += std::stod((*it)[3]);
+    t.cpu_off_s += std::stod((*it)[5]);
     ++ranks;
   }
-  if (!rank0 || ranks != ranks_)
-    return Status::Internal("the trainer did not finish (see " + job->dir() + "/mpirun.out)");
-  t.cpu_s /= ranks;
+  if (!rank0 || ranks != ranks_ || !(t.off_s > 0) || !(t.on_s > 0))
+    return Status::Internal("the trainer did not finish (see " + dir + "/mpirun.out)");
+  t.cpu_on_s /= ranks;
+  t.cpu_off_s /= ranks;
   std::smatch m;
   if (std::regex_search(out, m, start)) *params = std::stoull(m[1]);
-  (void)RemoveTree(job->dir());
+  (void)RemoveTree(dir);
   return t;
 }
 
 int ProtectCommand::Run() {
-  if (ranks_ < 1 || steps_ < 8 || repeats_ < 1) {
-    Progress("protect: --ranks >= 1, --steps >= 8, --repeats >= 1");
+  // Each kind of step needs timed steps beyond the warm-up (3 steps) and the first of each block.
+  if (ranks_ < 1 || repeats_ < 1 || blocks_ < 2 || steps_ < 3 + 4 * blocks_ || batch_ < 0 ||
+      !(step_s_ > 0)) {
+    Progress("protect: --ranks >= 1, --repeats >= 1, --blocks >= 2, --steps >= 3 + 4 x --blocks, "
+             "--batch >= 0, --step-s > 0");
     return kExitUsage;
   }
   if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
     Progress("protect: " + missing + " is not built");
     return kExitUsage;
   }
-  std::string cpus[2];
-  if (!pair_.empty()) {
-    const size_t colon = pair_.find(':');
-    static const std::regex list(R"([0-9]+([-,][0-9]+)*)");
-    if (colon == std::string::npos || !std::regex_match(pair_.substr(0, colon), list) ||
-        !std::regex_match(pair_.substr(colon + 1), list)) {
-      Progress("protect: --pair takes two CPU lists, CPUS_A:CPUS_B (for example 0,1:2,3)");
-      return kExitUsage;
+  int batch = batch_;
+  if (batch == 0) {
+    auto b = CalibrateBatch(ranks_, hidden_, step_s_);
+    if (!b.ok()) {
+      Progress("protect: " + b.status().ToString());
+      return kExitFailed;
     }
-    cpus[0] = pair_.substr(0, colon);
-    cpus[1] = pair_.substr(colon + 1);
+    batch = *b;
+    Progress("protect: batch " + std::to_string(batch) + " for a step of about " +
+             std::to_string(step_s_) + " s");
   }
-  std::vector<double> on, off, ratios, cpu_on, cpu_off;
+  std::vector<double> on, off, ratios, cpu_on, cpu_off, cpu_ratios;
   uint64_t params = 0;
   for (int r = 0; r < repeats_; ++r) {
-    // Paired: both variants at once, on CPU sets swapped at each repeat. Else one after the
-    // other, the order swapped at each repeat.
-    std::unique_ptr<BenchJob> jobs[2];
-    RunTimes step[2];  // [off, on]
-    for (int i = 0; i < 2; ++i) {
-      const bool protect = (i + r) % 2 == 1;
-      Progress(std::string("protect: run ") + std::to_string(r + 1) + ", protection " +
-               (protect ? "on" : "off") + (pair_.empty() ? "" : " on CPUs " + cpus[i]));
-      auto job = StartRun(protect, cpus[i]);
-      Status s = job.status();
-      if (s.ok()) jobs[i] = std::move(*job);
-      if (s.ok() && pair_.empty()) {
-        auto t = Finish(jobs[i].get(), &params);
-        s = t.status();
-        if (s.ok()) step[protect] = *t;
-      }
-      if (!s.ok()) {
-        Progress("protect: " + s.ToString());
-        return kExitFailed;
-      }
+    Progress("protect: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) + ", " +
+             std::to_string(steps_) + " steps in blocks of " + std::to_string(blocks_));
+    auto t = OneRun(batch, &params);
+    if (!t.ok()) {
+      Progress("protect: " + t.status().ToString());
+      return kExitFailed;
     }
-    for (int i = 0; i < 2 && !pair_.empty(); ++i) {
-      const bool protect = (i + r) % 2 == 1;
-      auto t = Finish(jobs[i].get(), &params);
-      if (!t.ok()) {
-        Progress("protect: " + t.status().ToString());
-        return kExitFailed;
-      }
-      step[protect] = *t;
-    }
-    off.push_back(step[0].step_s);
-    on.push_back(step[1].step_s);
-    ratios.push_back(step[1].step_s / step[0].step_s);
-    cpu_off.push_back(step[0].cpu_s);
-    cpu_on.push_back(step[1].cpu_s);
+    on.push_back(t->on_s);
+    off.push_back(t->off_s);
+    ratios.push_back(t->on_s / t->off_s);
+    cpu_on.push_back(t->cpu_on_s);
+    cpu_off.push_back(t->cpu_off_s);
+    cpu_ratios.push_back(t->cpu_on_s / t->cpu_off_s);
   }
-  const double step_on = Median(on), step_off = Median(off);
-  // Paired runs shared the machine's state: the ratio within each pair is the better estimate.
-  const double overhead = ((pair_.empty() ? step_on / step_off : Median(ratios)) - 1.0) * 100.0;
+  // Each run's ratio compares steps of the same minutes of the same machine: their median is the
+  // estimate.
+  const double overhead = (Median(ratios) - 1.0) * 100.0;
+  const double step_off = Median(off);
+  if (step_off < 0.2 || step_off > 0.5)
+    Progress("protect: warning: a step took " + std::to_string(step_off) +
+             " s, outside 0.2 to 0.5 s (set --batch)");
   JsonLines out;
   out.Emit({{"name", "protect"},
             {"ranks", ranks_},
             {"params", params},
+            {"batch", batch},
             {"steps", steps_},
+            {"blocks", blocks_},
             {"repeats", repeats_},
-            {"paired", !pair_.empty()},
             {"step_s_off", step_off},
-            {"step_s_on", step_on},
+            {"step_s_on", Median(on)},
             {"step_s_off_runs", off},
             {"step_s_on_runs", on},
             {"overhead_pct", overhead},
+            {"overhead_pct_runs", [&] {
+               std::vector<double> pct;
+               for (double x : ratios) pct.push_back((x - 1.0) * 100.0);
+               return pct;
+             }()},
             {"cpu_step_s_off", Median(cpu_off)},
             {"cpu_step_s_on", Median(cpu_on)},
-            {"cpu_overhead_pct", (Median(cpu_on) / Median(cpu_off) - 1.0) * 100.0},
+            {"cpu_overhead_pct", (Median(cpu_ratios) - 1.0) * 100.0},
+            {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
             {"target_pct", 3.0},
             {"met", overhead <= 3.0}});
   return kExitOk;

@@ -42,7 +42,9 @@ class RecoveryCommand final : public BenchCommand {
     cmd->add_option("--ranks", ranks_, "active ranks (plus one spare)")->capture_default_str();
     cmd->add_option("--hidden", hidden_, "hidden width of the trainer's MLP")
         ->capture_default_str();
-    cmd->add_option("--batch", batch_, "samples per rank and step")->capture_default_str();
+    cmd->add_option("--batch", batch_,
+                    "samples per rank and step (0: the batch of a 0.3 s step here)")
+        ->capture_default_str();
     cmd->add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms_, "dp-launch heartbeat timeout")
         ->capture_default_str();
   }
@@ -57,41 +59,18 @@ class RecoveryCommand final : public BenchCommand {
   Status Failure(const std::string& kind, JsonLines* out);
   StatusOr<double> CheckpointRestart(double* step_s);
 
-  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 36;
+  int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 0;
   int heartbeat_timeout_ms_ = 1000;
   double restart_s_ = -1;
 };
 
 std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                                const std::string& fault) const {
-  std::vector<std::string> a = {"mpirun",
-                                "--bind-to",
-                                "none",
-                                "--oversubscribe",
-                                "--enable-recovery",
-                                "-np",
-                                std::to_string(ranks_ + 1),
-                                NextToSelf("dp-launch"),
-                                "--spares",
-                                "1",
-                                "--heartbeat-ms",
-                                "100",
-                                "--heartbeat-timeout-ms",
-                                std::to_string(heartbeat_timeout_ms_),
-                                "--",
-                                NextToSelf("rtft-train"),
-                                "--steps",
-                                std::to_string(step_ + 3),
-                                "--hidden",
-                                std::to_string(hidden_),
-                                "--batch",
-                                std::to_string(batch_),
-                                "--log-every",
-                                "1",
-                                "--l3-every",
-                                std::to_string(l3_every_),
-                                "--ckpt-dir",
-                                ckpt};
+  std::vector<std::string> a = TrainJobArgs(
+      ranks_, hidden_, batch_,
+      {"--heartbeat-ms", "100", "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_)},
+      {"--steps", std::to_string(step_ + 3), "--log-every", "1", "--l3-every",
+       std::to_string(l3_every_), "--ckpt-dir", ckpt});
   if (!fault.empty()) a.insert(a.end(), {"--fault", fault});
   return a;
 }
@@ -193,6 +172,7 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
              {"failure", slot ? "slot" : "process"},
              {"slots", ranks_ + 1},
              {"step", step_},
+             {"batch", batch_},
              {"step_s", step_s},
              {"detect_s", detect_s},
              {"resumed_s", resumed_s},
@@ -221,6 +201,19 @@ int RecoveryCommand::Run() {
   if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
     Progress("recovery: " + missing + " is not built");
     return kExitUsage;
+  }
+  if (batch_ < 0) {
+    Progress("recovery: --batch >= 0");
+    return kExitUsage;
+  }
+  if (batch_ == 0) {
+    auto b = CalibrateBatch(ranks_, hidden_, 0.3);
+    if (!b.ok()) {
+      Progress("recovery: " + b.status().ToString());
+      return kExitFailed;
+    }
+    batch_ = *b;
+    Progress("recovery: batch " + std::to_string(batch_) + " for a step of about 0.3 s");
   }
   JsonLines out;
   for (const std::string kind : {"process", "slot"}) {
