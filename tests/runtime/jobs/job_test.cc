@@ -156,6 +156,17 @@ TEST_F(ProtectJobTest, AFailureDuringRecoveryRestartsRecoveryInTheNextEpoch) {
   ExpectIdentical(run, 4, "failures during recovery");
 }
 
+TEST_F(ProtectJobTest, ASlotLostWhileProtectionIsPausedRollsBackToTheLastProtectedStep) {
+  // Blocks of 3 steps, protected and paused in turn (what rtft-bench protect measures): steps 6
+  // to 8 are protected, 9 to 11 paused. Rank 2's slot is lost in step 10, so every rank goes back
+  // to step 8, the newest snapshot, and runs two steps again; the digest is the failure-free
+  // run's.
+  Run run = Start("paused", 4, 1, "2:protect.update@11:hang", 1, {"--protect-blocks", "3"});
+  ExpectIdentical(run, 4, "slot lost while paused");
+  EXPECT_NE(run.output.find("role=spare-activated rank=2"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" step=8 world=4 source=l1"), std::string::npos) << run.output;
+}
+
 TEST_F(ProtectJobTest, TwoSlotsLostThatAreNotNeighboursAreBothReplaced) {
   // Ranks 1 and 3 of 4 hang in the same step; their slots are lost together. Each one's replica
   // is on a survivor (2 and 0).
