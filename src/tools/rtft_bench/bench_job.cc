@@ -212,9 +212,16 @@ int BenchJob::FaultSlot() const {
 std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra) {
-  std::vector<std::string> a = {"mpirun",           "--bind-to", "none", "--oversubscribe",
-                                "--enable-recovery", "-np",      std::to_string(ranks + 1),
-                                NextToSelf("dp-launch"), "--spares", "1"};
+  std::vector<std::string> a = {"mpirun",
+                                "--bind-to",
+                                "none",
+                                "--oversubscribe",
+                                "--enable-recovery",
+                                "-np",
+                                std::to_string(ranks + 1),
+                                NextToSelf("dp-launch"),
+                                "--spares",
+                                "1"};
   a.insert(a.end(), dp_extra.begin(), dp_extra.end());
   a.insert(a.end(), {"--", NextToSelf("rtft-train"), "--hidden", std::to_string(hidden), "--batch",
                      std::to_string(batch)});

@@ -51,15 +51,14 @@ class ProtectCommand final : public BenchCommand {
 StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* params) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
   BenchJob job(dir, ranks_ + 1);
-  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(
-      ranks_, hidden_, batch, {},
-      {"--steps", std::to_string(steps_), "--protect-blocks", std::to_string(blocks_),
-       "--log-every", "1000000"})));
+  RTFT_RETURN_IF_ERROR(
+      job.Start(TrainJobArgs(ranks_, hidden_, batch, {},
+                             {"--steps", std::to_string(steps_), "--protect-blocks",
+                              std::to_string(blocks_), "--log-every", "1000000"})));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
   const std::string out = job.Output();
-  static const std::regex done(
-      R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+) )"
-      R"(paused_step_s=([0-9.]+) paused_cpu_step_s=([0-9.]+))");
+  static const std::regex done(R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+) )"
+                               R"(paused_step_s=([0-9.]+) paused_cpu_step_s=([0-9.]+))");
   static const std::regex start(R"(\[train 0\] start .* params=(\d+))");
   RunTimes t;
   int ranks = 0;
@@ -89,8 +88,9 @@ int ProtectCommand::Run() {
   // Each kind of step needs timed steps beyond the warm-up (3 steps) and the first of each block.
   if (ranks_ < 1 || repeats_ < 1 || blocks_ < 2 || steps_ < 3 + 4 * blocks_ || batch_ < 0 ||
       !(step_s_ > 0)) {
-    Progress("protect: --ranks >= 1, --repeats >= 1, --blocks >= 2, --steps >= 3 + 4 x --blocks, "
-             "--batch >= 0, --step-s > 0");
+    Progress(
+        "protect: --ranks >= 1, --repeats >= 1, --blocks >= 2, --steps >= 3 + 4 x --blocks, "
+        "--batch >= 0, --step-s > 0");
     return kExitUsage;
   }
   if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
@@ -145,7 +145,8 @@ int ProtectCommand::Run() {
             {"step_s_off_runs", off},
             {"step_s_on_runs", on},
             {"overhead_pct", overhead},
-            {"overhead_pct_runs", [&] {
+            {"overhead_pct_runs",
+             [&] {
                std::vector<double> pct;
                for (double x : ratios) pct.push_back((x - 1.0) * 100.0);
                return pct;
