@@ -44,12 +44,16 @@ class CommCommand final : public BenchCommand {
                     "dp-launch heartbeat timeout of the failure jobs")
         ->capture_default_str();
     cmd->add_flag("--no-failure", no_failure_, "skip the abort/rebuild jobs");
+    cmd->add_flag("--shrink", shrink_,
+                  "NCCL, 2 ranks or more: also time ncclCommRevoke + ncclCommShrink after a lost "
+                  "slot (the shrink policy's path without a new unique id)");
     cmd->add_option("--dp-launch", dp_launch_, "dp-launch binary (default: next to rtft-bench)");
     // Internal: how the bench runs itself as a rank of its jobs.
     cmd->add_option("--worker", worker_.mode)->group("");
     cmd->add_option("--dir", worker_.dir)->group("");
     cmd->add_option("--victim", worker_.victim)->group("");
     cmd->add_option("--victim-fault", worker_.victim_fault)->group("");
+    cmd->add_option("--shrink-path", worker_.shrink_path)->group("");
   }
   int Run() override;
 
@@ -60,6 +64,7 @@ class CommCommand final : public BenchCommand {
   Status Bandwidth(std::map<uint64_t, nlohmann::json>* results);
   Status Failure(uint64_t bytes, nlohmann::json* result);
   Status Single(uint64_t bytes, nlohmann::json* result);
+  Status Shrink(uint64_t bytes, const std::string& path, JsonLines* out);
 
   std::string backend_ = "gloo";
   int ranks_ = 4;
@@ -68,6 +73,7 @@ class CommCommand final : public BenchCommand {
   int gpus_ = 1;
   int heartbeat_timeout_ms_ = 500;
   bool no_failure_ = false;
+  bool shrink_ = false;
   std::string dp_launch_;
   CommWorkerOptions worker_;
   CommBackend be_ = CommBackend::kGloo;
@@ -126,11 +132,18 @@ Status CommCommand::Bandwidth(std::map<uint64_t, nlohmann::json>* results) {
   for (const auto& l : lines) {
     const uint64_t bytes = static_cast<uint64_t>(Num(l, "bytes"));
     const double rtft_s = Real(l, "rtft_s"), direct_s = Real(l, "direct_s");
+    const double rtft_sync_s = Real(l, "rtft_sync_s"), direct_sync_s = Real(l, "direct_sync_s");
+    // Streamed (calls back to back, one wait: nccl-tests' method) and synchronized (a wait after
+    // every call); the target is on the streamed ratio.
     nlohmann::json r = {{"busbw_gbps", Gbps(bytes, rtft_s) * factor},
                         {"direct_busbw_gbps", Gbps(bytes, direct_s) * factor},
                         {"rtft_s", rtft_s},
                         {"direct_s", direct_s},
-                        {"ratio", direct_s / rtft_s}};
+                        {"ratio", direct_s / rtft_s},
+                        {"sync_busbw_gbps", Gbps(bytes, rtft_sync_s) * factor},
+                        {"direct_sync_busbw_gbps", Gbps(bytes, direct_sync_s) * factor},
+                        {"sync_ratio", direct_sync_s / rtft_sync_s},
+                        {"call_overhead_us", (rtft_sync_s - direct_sync_s) * 1e6}};
     if (ranks_ == 1) r["note"] = "one rank: no communication (busbw is algbw)";
     (*results)[bytes] = r;
   }
@@ -236,6 +249,68 @@ Status CommCommand::Single(uint64_t bytes, nlohmann::json* result) {
   return Status::Ok();
 }
 
+// `ranks_` ranks, no spare: the victim's slot is killed at its fault point; each survivor revokes
+// and shrinks NCCL's communicator at the failure event (NcclShrinkProbe).
+Status CommCommand::Shrink(uint64_t bytes, const std::string& path, JsonLines* out) {
+  RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
+  BenchJob job(dir, ranks_);
+  std::vector<std::string> args = JobArgs(ranks_, 0, "shrink", dir, std::to_string(bytes));
+  args.insert(std::find(args.begin(), args.end(), "--"), {"--on-spares-exhausted", "shrink"});
+  const int victim = ranks_ - 1;
+  args.insert(args.end(), {"--victim", std::to_string(victim), "--victim-fault",
+                           "bench.shrink.victim:hang", "--shrink-path", path});
+  Progress("comm: shrink job (" + path + "), " + std::to_string(ranks_) + " ranks, " +
+           FormatBytes(bytes));
+  RTFT_RETURN_IF_ERROR(job.Start(args));
+  if (!WaitUntil([&] { return job.FaultSlot() >= 0; }, milliseconds(120000)))
+    return Status::DeadlineExceeded("the victim never reached its fault point (see " + dir + ")");
+  const int slot = job.FaultSlot();
+  const pid_t app = SlotProcess(job.Marker(), slot, "rtft-bench");
+  const pid_t agent = app > 0 ? AgentOf(app) : 0;
+  if (agent <= 0) return Status::Internal("the victim's dp-launch was not found");
+  kill(agent, SIGKILL);
+  kill(app, SIGKILL);
+  std::vector<Fields> lines;
+  auto done = [&] {
+    lines.clear();
+    int errors = 0;
+    for (int s = 0; s < ranks_; ++s) {
+      for (const auto& l : Lines(dir, s, "shrink")) lines.push_back(l);
+      errors += static_cast<int>(Lines(dir, s, "error").size());
+    }
+    return errors > 0 || static_cast<int>(lines.size()) >= ranks_ - 1;
+  };
+  if (!WaitUntil(done, milliseconds(120000)) || static_cast<int>(lines.size()) < ranks_ - 1) {
+    for (int s = 0; s < ranks_; ++s)
+      for (const auto& e : Lines(dir, s, "error"))
+        Progress("comm: slot " + std::to_string(s) + ": " + e.at("what"));
+    return Status::Internal("the survivors did not all shrink (see " + dir + ")");
+  }
+  double revoke_ms = 0, shrink_ms = 0, check_ms = 0;
+  for (const auto& l : lines) {
+    revoke_ms = std::max(revoke_ms, Real(l, "revoke_ms"));
+    shrink_ms = std::max(shrink_ms, Real(l, "shrink_ms"));
+    check_ms = std::max(check_ms, Real(l, "check_ms"));
+  }
+  out->Emit({{"name", "comm"},
+             {"phase", "shrink"},
+             {"path", path == "revoke" ? "ncclCommRevoke + ncclCommShrink"
+                                       : "ncclCommShrink(NCCL_SHRINK_ABORT)"},
+             {"nccl_min", path == "revoke" ? "2.28" : "2.27"},
+             {"backend", backend_},
+             {"ranks", ranks_},
+             {"world_after", Num(lines.front(), "world")},
+             {"bytes", bytes},
+             {"revoke_ms", revoke_ms},
+             {"shrink_ms", shrink_ms},
+             {"ready_ms", revoke_ms + shrink_ms},
+             {"check_ms", check_ms},
+             {"note", "from the failure event, slowest survivor"}});
+  (void)job.Wait(milliseconds(60000));
+  (void)RemoveTree(dir);
+  return Status::Ok();
+}
+
 Status CommCommand::Drive(JsonLines* out) {
   std::map<uint64_t, nlohmann::json> results;
   RTFT_RETURN_IF_ERROR(Bandwidth(&results));
@@ -263,6 +338,9 @@ Status CommCommand::Drive(JsonLines* out) {
     line["met"] = met;
     out->Emit(line);
   }
+  if (shrink_ && be_ == CommBackend::kNccl && ranks_ >= 2)
+    for (const char* path : {"revoke", "abort"})
+      RTFT_RETURN_IF_ERROR(Shrink(bytes_.front(), path, out));
   out->Emit({{"name", "comm"}, {"summary", true}, {"all_met", all_met}});
   return Status::Ok();
 }

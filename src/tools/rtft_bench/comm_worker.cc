@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #if RTFT_WITH_NCCL
@@ -104,11 +105,14 @@ void* BenchStream(CommBackend backend) {
   return nullptr;
 }
 
-Status RtftAllReduce(Communicator& comm, const Buffers& b, size_t count) {
+// `times` all-reduces, then one Wait (for NCCL: `times` launches on the stream, then the wait, as
+// nccl-tests measures; Gloo's calls complete one by one).
+Status RtftAllReduce(Communicator& comm, const Buffers& b, size_t count, int times = 1) {
   CallOptions call;
   call.stream = BenchStream(comm.backend());
-  RTFT_RETURN_IF_ERROR(
-      comm.AllReduce(b.send(), b.recv(), count, DType::kFloat32, ReduceOp::kSum, call));
+  for (int i = 0; i < times; ++i)
+    RTFT_RETURN_IF_ERROR(
+        comm.AllReduce(b.send(), b.recv(), count, DType::kFloat32, ReduceOp::kSum, call));
   return comm.Wait(call.stream, milliseconds(0));
 }
 
@@ -122,26 +126,45 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
     Buffers b(o.backend, count);
     RTFT_RETURN_IF_ERROR(b.Allocate());
     const int iters = static_cast<int>(std::clamp<uint64_t>((512ull << 20) / bytes, 2, 50));
-    std::vector<double> rtft_s, direct_s;
+    // Streamed: `iters` calls back to back, one wait; synchronized: a wait after every call (what
+    // a caller pays that needs each result before the next call).
+    std::vector<double> rtft_s, direct_s, rtft_sync_s, direct_sync_s;
     for (int w = 0; w < 2; ++w) {  // warm-up, both paths
       RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
-      RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count));
+      RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count, 1));
     }
+    auto timed = [&](const std::function<Status()>& run, std::vector<double>* per_call) {
+      RTFT_RETURN_IF_ERROR(comm.Barrier(CallOptions{}));
+      const auto t0 = Clock::now();
+      RTFT_RETURN_IF_ERROR(run());
+      per_call->push_back(SecondsSince(t0) / iters);
+      return Status::Ok();
+    };
     for (int round = 0; round < o.rounds; ++round) {
-      RTFT_RETURN_IF_ERROR(comm.Barrier(CallOptions{}));
-      auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
-      rtft_s.push_back(SecondsSince(t0) / iters);
-      RTFT_RETURN_IF_ERROR(comm.Barrier(CallOptions{}));
-      t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count));
-      direct_s.push_back(SecondsSince(t0) / iters);
+      RTFT_RETURN_IF_ERROR(timed([&] { return RtftAllReduce(comm, b, count, iters); }, &rtft_s));
+      RTFT_RETURN_IF_ERROR(
+          timed([&] { return direct->Run(b.send(), b.recv(), count, iters); }, &direct_s));
+      RTFT_RETURN_IF_ERROR(timed(
+          [&] {
+            for (int i = 0; i < iters; ++i) RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
+            return Status::Ok();
+          },
+          &rtft_sync_s));
+      RTFT_RETURN_IF_ERROR(timed(
+          [&] {
+            for (int i = 0; i < iters; ++i)
+              RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count, 1));
+            return Status::Ok();
+          },
+          &direct_sync_s));
     }
     if (me.rank == 0) {
-      char line[256];
-      std::snprintf(line, sizeof(line), "bw bytes=%llu iters=%d rtft_s=%.9f direct_s=%.9f",
-                    static_cast<unsigned long long>(bytes), iters, Median(rtft_s),
-                    Median(direct_s));
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "bw bytes=%llu iters=%d rtft_s=%.9f direct_s=%.9f rtft_sync_s=%.9f "
+                    "direct_sync_s=%.9f",
+                    static_cast<unsigned long long>(bytes), iters, Median(rtft_s), Median(direct_s),
+                    Median(rtft_sync_s), Median(direct_sync_s));
       log.Line(line);
     }
   }
@@ -254,7 +277,8 @@ int RunCommWorker(const CommWorkerOptions& o) {
   if (o.backend == CommBackend::kNccl && me.rank >= 0) cudaSetDevice(me.rank % std::max(1, o.gpus));
 #endif
   std::unique_ptr<Communicator> comm;
-  if (me.role == RuntimeRole::kInitial || me.role == RuntimeRole::kStandalone) {
+  if ((me.role == RuntimeRole::kInitial || me.role == RuntimeRole::kStandalone) &&
+      o.mode != "shrink") {
     CommOptions options;
     options.backend = o.backend;
     options.device = me.rank % std::max(1, o.gpus);
@@ -270,6 +294,13 @@ int RunCommWorker(const CommWorkerOptions& o) {
     s = Bandwidth(o, rt, *comm, log);
   } else if (o.mode == "single") {
     s = Single(o, rt, std::move(comm), log);
+  } else if (o.mode == "shrink") {
+    if (me.role != RuntimeRole::kInitial) return 0;  // only the first ranks take part
+    if (me.rank == o.victim) setenv("RTFT_FAULT", o.victim_fault.c_str(), 1);
+    s = NcclShrinkProbe(me.rank, me.world_size, o.victim, o.bytes.front(),
+                        o.shrink_path == "revoke", rt.comm_store(), "bench/shrink/",
+                        me.rank % std::max(1, o.gpus), event_us,
+                        [&](const std::string& line) { log.Line(line); });
   } else {
     s = Failure(o, rt, std::move(comm), event_us, log);
   }
