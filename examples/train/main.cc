@@ -23,6 +23,7 @@
 #include "model.h"
 #include "rtft/protect.h"
 #include "rtft/runtime.h"
+#include "rtft/testing.h"
 
 namespace {
 
@@ -152,6 +153,7 @@ Status Trainer::Step(uint64_t step) {
   RTFT_RETURN_IF_ERROR(p_->BeginStep(step));
   train::MakeBatch(shape_, o_.seed, step, rank_, o_.batch, &x_, &y_);
   float loss = train::LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+  rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
   rtft::Communicator* c = p_->comm();
   RTFT_RETURN_IF_ERROR(c->ReduceScatterV(grad_.data(), grad_shard_.data(), shard_.counts,
                                          DType::kFloat32, ReduceOp::kAvg));

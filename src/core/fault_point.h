@@ -7,8 +7,4 @@
 // (or stderr), so a test can wait for the phase. Unset (the default), a point costs one getenv.
 #pragma once
 
-namespace rtft {
-
-void FaultPoint(const char* point);
-
-}  // namespace rtft
+#include "rtft/testing.h"  // declares rtft::FaultPoint, exported for applications' own points

@@ -129,7 +129,7 @@ class ProtectJobTest : public ::testing::Test {
 };
 
 TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase) {
-  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6",
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6", "train.backward@6",
                                    "comm.gloo.ring_segment@25", "protect.update@6"}) {
     SCOPED_TRACE(point);
     Run run = Start("crash-" + point, 4, 1, "1:" + point + ":kill", 0);
@@ -139,7 +139,7 @@ TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase
 }
 
 TEST_F(ProtectJobTest, ALostSlotIsReplacedByASpareAtEveryPhase) {
-  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6",
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6", "train.backward@6",
                                    "comm.gloo.ring_segment@25", "protect.update@6"}) {
     SCOPED_TRACE(point);
     Run run = Start("slot-" + point, 4, 1, "2:" + point + ":hang", 1);
