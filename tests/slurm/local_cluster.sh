@@ -4,7 +4,9 @@
 # is no service manager in CI). Source it, then:
 #
 #   rtft_cluster_start DIR NODES   start; exports SLURM_CONF; 0 when every node is idle,
-#                                  77 when Slurm cannot run here, 1 on other errors. DIR's
+#                                  77 when Slurm cannot run here (not root, a tool missing, no
+#                                  free port), 1 on other errors (nodes that never became
+#                                  idle: the logs are printed; stop, then try again). DIR's
 #                                  parents must be searchable by all (munged checks the path).
 #   rtft_cluster_stop              stop every daemon this shell started (call it from a trap)
 #   rtft_cluster_logs              print the daemons' logs (for a failing test)
@@ -29,11 +31,17 @@ _rtft_cluster_log() { printf '[cluster] %s\n' "$*" >&2; }
 # True when something accepts TCP connections on 127.0.0.1:PORT.
 _rtft_port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Prints a base port P such that P .. P+COUNT are all free.
+# Prints a base port P such that P .. P+COUNT are all free, below the kernel's ephemeral range
+# (ip_local_port_range): a port found free there could be handed to another process's outgoing
+# connection or listener (Gloo's pairs, in the tests that run beside this one) before the daemon
+# binds it.
 _rtft_free_ports() {
-  local count=$1 base p busy
+  local count=$1 base p busy low=32768 span
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  span=$((low - 10000 - count - 1))
+  ((span > 0)) || span=1000
   for _ in {1..50}; do
-    base=$((20000 + RANDOM % 30000))
+    base=$((10000 + RANDOM % span))
     busy=0
     for ((p = base; p <= base + count; p++)); do
       if _rtft_port_busy "$p"; then
@@ -187,7 +195,7 @@ rtft_cluster_start() {
   for ((i = 1; i <= nodes; i++)); do _rtft_start_slurmd "n$i"; done
   if ! rtft_cluster_wait_idle "$nodes"; then
     rtft_cluster_logs
-    return 77
+    return 1
   fi
   _rtft_cluster_log "$nodes nodes idle (slurmctld port $port, state in $dir)"
 }

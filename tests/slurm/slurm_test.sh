@@ -41,8 +41,15 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 start=$SECONDS
-rtft_cluster_start "$tmp/cluster" 3
-rc=$?
+# A cluster whose nodes do not come up (a daemon that lost its port, say) is stopped and started
+# again, in a fresh directory, twice at most before the test fails: never skipped for that.
+for attempt in 1 2 3; do
+  rtft_cluster_start "$tmp/cluster-$attempt" 3
+  rc=$?
+  ((rc == 1 && attempt < 3)) || break
+  echo "[cluster] attempt $attempt did not start: stopping it and trying again"
+  rtft_cluster_stop
+done
 if ((rc == 77)); then
   echo "SKIP: Slurm cannot run here (see above)"
   exit 77
@@ -51,7 +58,7 @@ elif ((rc != 0)); then
   failures=1
   exit 1
 fi
-jobs_dir=$tmp/cluster/jobs
+jobs_dir=$tmp/cluster-$attempt/jobs
 cd "$jobs_dir" || exit 1
 # The job inherits this environment (sbatch --export=ALL): Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -144,6 +144,13 @@ Status CommCommand::Bandwidth(std::map<uint64_t, nlohmann::json>* results) {
                         {"direct_sync_busbw_gbps", Gbps(bytes, direct_sync_s) * factor},
                         {"sync_ratio", direct_sync_s / rtft_sync_s},
                         {"call_overhead_us", (rtft_sync_s - direct_sync_s) * 1e6}};
+    // NCCL: NCCL's own non-blocking communicator without rt-ft (the mode rt-ft uses).
+    const double nb_s = Real(l, "nb_s"), nb_sync_s = Real(l, "nb_sync_s");
+    if (nb_s > 0 && nb_sync_s > 0) {
+      r["direct_nonblocking_busbw_gbps"] = Gbps(bytes, nb_s) * factor;
+      r["direct_nonblocking_sync_busbw_gbps"] = Gbps(bytes, nb_sync_s) * factor;
+      r["ratio_to_nonblocking"] = nb_s / rtft_s;
+    }
     if (ranks_ == 1) r["note"] = "one rank: no communication (busbw is algbw)";
     (*results)[bytes] = r;
   }

@@ -21,11 +21,12 @@ class DirectAllReduce {
   virtual Status Run(const float* send, float* recv, size_t count, int times) = 0;
 };
 
-// Meets the other ranks through `store` under keys that start with `prefix`.
+// Meets the other ranks through `store` under keys that start with `prefix`. `nonblocking`
+// (NCCL): a non-blocking NCCL communicator, polled after every call, instead of a blocking one.
 StatusOr<std::unique_ptr<DirectAllReduce>> NewDirectAllReduce(CommBackend backend, int rank,
                                                               int world, CommStore* store,
-                                                              const std::string& prefix,
-                                                              int device);
+                                                              const std::string& prefix, int device,
+                                                              bool nonblocking = false);
 
 // NCCL's own way to go on without a lost rank (the `shrink` policy without a new unique id;
 // docs/comm.md): a non-blocking communicator of `world` ranks all-reduces `bytes` until rank

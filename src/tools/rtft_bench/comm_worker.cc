@@ -121,6 +121,13 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
   RTFT_ASSIGN_OR_RETURN(auto direct,
                         NewDirectAllReduce(o.backend, me.rank, me.world_size, rt.comm_store(),
                                            "bench/direct/", me.rank % std::max(1, o.gpus)));
+  // NCCL: also NCCL's own non-blocking mode without rt-ft, to tell its cost from rt-ft's.
+  std::unique_ptr<DirectAllReduce> direct_nb;
+  if (o.backend == CommBackend::kNccl) {
+    RTFT_ASSIGN_OR_RETURN(
+        direct_nb, NewDirectAllReduce(o.backend, me.rank, me.world_size, rt.comm_store(),
+                                      "bench/direct-nb/", me.rank % std::max(1, o.gpus), true));
+  }
   for (uint64_t bytes : o.bytes) {
     const size_t count = bytes / 4;
     Buffers b(o.backend, count);
@@ -128,7 +135,7 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
     const int iters = static_cast<int>(std::clamp<uint64_t>((512ull << 20) / bytes, 2, 50));
     // Streamed: `iters` calls back to back, one wait; synchronized: a wait after every call (what
     // a caller pays that needs each result before the next call).
-    std::vector<double> rtft_s, direct_s, rtft_sync_s, direct_sync_s;
+    std::vector<double> rtft_s, direct_s, rtft_sync_s, direct_sync_s, nb_s, nb_sync_s;
     for (int w = 0; w < 2; ++w) {  // warm-up, both paths
       RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
       RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count, 1));
@@ -157,14 +164,26 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
             return Status::Ok();
           },
           &direct_sync_s));
+      if (direct_nb) {
+        RTFT_RETURN_IF_ERROR(
+            timed([&] { return direct_nb->Run(b.send(), b.recv(), count, iters); }, &nb_s));
+        RTFT_RETURN_IF_ERROR(timed(
+            [&] {
+              for (int i = 0; i < iters; ++i)
+                RTFT_RETURN_IF_ERROR(direct_nb->Run(b.send(), b.recv(), count, 1));
+              return Status::Ok();
+            },
+            &nb_sync_s));
+      }
     }
     if (me.rank == 0) {
-      char line[320];
+      char line[400];
       std::snprintf(line, sizeof(line),
                     "bw bytes=%llu iters=%d rtft_s=%.9f direct_s=%.9f rtft_sync_s=%.9f "
-                    "direct_sync_s=%.9f",
+                    "direct_sync_s=%.9f nb_s=%.9f nb_sync_s=%.9f",
                     static_cast<unsigned long long>(bytes), iters, Median(rtft_s), Median(direct_s),
-                    Median(rtft_sync_s), Median(direct_sync_s));
+                    Median(rtft_sync_s), Median(direct_sync_s), nb_s.empty() ? 0.0 : Median(nb_s),
+                    nb_sync_s.empty() ? 0.0 : Median(nb_sync_s));
       log.Line(line);
     }
   }

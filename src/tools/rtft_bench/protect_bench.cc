@@ -1,5 +1,7 @@
 #include "tools/rtft_bench/protect_bench.h"
 
+#include <algorithm>
+#include <cmath>
 #include <regex>
 
 #include "tools/rtft_bench/bench_job.h"
@@ -128,6 +130,13 @@ int ProtectCommand::Run() {
   // Each run's ratio compares steps of the same minutes of the same machine: their median is the
   // estimate.
   const double overhead = (Median(ratios) - 1.0) * 100.0;
+  // The runs' mean and its standard error: how far the estimate may be off.
+  std::vector<double> pct;
+  double mean = 0, var = 0;
+  for (double x : ratios) pct.push_back((x - 1.0) * 100.0);
+  for (double x : pct) mean += x / pct.size();
+  for (double x : pct) var += (x - mean) * (x - mean) / std::max<size_t>(1, pct.size() - 1);
+  const double stderr_pct = pct.size() > 1 ? std::sqrt(var / pct.size()) : 0.0;
   const double step_off = Median(off);
   if (step_off < 0.2 || step_off > 0.5)
     Progress("protect: warning: a step took " + std::to_string(step_off) +
@@ -145,12 +154,9 @@ int ProtectCommand::Run() {
             {"step_s_off_runs", off},
             {"step_s_on_runs", on},
             {"overhead_pct", overhead},
-            {"overhead_pct_runs",
-             [&] {
-               std::vector<double> pct;
-               for (double x : ratios) pct.push_back((x - 1.0) * 100.0);
-               return pct;
-             }()},
+            {"overhead_pct_runs", pct},
+            {"overhead_pct_mean", mean},
+            {"overhead_pct_stderr", stderr_pct},
             {"cpu_step_s_off", Median(cpu_off)},
             {"cpu_step_s_on", Median(cpu_on)},
             {"cpu_overhead_pct", (Median(cpu_ratios) - 1.0) * 100.0},
