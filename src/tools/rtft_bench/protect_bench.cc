@@ -35,7 +35,9 @@ class ProtectCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--step-s", step_s_, "the step time --batch 0 aims at (0.2 to 0.5 s)")
         ->capture_default_str();
-    cmd->add_option("--repeats", repeats_, "runs")->capture_default_str();
+    cmd->add_option("--repeats", repeats_,
+                    "runs (each about 40 s; single runs spread by several points)")
+        ->capture_default_str();
   }
   int Run() override;
 
@@ -46,7 +48,7 @@ class ProtectCommand final : public BenchCommand {
   };
   StatusOr<RunTimes> OneRun(int batch, uint64_t* params);
 
-  int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 3;
+  int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 7;
   double step_s_ = 0.3;
 };
 
