@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -110,6 +111,58 @@ TEST_F(SnapshotTest, AFileOfAnotherLayoutIsIgnored) {
   auto snap = Snapshot::Open(dir_, other);
   ASSERT_TRUE(snap.ok());
   EXPECT_TRUE((*snap)->CompleteSteps().empty());
+}
+
+TEST_F(SnapshotTest, PeekReadsWhatAFileIsLaidOutForAndNothingElse) {
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());  // no file yet
+  Layout layout = MakeLayout(5000);
+  {
+    auto snap = Snapshot::Open(dir_, layout);
+    ASSERT_TRUE(snap.ok());
+    ASSERT_TRUE((*snap)->Capture(3, 1, 2, 4, *SerializeObjects(layout.objects)).ok());
+  }
+  auto peek = Snapshot::Peek(dir_);
+  ASSERT_TRUE(peek.has_value());
+  EXPECT_EQ(peek->layout_hash, layout.hash);
+  EXPECT_EQ(peek->sharded_bytes, std::vector<uint64_t>({1234 * 4}));
+  // Peeking changes nothing: the snapshot still opens with its step.
+  auto again = Snapshot::Open(dir_, layout);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->CompleteSteps(), std::vector<uint64_t>({3}));
+  again->reset();
+
+  // A damaged header, a file cut short, a link or a FIFO in its place: nothing.
+  const std::string l1 = dir_ + "/l1", saved = dir_ + "/saved";
+  std::filesystem::copy_file(l1, saved);
+  {
+    std::fstream f(l1, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.write("XXXXXXXX", 8);  // the magic
+  }
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());
+  {
+    std::fstream f(l1, std::ios::in | std::ios::out | std::ios::binary);
+    std::ifstream in(saved, std::ios::binary);
+    std::vector<char> head(4096);
+    in.read(head.data(), head.size());
+    // sharded_count (after magic, format, reserved, hash, area bytes) far past the limit.
+    const uint32_t huge = 1u << 30;
+    std::memcpy(head.data() + 32, &huge, sizeof(huge));
+    f.seekp(0);
+    f.write(head.data(), head.size());
+  }
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());
+  ASSERT_EQ(truncate(l1.c_str(), 100), 0);
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());
+  std::filesystem::remove(l1);
+  ASSERT_EQ(symlink(saved.c_str(), l1.c_str()), 0);
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());
+  std::filesystem::remove(l1);
+  ASSERT_EQ(mkfifo(l1.c_str(), 0600), 0);
+  EXPECT_FALSE(Snapshot::Peek(dir_).has_value());  // and does not block
+  std::filesystem::remove(l1);
+  std::filesystem::rename(saved, l1);
+  EXPECT_TRUE(Snapshot::Peek(dir_).has_value());
 }
 
 TEST_F(SnapshotTest, ObjectsLargerThanTheirRoomAreRefused) {

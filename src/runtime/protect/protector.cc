@@ -93,7 +93,10 @@ Status ProtectorImpl::Open() {
   RTFT_RETURN_IF_ERROR(layout_.Finish(ObjectRoom()));
   RTFT_RETURN_IF_ERROR(ResolveL3());
   RTFT_ASSIGN_OR_RETURN(dir_, ProtectDir(o_.shm_dir, &owned_dir_));
-  RTFT_ASSIGN_OR_RETURN(l1_, Snapshot::Open(dir_, layout_));
+  if (rt_->info().role == RuntimeRole::kRestarted) RTFT_RETURN_IF_ERROR(AdoptOldLayout());
+  if (!l1_) {
+    RTFT_ASSIGN_OR_RETURN(l1_, Snapshot::Open(dir_, layout_));
+  }
   RTFT_ASSIGN_OR_RETURN(l2_, ReplicaStore::Open(dir_));
   RTFT_LOG(kInfo, kLogRuntime) << "protect: " << layout_.replicated.size() << " replicated, "
                                << layout_.sharded.size() << " sharded tensors, "
@@ -119,6 +122,43 @@ Status ProtectorImpl::BuildComms(uint64_t epoch) {
     RTFT_ASSIGN_OR_RETURN(auto comm, rt_->CreateCommunicator(o_.comm_name + ".replica", replica));
     replicator_ = std::make_unique<Replicator>(std::move(comm), l1_.get(), l2_.get());
   }
+  return Status::Ok();
+}
+
+// A process restarted in the middle of a shrink's recovery finds its snapshot laid out for the
+// old world, its shards sized for it, while the application declared shards sized for the new
+// one: opened with the declared layout, the snapshot would be thrown away. Rebuilt from the sizes
+// the file records, the old layout opens it, and this rank takes part in the shrink as the
+// survivor it is (docs/protect.md, "Shrink"). Until the shrink lays the state out again
+// (Relayout), the sharded entries describe the snapshot only: shards_stale_ keeps every use of
+// them as application memory away.
+Status ProtectorImpl::AdoptOldLayout() {
+  const std::optional<Snapshot::FileLayout> file = Snapshot::Peek(dir_);
+  if (!file || file->layout_hash == layout_.hash ||
+      file->sharded_bytes.size() != layout_.sharded.size() || layout_.sharded.empty())
+    return Status::Ok();
+  static char snapshot_only;  // a non-null address that is never read or written
+  Layout old = layout_;
+  for (size_t i = 0; i < old.sharded.size(); ++i) {
+    TensorDesc& t = old.sharded[i].tensor;
+    const uint64_t bytes = file->sharded_bytes[i], size = DTypeSize(t.dtype);
+    if (size == 0 || bytes % size != 0) return Status::Ok();
+    t.shape = {static_cast<int64_t>(bytes / size)};
+    t.data = &snapshot_only;
+  }
+  if (!old.Finish(ObjectRoom()).ok() || old.hash != file->layout_hash) return Status::Ok();
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> l1, Snapshot::Open(dir_, old));
+  const std::vector<uint64_t> steps = l1->CompleteSteps();
+  if (steps.empty()) return Status::Ok();  // nothing worth keeping: the declared layout it is
+  const AreaHeader* h = l1->header(steps.front());
+  layout_ = std::move(old);
+  l1_ = std::move(l1);
+  held_rank_ = h->rank;
+  held_world_ = h->world;
+  shards_stale_ = true;
+  RTFT_LOG(kWarn, kLogRuntime) << "protect: this process's snapshot is laid out for rank "
+                               << held_rank_ << " of " << held_world_
+                               << " ranks (restarted while the job shrank): kept for the shrink";
   return Status::Ok();
 }
 
@@ -149,6 +189,8 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
 
 Status ProtectorImpl::BeginStep(uint64_t step) {
   if (!train_) return Status::FailedPrecondition("Protector::Start() first");
+  if (shards_stale_)
+    return Status::Internal("the protected state is still laid out for the old world");
   RTFT_RETURN_IF_ERROR(JoinCapture());
   RTFT_RETURN_IF_ERROR(Aborted());
   if (!o_.enabled) {

@@ -82,6 +82,9 @@ class ProtectorImpl final : public Protector {
 
  private:
   Status Open();
+  Status AdoptOldLayout();
+  // For the shrink: every rank gets the old world's shard sizes (counts_) from one that has them.
+  Status ShareOldCounts(int old_world);
   Status BuildComms(uint64_t epoch);
   Status JoinCapture();
   void StopReplication();
@@ -144,6 +147,9 @@ class ProtectorImpl final : public Protector {
   uint64_t l3_pending_ = kNoStep;     // the L3 version whose copy out of L1 may be running
   bool in_step_ = false;
   bool paused_ = false;  // Pause(): steps begin without a snapshot
+  // AdoptOldLayout(): the sharded entries describe an old-world snapshot, not the application's
+  // memory, until the shrink lays the state out again.
+  bool shards_stale_ = false;
   std::thread capture_;
   Status capture_status_;
 

@@ -250,6 +250,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   // Every rank takes the same path, decided from what all published.
   for (const RankState& r : all)
     if (r.was_world > 0 && r.was_world != now.world_size) return Shrink(epoch, all, t0);
+  if (shards_stale_)
+    return Status::Internal("this rank's snapshot is laid out for another world than the job's");
   const RecoveryPlan plan = PlanRecovery(all, layout_.replicated_hash);
   info_.epoch = epoch;
   info_.agree_s = Since(t0);

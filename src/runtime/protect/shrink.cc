@@ -76,6 +76,7 @@ StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankS
   } else {
     plan.why = fresh;
   }
+  info_.epoch = epoch;
   info_.agree_s = Since(t0);
   RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << old_world << " to " << world
                                << " ranks (this rank was " << held_rank_ << ", is now " << now.rank
@@ -97,6 +98,7 @@ StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankS
   // Replicated tensors and objects from this survivor's own snapshot, then the shards.
   RTFT_RETURN_IF_ERROR(l1_->Restore(plan.step, /*sharded=*/false));
   FaultPoint("protect.transfer");
+  RTFT_RETURN_IF_ERROR(ShareOldCounts(old_world));
   RTFT_RETURN_IF_ERROR(Redistribute(plan, new_of_old, shards));
   info_.transfer_s = Since(t0);
   RTFT_RETURN_IF_ERROR(Relayout(shards));
@@ -208,8 +210,38 @@ Status ProtectorImpl::Redistribute(const RecoveryPlan& plan, const std::vector<i
   return Status::Ok();
 }
 
+Status ProtectorImpl::ShareOldCounts(int old_world) {
+  const size_t n = layout_.sharded.size();
+  int32_t have = static_cast<int32_t>(counts_.size()) == old_world ? 1 : 0;
+  for (const auto& row : counts_) have = have && row.size() == n;
+  Communicator* c = replicator_ ? replicator_->comm() : nullptr;
+  if (c == nullptr || c->world_size() == 1 || n == 0) {
+    if (have) return Status::Ok();
+    return Status::Internal("no shard sizes of the old world of " + std::to_string(old_world) +
+                            " ranks");
+  }
+  std::vector<int32_t> all(c->world_size());
+  RTFT_RETURN_IF_ERROR(c->AllGather(&have, all.data(), 1, DType::kInt32));
+  const auto src = std::find(all.begin(), all.end(), 1);
+  if (src == all.end()) return Status::DataLoss("no rank knows the old world's shard sizes");
+  if (std::find(all.begin(), all.end(), 0) == all.end()) return Status::Ok();  // all have them
+  std::vector<int64_t> flat(static_cast<size_t>(old_world) * n);
+  if (have)
+    for (int q = 0; q < old_world; ++q)
+      std::copy(counts_[q].begin(), counts_[q].end(), flat.begin() + q * n);
+  RTFT_RETURN_IF_ERROR(
+      c->Broadcast(flat.data(), flat.size(), DType::kInt64, static_cast<int>(src - all.begin())));
+  if (!have) {
+    counts_.assign(old_world, std::vector<int64_t>(n));
+    for (int q = 0; q < old_world; ++q)
+      std::copy(flat.begin() + q * n, flat.begin() + (q + 1) * n, counts_[q].begin());
+  }
+  return Status::Ok();
+}
+
 Status ProtectorImpl::Relayout(const std::vector<TensorDesc>& shards) {
   for (size_t i = 0; i < shards.size(); ++i) layout_.sharded[i].tensor = shards[i];
+  shards_stale_ = false;
   RTFT_RETURN_IF_ERROR(layout_.Finish(ObjectRoom()));
   RTFT_RETURN_IF_ERROR(l1_->Relayout(dir_, layout_));
   l2_->Clear();

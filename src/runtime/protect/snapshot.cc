@@ -1,5 +1,9 @@
 #include "runtime/protect/snapshot.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -11,7 +15,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 3;
+constexpr uint32_t kFormat = 4;
 // Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
 constexpr size_t kPiece = 64 * 1024;
 
@@ -22,7 +26,14 @@ struct FileHeader {
   uint32_t reserved;
   uint64_t layout_hash;
   uint64_t area_bytes;
+  // The bytes of each sharded tensor the file is laid out for (sharded_count 0: more than
+  // kMaxRecordedShards), so that a process restarted after its world shrank can open its old
+  // snapshot (Snapshot::Peek).
+  uint32_t sharded_count;
+  uint32_t reserved2;
+  uint64_t sharded_bytes[kMaxRecordedShards];
 };
+static_assert(sizeof(FileHeader) <= kAlign, "the file header fits its 4 KiB page");
 
 void HashMix(Xxh3Hasher* h, const std::string& s) {
   const uint64_t n = s.size();
@@ -130,9 +141,33 @@ StatusOr<std::unique_ptr<Snapshot>> Snapshot::Open(const std::string& dir, const
     fh->format = kFormat;
     fh->layout_hash = layout.hash;
     fh->area_bytes = s->area_bytes();
+    if (layout.sharded.size() <= kMaxRecordedShards) {
+      fh->sharded_count = static_cast<uint32_t>(layout.sharded.size());
+      for (size_t i = 0; i < layout.sharded.size(); ++i)
+        fh->sharded_bytes[i] = layout.sharded[i].bytes;
+    }
     fh->magic = kFileMagic;
   }
   return s;
+}
+
+std::optional<Snapshot::FileLayout> Snapshot::Peek(const std::string& dir) {
+  // Read only, through one descriptor: never a link, never a FIFO (O_NONBLOCK, then fstat).
+  const int fd = open((dir + "/l1").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  FileHeader fh{};
+  struct stat st {};
+  const bool read_ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       st.st_size >= static_cast<off_t>(kAlign) &&
+                       pread(fd, &fh, sizeof(fh), 0) == static_cast<ssize_t>(sizeof(fh));
+  close(fd);
+  if (!read_ok || fh.magic != kFileMagic || fh.format != kFormat ||
+      fh.sharded_count > kMaxRecordedShards)
+    return std::nullopt;
+  FileLayout out;
+  out.layout_hash = fh.layout_hash;
+  out.sharded_bytes.assign(fh.sharded_bytes, fh.sharded_bytes + fh.sharded_count);
+  return out;
 }
 
 Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {

@@ -17,6 +17,8 @@
 namespace rtft::protect {
 
 constexpr size_t kAlign = 4096;
+// The sharded tensors whose sizes an L1 file records (Snapshot::Peek).
+constexpr size_t kMaxRecordedShards = 256;
 inline size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 struct Entry {
@@ -68,6 +70,14 @@ class Snapshot {
  public:
   // Opens (or creates) <dir>/l1 for `layout`; complete areas of the same layout are kept.
   static StatusOr<std::unique_ptr<Snapshot>> Open(const std::string& dir, const Layout& layout);
+  // What the L1 file in `dir` is laid out for, read without changing it: its layout's hash and
+  // the bytes of each sharded tensor (empty when more than kMaxRecordedShards). nullopt when
+  // there is no L1 file of this format there.
+  struct FileLayout {
+    uint64_t layout_hash = 0;
+    std::vector<uint64_t> sharded_bytes;
+  };
+  static std::optional<FileLayout> Peek(const std::string& dir);
 
   // Steps whose snapshot is complete and checks out, newest first.
   std::vector<uint64_t> CompleteSteps() const;

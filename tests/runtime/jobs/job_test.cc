@@ -124,6 +124,35 @@ class ProtectJobTest : public ::testing::Test {
     EXPECT_GE(run.recoveries, active - 1) << what << ": no recovery happened\n" << run.output;
   }
 
+  // A run that shrank from 4 ranks to 3 (with L1 and L2) ends with the digest of a run of four
+  // ranks told to shrink at the step recovery rolled back to: four ranks to that step (its L3
+  // version), then three from there.
+  void ExpectShrunkLikeARunToldToShrink(const Run& run, const std::string& name) {
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        run.output, m, std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 source=l1 )")))
+        << run.output;
+    const std::string step = m[1];
+    ASSERT_GT(std::stoi(step), 0) << run.output;
+    const std::string ckpt = root_ + "/" + name + "-reference";
+    Run before = Start(
+        name + "-ref-4", 4, 0, "", 0,
+        {"--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt});
+    EXPECT_EQ(before.exit_code, 0) << before.output;
+    Run after = Start(name + "-ref-3", 3, 0, "", 0, {"--ckpt-dir", ckpt});
+    EXPECT_EQ(after.exit_code, 0) << after.output;
+    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
+              std::string::npos)
+        << after.output;
+    ASSERT_EQ(after.digests.size(), 3u) << after.output;
+    const std::string want = after.digests.begin()->second;
+    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
+    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
+    EXPECT_NE(want, Reference(4));
+  }
+
   std::string root_;
   std::map<int, std::string> reference_;
 };
@@ -257,39 +286,27 @@ TEST_F(ProtectJobTest, SparesExhaustedUnderFailEndsTheJobWithAnError) {
 
 TEST_F(ProtectJobTest, SparesExhaustedUnderShrinkGoOnWithFewerRanksAsARunToldToShrink) {
   // No spare: a slot is lost and the three survivors go on, renumbered, the optimizer shards
-  // redistributed from their snapshots and the lost rank's replica. The reference is a run of
-  // four ranks told to shrink at the step recovery rolled back to: four ranks to that step (its
-  // L3 version), then three from there.
+  // redistributed from their snapshots and the lost rank's replica.
   for (const auto& [lost, point] : std::vector<std::pair<int, std::string>>{
            {2, "protect.update@9"}, {3, "comm.gloo.ring_segment@40"}}) {
     SCOPED_TRACE(point);
     const std::string name = "shrink-" + std::to_string(lost);
     Run run = Start(name, 4, 0, std::to_string(lost) + ":" + point + ":hang", 1, {},
                     {"--on-spares-exhausted", "shrink"});
-    EXPECT_EQ(run.exit_code, 0) << run.output;
-    ASSERT_EQ(run.digests.size(), 3u) << run.output;
-    std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(run.output, m, std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 )")))
-        << run.output;
-    const std::string step = m[1];
-    ASSERT_GT(std::stoi(step), 0) << run.output;
-    const std::string ckpt = root_ + "/" + name + "-reference";
-    Run before = Start(
-        name + "-ref-4", 4, 0, "", 0,
-        {"--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt});
-    EXPECT_EQ(before.exit_code, 0) << before.output;
-    Run after = Start(name + "-ref-3", 3, 0, "", 0, {"--ckpt-dir", ckpt});
-    EXPECT_EQ(after.exit_code, 0) << after.output;
-    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
-              std::string::npos)
-        << after.output;
-    ASSERT_EQ(after.digests.size(), 3u) << after.output;
-    const std::string want = after.digests.begin()->second;
-    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
-    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
-    EXPECT_NE(want, Reference(4));
+    ExpectShrunkLikeARunToldToShrink(run, name);
   }
+}
+
+TEST_F(ProtectJobTest, AProcessCrashedDuringAShrinkTakesPartInItFromItsOwnSnapshot) {
+  // Rank 2's slot is lost (no spare); in the middle of the shrink that follows, rank 1's process
+  // crashes and is restarted on its slot. Its snapshot is still laid out for the old world: it is
+  // kept, and the shrink completes from L1 and L2 (no L3 here), identical to a run told to shrink.
+  const std::string name = "shrink-crash";
+  Run run = Start(name, 4, 0, "2:protect.update@9:hang,1:protect.transfer@1:kill", 1, {},
+                  {"--on-spares-exhausted", "shrink"});
+  EXPECT_NE(run.output.find("role=restarted rank=1 world=3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("kept for the shrink"), std::string::npos) << run.output;
+  ExpectShrunkLikeARunToldToShrink(run, name);
 }
 
 TEST_F(ProtectJobTest, AShrinkThatLostNeighboursFallsBackToL3WithFewerRanks) {
