@@ -151,6 +151,9 @@ Status ProtectorImpl::AdoptOldLayout() {
   const std::vector<uint64_t> steps = l1->CompleteSteps();
   if (steps.empty()) return Status::Ok();  // nothing worth keeping: the declared layout it is
   const AreaHeader* h = l1->header(steps.front());
+  // Only a world that changed explains another layout; anything else starts over, as before.
+  if (h->world <= 0 || h->rank < 0 || h->rank >= h->world || h->world == rt_->current().world_size)
+    return Status::Ok();
   layout_ = std::move(old);
   l1_ = std::move(l1);
   held_rank_ = h->rank;
