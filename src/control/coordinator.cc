@@ -150,6 +150,8 @@ void CoordinatorImpl::Tick(SteadyClock::time_point now) {
 }
 
 void CoordinatorImpl::Apply(const Decision& d) {
+  // membership() shows the new epoch before any agent can hear of it.
+  Publish();
   if (d.event) {
     const auto declared = SteadyClock::now();
     RTFT_LOG(kWarn, kLogCtrl) << "epoch " << d.event->membership.epoch << ": "
@@ -165,7 +167,6 @@ void CoordinatorImpl::Apply(const Decision& d) {
       stats_.epoch_sent_at = SteadyClock::now();
     }
   }
-  Publish();
   if (d.job_exit_code) {
     RTFT_LOG(kInfo, kLogCtrl) << "job over, exit code " << *d.job_exit_code;
     std::lock_guard<std::mutex> lock(mu_);
