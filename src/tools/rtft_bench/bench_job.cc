@@ -209,21 +209,23 @@ int BenchJob::FaultSlot() const {
   return -1;
 }
 
+std::vector<std::string> DpLaunchArgs(int slots, const std::string& dp_launch,
+                                      const std::vector<std::string>& dp_args) {
+  std::vector<std::string> a = {
+      "mpirun", "--bind-to",           "none",   "--oversubscribe", "--enable-recovery",
+      "-np",    std::to_string(slots), dp_launch};
+  a.insert(a.end(), dp_args.begin(), dp_args.end());
+  a.push_back("--");
+  return a;
+}
+
 std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra) {
-  std::vector<std::string> a = {"mpirun",
-                                "--bind-to",
-                                "none",
-                                "--oversubscribe",
-                                "--enable-recovery",
-                                "-np",
-                                std::to_string(ranks + 1),
-                                NextToSelf("dp-launch"),
-                                "--spares",
-                                "1"};
-  a.insert(a.end(), dp_extra.begin(), dp_extra.end());
-  a.insert(a.end(), {"--", NextToSelf("rtft-train"), "--hidden", std::to_string(hidden), "--batch",
+  std::vector<std::string> dp = {"--spares", "1"};
+  dp.insert(dp.end(), dp_extra.begin(), dp_extra.end());
+  std::vector<std::string> a = DpLaunchArgs(ranks + 1, NextToSelf("dp-launch"), dp);
+  a.insert(a.end(), {NextToSelf("rtft-train"), "--hidden", std::to_string(hidden), "--batch",
                      std::to_string(batch)});
   a.insert(a.end(), train_extra.begin(), train_extra.end());
   return a;

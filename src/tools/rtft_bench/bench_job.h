@@ -40,6 +40,10 @@ pid_t AgentOf(pid_t pid);
 // The dp-launch of `slot` of the job marked `marker`.
 pid_t SlotAgent(const std::string& marker, int slot);
 
+// `mpirun --bind-to none --oversubscribe --enable-recovery -np SLOTS DP_LAUNCH DP_ARGS... --`:
+// the start of every benchmark job's command; the application and its arguments follow.
+std::vector<std::string> DpLaunchArgs(int slots, const std::string& dp_launch,
+                                      const std::vector<std::string>& dp_args);
 // The `mpirun --enable-recovery -np ranks+1 dp-launch --spares 1 -- rtft-train ...` command of
 // the protect and recovery benchmarks, `dp_extra` before `--`, `train_extra` after the
 // trainer's --hidden and --batch.

@@ -83,35 +83,13 @@ class CommCommand final : public BenchCommand {
 std::vector<std::string> CommCommand::JobArgs(int slots, int spares, const std::string& mode,
                                               const std::string& dir,
                                               const std::string& bytes) const {
-  std::vector<std::string> a = {"mpirun",
-                                "--bind-to",
-                                "none",
-                                "--oversubscribe",
-                                "--enable-recovery",
-                                "-np",
-                                std::to_string(slots),
-                                dp_launch_,
-                                "--spares",
-                                std::to_string(spares),
-                                "--heartbeat-ms",
-                                "50",
-                                "--heartbeat-timeout-ms",
-                                std::to_string(heartbeat_timeout_ms_),
-                                "--",
-                                SelfPath(),
-                                "comm",
-                                "--worker",
-                                mode,
-                                "--backend",
-                                backend_,
-                                "--bytes",
-                                bytes,
-                                "--rounds",
-                                std::to_string(rounds_),
-                                "--gpus",
-                                std::to_string(gpus_),
-                                "--dir",
-                                dir};
+  std::vector<std::string> a =
+      DpLaunchArgs(slots, dp_launch_,
+                   {"--spares", std::to_string(spares), "--heartbeat-ms", "50",
+                    "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_)});
+  a.insert(a.end(),
+           {SelfPath(), "comm", "--worker", mode, "--backend", backend_, "--bytes", bytes,
+            "--rounds", std::to_string(rounds_), "--gpus", std::to_string(gpus_), "--dir", dir});
   return a;
 }
 

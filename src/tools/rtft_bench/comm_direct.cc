@@ -94,6 +94,44 @@ class GlooDirect final : public DirectAllReduce {
 #endif
 
 #if RTFT_WITH_NCCL
+long long WallUs() {
+  timeval tv{};
+  gettimeofday(&tv, nullptr);
+  return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
+}
+
+// Polls a non-blocking communicator until it leaves ncclInProgress (or `stop` says to give up).
+ncclResult_t Settle(
+    ncclComm_t comm, const std::function<bool()>& stop = [] { return false; }) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) return rc;
+    if (state != ncclInProgress) return state;
+    if (stop()) return ncclInProgress;
+    std::this_thread::yield();
+  }
+}
+
+Status NcclError(const char* what, ncclResult_t rc) {
+  return Status::Aborted(std::string(what) + ": " + ncclGetErrorString(rc));
+}
+
+// Rank 0 draws the unique id and puts it under `prefix`id; the others wait for it (60 s).
+StatusOr<ncclUniqueId> ShareNcclId(int rank, CommStore* store, const std::string& prefix) {
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclGetUniqueId(&id) != ncclSuccess) return Status::Unavailable("ncclGetUniqueId");
+    RTFT_RETURN_IF_ERROR(store->Put(prefix + "id", std::string(id.internal, sizeof(id.internal))));
+    return id;
+  }
+  RTFT_ASSIGN_OR_RETURN(std::string v,
+                        store->Get(prefix + "id", CommClock::now() + milliseconds(60000)));
+  if (v.size() != sizeof(id.internal)) return Status::DataLoss("bad NCCL id");
+  std::memcpy(id.internal, v.data(), sizeof(id.internal));
+  return id;
+}
+
 class NcclDirect final : public DirectAllReduce {
  public:
   ~NcclDirect() override {
@@ -107,17 +145,7 @@ class NcclDirect final : public DirectAllReduce {
     if (cudaSetDevice(device) != cudaSuccess) return Status::Unavailable("cudaSetDevice");
     if (cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) != cudaSuccess)
       return Status::Unavailable("cudaStreamCreate");
-    ncclUniqueId id;
-    if (rank == 0) {
-      if (ncclGetUniqueId(&id) != ncclSuccess) return Status::Unavailable("ncclGetUniqueId");
-      RTFT_RETURN_IF_ERROR(
-          store->Put(prefix + "id", std::string(id.internal, sizeof(id.internal))));
-    } else {
-      RTFT_ASSIGN_OR_RETURN(std::string v,
-                            store->Get(prefix + "id", CommClock::now() + milliseconds(60000)));
-      if (v.size() != sizeof(id.internal)) return Status::DataLoss("bad NCCL id");
-      std::memcpy(id.internal, v.data(), sizeof(id.internal));
-    }
+    RTFT_ASSIGN_OR_RETURN(const ncclUniqueId id, ShareNcclId(rank, store, prefix));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = nonblocking_ ? 0 : 1;
     const ncclResult_t rc = ncclCommInitRankConfig(&comm_, world, id, rank, &config);
@@ -136,17 +164,7 @@ class NcclDirect final : public DirectAllReduce {
   }
 
  private:
-  // Polls a non-blocking communicator until its last call left ncclInProgress.
-  ncclResult_t Settled() {
-    while (nonblocking_) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-      if (rc != ncclSuccess) return rc;
-      if (state != ncclInProgress) return state;
-      std::this_thread::yield();
-    }
-    return ncclSuccess;
-  }
+  ncclResult_t Settled() { return nonblocking_ ? Settle(comm_) : ncclSuccess; }
 
   const bool nonblocking_;
   ncclComm_t comm_ = nullptr;
@@ -178,32 +196,6 @@ StatusOr<std::unique_ptr<DirectAllReduce>> NewDirectAllReduce(CommBackend backen
 }
 
 #if RTFT_WITH_NCCL
-namespace {
-
-long long WallUs() {
-  timeval tv{};
-  gettimeofday(&tv, nullptr);
-  return static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec;
-}
-
-// Polls a non-blocking communicator until it leaves ncclInProgress (or `stop` says to give up).
-ncclResult_t Settle(ncclComm_t comm, const std::function<bool()>& stop) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-    if (rc != ncclSuccess) return rc;
-    if (state != ncclInProgress) return state;
-    if (stop()) return ncclInProgress;
-    std::this_thread::yield();
-  }
-}
-
-Status NcclError(const char* what, ncclResult_t rc) {
-  return Status::Aborted(std::string(what) + ": " + ncclGetErrorString(rc));
-}
-
-}  // namespace
-
 Status NcclShrinkProbe(int rank, int world, int victim, size_t bytes, bool revoke, CommStore* store,
                        const std::string& prefix, int device,
                        const std::atomic<long long>& event_us,
@@ -218,23 +210,13 @@ Status NcclShrinkProbe(int rank, int world, int victim, size_t bytes, bool revok
     return Status::ResourceExhausted("cudaMalloc");
   std::vector<float> ones(count, 1.0f);
   cudaMemcpy(send, ones.data(), count * 4, cudaMemcpyHostToDevice);
-  ncclUniqueId id;
-  if (rank == 0) {
-    if (ncclGetUniqueId(&id) != ncclSuccess) return Status::Unavailable("ncclGetUniqueId");
-    RTFT_RETURN_IF_ERROR(store->Put(prefix + "id", std::string(id.internal, sizeof(id.internal))));
-  } else {
-    RTFT_ASSIGN_OR_RETURN(std::string v,
-                          store->Get(prefix + "id", CommClock::now() + milliseconds(60000)));
-    if (v.size() != sizeof(id.internal)) return Status::DataLoss("bad NCCL id");
-    std::memcpy(id.internal, v.data(), sizeof(id.internal));
-  }
+  RTFT_ASSIGN_OR_RETURN(const ncclUniqueId id, ShareNcclId(rank, store, prefix));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t rc = ncclCommInitRankConfig(&comm, world, id, rank, &config);
   if (rc != ncclSuccess && rc != ncclInProgress) return NcclError("ncclCommInitRankConfig", rc);
-  auto never = [] { return false; };
-  if ((rc = Settle(comm, never)) != ncclSuccess) return NcclError("init", rc);
+  if ((rc = Settle(comm)) != ncclSuccess) return NcclError("init", rc);
   auto failed = [&] { return event_us.load() != 0; };
   // All-reduces until the victim's slot is lost: the survivors' last one never completes.
   for (int i = 0; !failed(); ++i) {
@@ -253,7 +235,7 @@ Status NcclShrinkProbe(int rank, int world, int victim, size_t bytes, bool revok
     rc = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
     if (rc != ncclSuccess && rc != ncclInProgress) return NcclError("ncclCommRevoke", rc);
   }
-  rc = Settle(comm, never);
+  rc = Settle(comm);
   const long long revoked = WallUs();
   if (rc != ncclSuccess) return NcclError("waiting for the revoke", rc);
   int exclude[] = {victim};
@@ -264,15 +246,15 @@ Status NcclShrinkProbe(int rank, int world, int victim, size_t bytes, bool revok
                       revoke ? NCCL_SHRINK_DEFAULT : NCCL_SHRINK_ABORT);
   if (rc != ncclSuccess && rc != ncclInProgress) return NcclError("ncclCommShrink", rc);
   // A non-blocking shrink may hand out the new communicator only once the parent is settled.
-  if ((rc = Settle(comm, never)) != ncclSuccess) return NcclError("shrinking (parent)", rc);
+  if ((rc = Settle(comm)) != ncclSuccess) return NcclError("shrinking (parent)", rc);
   if (shrunk == nullptr) return Status::Internal("ncclCommShrink gave no communicator");
-  if ((rc = Settle(shrunk, never)) != ncclSuccess) return NcclError("waiting for the shrink", rc);
+  if ((rc = Settle(shrunk)) != ncclSuccess) return NcclError("waiting for the shrink", rc);
   const long long ready = WallUs();
   int new_world = 0;
   ncclCommCount(shrunk, &new_world);
   rc = ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, shrunk, stream);
   if (rc != ncclSuccess && rc != ncclInProgress) return NcclError("ncclAllReduce (shrunk)", rc);
-  if ((rc = Settle(shrunk, never)) != ncclSuccess) return NcclError("all-reduce (shrunk)", rc);
+  if ((rc = Settle(shrunk)) != ncclSuccess) return NcclError("all-reduce (shrunk)", rc);
   if (cudaStreamSynchronize(stream) != cudaSuccess) return Status::Aborted("stream");
   const long long checked = WallUs();
   float first = 0;

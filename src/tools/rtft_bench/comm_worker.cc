@@ -140,41 +140,29 @@ Status Bandwidth(const CommWorkerOptions& o, Runtime& rt, Communicator& comm, Sl
       RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
       RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count, 1));
     }
-    auto timed = [&](const std::function<Status()>& run, std::vector<double>* per_call) {
+    // One path, `run(times)` being `times` calls and one wait: streamed, then synchronized, each
+    // after a barrier, as seconds per call.
+    auto measure = [&](const std::function<Status(int)>& run, std::vector<double>* streamed,
+                       std::vector<double>* synchronized) -> Status {
       RTFT_RETURN_IF_ERROR(comm.Barrier(CallOptions{}));
-      const auto t0 = Clock::now();
-      RTFT_RETURN_IF_ERROR(run());
-      per_call->push_back(SecondsSince(t0) / iters);
+      auto t0 = Clock::now();
+      RTFT_RETURN_IF_ERROR(run(iters));
+      streamed->push_back(SecondsSince(t0) / iters);
+      RTFT_RETURN_IF_ERROR(comm.Barrier(CallOptions{}));
+      t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) RTFT_RETURN_IF_ERROR(run(1));
+      synchronized->push_back(SecondsSince(t0) / iters);
       return Status::Ok();
     };
     for (int round = 0; round < o.rounds; ++round) {
-      RTFT_RETURN_IF_ERROR(timed([&] { return RtftAllReduce(comm, b, count, iters); }, &rtft_s));
       RTFT_RETURN_IF_ERROR(
-          timed([&] { return direct->Run(b.send(), b.recv(), count, iters); }, &direct_s));
-      RTFT_RETURN_IF_ERROR(timed(
-          [&] {
-            for (int i = 0; i < iters; ++i) RTFT_RETURN_IF_ERROR(RtftAllReduce(comm, b, count));
-            return Status::Ok();
-          },
-          &rtft_sync_s));
-      RTFT_RETURN_IF_ERROR(timed(
-          [&] {
-            for (int i = 0; i < iters; ++i)
-              RTFT_RETURN_IF_ERROR(direct->Run(b.send(), b.recv(), count, 1));
-            return Status::Ok();
-          },
-          &direct_sync_s));
-      if (direct_nb) {
+          measure([&](int t) { return RtftAllReduce(comm, b, count, t); }, &rtft_s, &rtft_sync_s));
+      RTFT_RETURN_IF_ERROR(measure([&](int t) { return direct->Run(b.send(), b.recv(), count, t); },
+                                   &direct_s, &direct_sync_s));
+      if (direct_nb)
         RTFT_RETURN_IF_ERROR(
-            timed([&] { return direct_nb->Run(b.send(), b.recv(), count, iters); }, &nb_s));
-        RTFT_RETURN_IF_ERROR(timed(
-            [&] {
-              for (int i = 0; i < iters; ++i)
-                RTFT_RETURN_IF_ERROR(direct_nb->Run(b.send(), b.recv(), count, 1));
-              return Status::Ok();
-            },
-            &nb_sync_s));
-      }
+            measure([&](int t) { return direct_nb->Run(b.send(), b.recv(), count, t); }, &nb_s,
+                    &nb_sync_s));
     }
     if (me.rank == 0) {
       char line[400];

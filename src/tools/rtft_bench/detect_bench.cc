@@ -1,5 +1,7 @@
 #include "tools/rtft_bench/detect_bench.h"
 
+#include "tools/rtft_bench/bench_job.h"
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -131,22 +133,11 @@ class BenchJob {
   }
 
   Status Start() {
-    std::vector<std::string> args = {"mpirun",
-                                     "--bind-to",
-                                     "none",
-                                     "--oversubscribe",
-                                     "--enable-recovery",
-                                     "-np",
-                                     std::to_string(slots_),
-                                     o_.dp_launch,
-                                     "--spares",
-                                     "1",
-                                     "--heartbeat-ms",
-                                     std::to_string(o_.heartbeat_ms),
-                                     "--heartbeat-timeout-ms",
-                                     std::to_string(o_.heartbeat_timeout_ms),
-                                     "--",
-                                     o_.app};
+    std::vector<std::string> args =
+        DpLaunchArgs(slots_, o_.dp_launch,
+                     {"--spares", "1", "--heartbeat-ms", std::to_string(o_.heartbeat_ms),
+                      "--heartbeat-timeout-ms", std::to_string(o_.heartbeat_timeout_ms)});
+    args.push_back(o_.app);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
