@@ -196,22 +196,16 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
     return Status::Internal("the protected state is still laid out for the old world");
   RTFT_RETURN_IF_ERROR(JoinCapture());
   RTFT_RETURN_IF_ERROR(Aborted());
-  if (!o_.enabled) {
-    step_ = step;
-    return Status::Ok();
-  }
   // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
   // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
   // The first step of a pause waits too: the replica of the last protected step is then sealed
-  // before the state changes, and its cost stays with the protected steps.
+  // before the state changes, and its cost stays with the protected steps. (Without protection
+  // there is no replicator.)
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
-  if (paused_) {
-    step_ = step;
-    return Status::Ok();
-  }
+  step_ = step;
+  if (!o_.enabled || paused_) return Status::Ok();
   RTFT_RETURN_IF_ERROR(WaitL3Area(step));
   FaultPoint("protect.capture");
-  step_ = step;
   in_step_ = true;
   capture_status_ = Status::Ok();
   // Right after a recovery the snapshot of this step is the state itself: capturing it again
