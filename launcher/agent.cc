@@ -13,8 +13,8 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "control/guarded.h"
 #include "core/logging.h"
+#include "core/thread.h"
 #include "launcher/job_end.h"
 
 namespace rtft::launch {
@@ -56,8 +56,8 @@ Agent::~Agent() {
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.stop = true;
   }
-  if (coordinator_listener_.joinable()) coordinator_listener_.join();
-  if (link_listener_.joinable()) link_listener_.join();
+  coordinator_listener_.Join();
+  link_listener_.Join();
   SetForwardedChild(0);
   app_ = App();  // kills a child still running
   link_.reset();
@@ -129,18 +129,22 @@ Status Agent::OpenLink() {
   RTFT_ASSIGN_OR_RETURN(link_dir_, control::MakeLocalLinkDir());
   RTFT_ASSIGN_OR_RETURN(link_, control::LocalServer::Bind(link_dir_ + "/link"));
   // A listener that fails (an exception, the link's own thread gone) ends the slot with its
-  // error instead of the process (control/guarded.h).
-  auto guarded = [this](const char* what, void (Agent::*listen)()) {
-    return std::thread([this, what, listen] {
-      Status s = control::RunGuarded(what, [this, listen] { (this->*listen)(); });
+  // error instead of the process (core/thread.h).
+  auto guarded = [this](const char* name, const char* what, void (Agent::*listen)()) {
+    return Thread::Start(name, [this, what, listen] {
+      Status s = RunGuarded(what, [this, listen] { (this->*listen)(); });
       if (s.ok()) return;
       std::lock_guard<std::mutex> lock(inbox_.mu);
       if (!inbox_.failed) inbox_.failed = s;
       inbox_.cv.notify_all();
     });
   };
-  coordinator_listener_ = guarded("the agent's coordinator listener", &Agent::ListenCoordinator);
-  link_listener_ = guarded("the agent's application listener", &Agent::ListenLink);
+  RTFT_ASSIGN_OR_RETURN(
+      coordinator_listener_,
+      guarded("rtft-agent-coord", "the agent's coordinator listener", &Agent::ListenCoordinator));
+  RTFT_ASSIGN_OR_RETURN(
+      link_listener_,
+      guarded("rtft-agent-link", "the agent's application listener", &Agent::ListenLink));
   return Status::Ok();
 }
 

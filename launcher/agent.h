@@ -21,6 +21,7 @@
 
 #include "control/agent_client.h"
 #include "control/local_link.h"
+#include "core/thread.h"
 #include "launcher/bootstrap.h"
 #include "launcher/child_process.h"
 #include "launcher/launch_options.h"
@@ -127,7 +128,7 @@ class Agent {
   std::string link_dir_;
   std::string shm_dir_;  // RTFT_SHM_DIR of the application (empty: no /dev/shm here)
   Inbox inbox_;
-  std::thread coordinator_listener_, link_listener_;
+  Thread coordinator_listener_, link_listener_;
   control::Assignment assignment_;
   App app_;
   AppState state_ = AppState::kNone;

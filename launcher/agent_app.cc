@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "core/logging.h"
+#include "core/params.h"
 #include "launcher/agent.h"
 #include "launcher/job_end.h"
-#include "runtime/app_env.h"
 
 namespace rtft::launch {
 namespace {
@@ -45,14 +45,21 @@ ChildSpec Agent::AppSpec() {
   if (config_.launcher != LauncherKind::kNone)
     spec.stop_limit = config_.slot == 0 ? coordinator_timeout_ : config_.options.heartbeat_timeout;
 
-  spec.env = {{runtime::kEnvAgentSocket, link_->path()},
-              {runtime::kEnvRank, std::to_string(assignment_.rank)},
-              {runtime::kEnvWorldSize, std::to_string(assignment_.world_size)},
-              {runtime::kEnvEpoch, std::to_string(assignment_.epoch)},
-              {runtime::kEnvSlot, std::to_string(config_.slot)},
-              {runtime::kEnvRole, RoleEnvName(assignment_.role)},
-              {runtime::kEnvRestartCount, std::to_string(starts_)}};
-  if (!shm_dir_.empty()) spec.env.emplace_back(runtime::kEnvShmDir, shm_dir_);
+  auto env = [](Param p, std::string value) {
+    return std::make_pair(std::string(GetParamInfo(p).env), std::move(value));
+  };
+  spec.env = {env(Param::kAgentSocket, link_->path()),
+              env(Param::kRank, std::to_string(assignment_.rank)),
+              env(Param::kWorldSize, std::to_string(assignment_.world_size)),
+              env(Param::kEpoch, std::to_string(assignment_.epoch)),
+              env(Param::kSlot, std::to_string(config_.slot)),
+              env(Param::kRole, RoleEnvName(assignment_.role)),
+              env(Param::kRestartCount, std::to_string(starts_))};
+  if (!shm_dir_.empty()) spec.env.push_back(env(Param::kShmDir, shm_dir_));
+  // NCCL's reductions are bitwise reproducible with one algorithm and protocol only; NCCL reads
+  // them once, at its first communicator, so they go in before exec (docs/comm.md,
+  // "Deterministic results"). A value the user set is kept.
+  spec.env_defaults = {{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}};
   return spec;
 }
 

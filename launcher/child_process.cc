@@ -13,8 +13,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "control/guarded.h"
 #include "core/logging.h"
+#include "core/thread.h"
 #include "launcher/keeper_launch.h"
 
 extern char** environ;
@@ -36,17 +36,26 @@ bool IsLauncherVariable(const char* entry) {
   return false;
 }
 
+bool Names(const char* entry, const std::string& name) {
+  return std::strncmp(entry, name.c_str(), name.size()) == 0 && entry[name.size()] == '=';
+}
+
 std::vector<std::string> BuildEnvironment(const ChildSpec& spec) {
   std::vector<std::string> env;
+  std::vector<bool> given(spec.env_defaults.size(), false);
   for (char** e = environ; *e; ++e) {
     if (IsLauncherVariable(*e)) continue;
     bool replaced = false;
-    for (const auto& [name, value] : spec.env)
-      if (std::strncmp(*e, name.c_str(), name.size()) == 0 && (*e)[name.size()] == '=')
-        replaced = true;
+    for (const auto& [name, value] : spec.env) replaced = replaced || Names(*e, name);
+    for (size_t i = 0; i < given.size(); ++i) {
+      const std::string& name = spec.env_defaults[i].first;
+      if (Names(*e, name) && (*e)[name.size() + 1] != '\0') given[i] = true;
+    }
     if (!replaced) env.emplace_back(*e);
   }
   for (const auto& [name, value] : spec.env) env.push_back(name + "=" + value);
+  for (size_t i = 0; i < given.size(); ++i)
+    if (!given[i]) env.push_back(spec.env_defaults[i].first + "=" + spec.env_defaults[i].second);
   return env;
 }
 
@@ -155,7 +164,12 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spe
     child->proc_note_ = std::move(started->proc_note);
     child->status_fd_ = started->status_fd;
     child->on_exit_ = std::move(on_exit);
-    child->reaper_ = std::thread([c = child.get()] { c->Reap(); });
+    auto reaper = Thread::Start("rtft-reaper", [c = child.get()] { c->Reap(); });
+    if (!reaper.ok()) {
+      child->Kill();
+      return reaper.status();
+    }
+    child->reaper_ = std::move(*reaper);
     return child;
   }
   return refused;
@@ -189,7 +203,7 @@ void ChildProcess::Exited(int wait_status) {
   exit_.wait_status = wait_status;
   exit_.at = Clock::now();
   done_.store(true, std::memory_order_release);
-  if (on_exit_) (void)control::RunGuarded("the application's reaper", on_exit_);
+  if (on_exit_) (void)RunGuarded("the application's reaper", on_exit_);
 }
 
 std::optional<ChildExit> ChildProcess::exited() const {
@@ -235,7 +249,7 @@ ChildProcess::~ChildProcess() {
     }
     if (!done_.load(std::memory_order_acquire)) ::kill(keeper_, SIGKILL);
   }
-  if (reaper_.joinable()) reaper_.join();
+  reaper_.Join();
   if (status_fd_ >= 0) ::close(status_fd_);
 }
 

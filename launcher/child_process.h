@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/thread.h"
 #include "launcher/executable.h"
 #include "launcher/keeper.h"
 #include "rtft/status.h"
@@ -38,6 +39,8 @@ struct ChildSpec {
   std::vector<std::string> argv;
   // Set on top of the agent's environment (minus the MPI launcher's variables).
   std::vector<std::pair<std::string, std::string>> env;
+  // Set only where the agent's environment leaves them unset or empty.
+  std::vector<std::pair<std::string, std::string>> env_defaults;
   IsolationPolicy isolation = IsolationPolicy::kAuto;
   // The agent stopped (SIGSTOP) this long: the keeper ends the tree and SIGKILLs the agent
   // (0: never). A stopped process cannot end itself, and its slot is replaced meanwhile.
@@ -92,7 +95,7 @@ class ChildProcess {
   std::atomic<bool> done_{false};
   ChildExit exit_;
   std::function<void()> on_exit_;
-  std::thread reaper_;
+  Thread reaper_;
 };
 
 }  // namespace rtft::launch

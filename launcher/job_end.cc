@@ -94,11 +94,19 @@ void JobEndReport::Print(int code) const {
 }
 
 BootstrapWatchdog::BootstrapWatchdog(std::chrono::seconds limit, const JobEndReport& report)
-    : limit_(limit), report_(report), thread_([this] { Run(); }) {}
+    : limit_(limit), report_(report) {
+  auto thread = Thread::Start("rtft-boot-watch", [this] { Run(); });
+  if (thread.ok()) {
+    thread_ = std::move(*thread);
+  } else {
+    std::fprintf(stderr, "dp-launch: the bootstrap runs without its deadline: %s\n",
+                 thread.status().ToString().c_str());
+  }
+}
 
 BootstrapWatchdog::~BootstrapWatchdog() {
   Disarm();
-  if (thread_.joinable()) thread_.join();
+  thread_.Join();
 }
 
 void BootstrapWatchdog::Disarm() {

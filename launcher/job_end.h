@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "core/thread.h"
 #include "rtft/status.h"
 
 namespace rtft::launch {
@@ -60,7 +61,7 @@ class BootstrapWatchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool disarmed_ = false;
-  std::thread thread_;
+  Thread thread_;
 };
 
 }  // namespace rtft::launch

@@ -190,7 +190,7 @@ int Trainer::Run() {
       if (colon == std::string::npos || std::atoi(item.c_str()) != me.rank) continue;
       mine += (mine.empty() ? "" : ",") + item.substr(colon + 1);
     }
-    if (!mine.empty()) setenv("RTFT_FAULT", mine.c_str(), 1);
+    if (!mine.empty()) rtft::ArmFaults(mine.c_str());
   }
   const size_t n = shape_.params();
   params_.resize(n);

@@ -52,11 +52,19 @@ struct RuntimeOptions {
   std::chrono::milliseconds connect_timeout{10000};
 };
 
+// Waits for rt-ft's own threads that outlive their objects (an NCCL communicator's abort, which
+// waits up to a second for a dead peer) to end. Runtime's destructor calls it; a program that
+// uses rt-ft without a Runtime (communicators or the checkpoint engine alone) calls it before
+// returning from main(), so that no such thread is inside NCCL or CUDA when their exit handlers
+// run. Safe to call more than once.
+RTFT_EXPORT void Shutdown();
+
 class RTFT_EXPORT Runtime {
  public:
   // Under dp-launch (RTFT_AGENT_SOCKET set): attaches to the agent and returns once this process
   // has a logical rank. Otherwise: a standalone runtime, rank 0 of 1.
   static StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options = {});
+  // Calls rtft::Shutdown() last.
   virtual ~Runtime();
 
   // The process's place when Create() returned.

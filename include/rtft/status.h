@@ -37,10 +37,15 @@ enum class StatusCode : int {
   // be retried: the application calls Runtime::ReportDeviceError() (or lets the step API do it),
   // which retires the slot and lets a spare take its rank, and then exits.
   kDeviceLost = 15,
+  // Not a failure of this process: the job is ending (no spare was left under
+  // `--on-spares-exhausted checkpoint-and-exit`, or dp-launch was told to stop). Recover() returns
+  // it once the checkpoint the job asked for is written; the application exits 0. Protector::Run()
+  // returns it as RunOutcome::kShutdown instead.
+  kShutdown = 16,
 };
 // The highest code: whoever decodes a code sent by another process accepts 0..kLastStatusCode
 // (a test fails when a code is added after it).
-inline constexpr StatusCode kLastStatusCode = StatusCode::kDeviceLost;
+inline constexpr StatusCode kLastStatusCode = StatusCode::kShutdown;
 
 RTFT_EXPORT const char* StatusCodeName(StatusCode code);
 
@@ -79,6 +84,7 @@ class [[nodiscard]] RTFT_EXPORT Status {
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
   static Status DeviceLost(std::string msg) { return {StatusCode::kDeviceLost, std::move(msg)}; }
+  static Status Shutdown(std::string msg) { return {StatusCode::kShutdown, std::move(msg)}; }
   // Maps an errno value to the code that tells the caller what to do about it.
   static Status FromErrno(int err, const std::string& context);
 
@@ -99,6 +105,14 @@ class [[nodiscard]] RTFT_EXPORT Status {
 
 inline std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
 
+namespace internal {
+// Ends the process: a StatusOr's value was taken while it held `status` (a bug of the caller).
+// Prints the status and where the value was asked for (`file`:`line`, or the caller's address when
+// the operators * and -> were used: operators cannot take the caller's position).
+[[noreturn]] RTFT_EXPORT void StatusOrValueMissing(const Status& status, const char* file, int line,
+                                                   const void* caller) noexcept;
+}  // namespace internal
+
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -115,16 +129,47 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // The value. On an error status the process ends with that status and the caller's file and
+  // line, in every build: check ok() first wherever an error is possible.
+  T& value(const char* file = __builtin_FILE(), int line = __builtin_LINE()) & {
+    Check(file, line, nullptr);
+    return *value_;
+  }
+  const T& value(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const& {
+    Check(file, line, nullptr);
+    return *value_;
+  }
+  T&& value(const char* file = __builtin_FILE(), int line = __builtin_LINE()) && {
+    Check(file, line, nullptr);
+    return std::move(*value_);
+  }
+  T& operator*() & {
+    Check(nullptr, 0, __builtin_return_address(0));
+    return *value_;
+  }
+  const T& operator*() const& {
+    Check(nullptr, 0, __builtin_return_address(0));
+    return *value_;
+  }
+  T&& operator*() && {
+    Check(nullptr, 0, __builtin_return_address(0));
+    return std::move(*value_);
+  }
+  T* operator->() {
+    Check(nullptr, 0, __builtin_return_address(0));
+    return &*value_;
+  }
+  const T* operator->() const {
+    Check(nullptr, 0, __builtin_return_address(0));
+    return &*value_;
+  }
 
  private:
+  void Check(const char* file, int line, const void* caller) const {
+    if (__builtin_expect(!value_.has_value(), 0))
+      internal::StatusOrValueMissing(status_, file, line, caller);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

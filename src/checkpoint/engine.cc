@@ -131,14 +131,25 @@ Engine::Engine(CheckpointOptions options, std::unique_ptr<IoBackend> io,
     : options_(std::move(options)), io_(std::move(io)), pool_(std::move(pool)) {}
 
 Status Engine::Start() {
-  capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads);
-  capture_thread_ = std::thread([this] { RunLoop("capture thread", &Engine::CaptureLoop); });
-  completion_thread_ =
-      std::thread([this] { RunLoop("completion thread", &Engine::CompletionLoop); });
-  file_thread_ = std::thread([this] { RunLoop("file thread", &Engine::FileLoop); });
-  commit_thread_ = std::thread([this] { RunLoop("commit thread", &Engine::CommitLoop); });
-  for (int i = 0; i < options_.flush_threads; ++i)
-    flush_threads_.emplace_back([this] { RunLoop("flush thread", &Engine::FlushLoop); });
+  capture_pool_ = std::make_unique<ThreadPool>(options_.capture_threads, "rtft-ckpt-copy");
+  RTFT_ASSIGN_OR_RETURN(capture_thread_, Thread::Start("rtft-ckpt-capt", [this] {
+                          RunLoop("capture thread", &Engine::CaptureLoop);
+                        }));
+  RTFT_ASSIGN_OR_RETURN(completion_thread_, Thread::Start("rtft-ckpt-done", [this] {
+                          RunLoop("completion thread", &Engine::CompletionLoop);
+                        }));
+  RTFT_ASSIGN_OR_RETURN(file_thread_, Thread::Start("rtft-ckpt-file", [this] {
+                          RunLoop("file thread", &Engine::FileLoop);
+                        }));
+  RTFT_ASSIGN_OR_RETURN(commit_thread_, Thread::Start("rtft-ckpt-commit", [this] {
+                          RunLoop("commit thread", &Engine::CommitLoop);
+                        }));
+  for (int i = 0; i < options_.flush_threads; ++i) {
+    RTFT_ASSIGN_OR_RETURN(Thread flush, Thread::Start("rtft-ckpt-flush", [this] {
+                            RunLoop("flush thread", &Engine::FlushLoop);
+                          }));
+    flush_threads_.push_back(std::move(flush));
+  }
   RTFT_LOG(kInfo, kLogCkpt) << "checkpoint engine: rank " << options_.rank << "/"
                             << options_.world_size << ", dir " << options_.dir << ", io "
                             << io_->name() << ", pool " << FormatBytes(pool_->capacity())
@@ -160,11 +171,11 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   pool_->Shutdown();
-  capture_thread_.join();
-  completion_thread_.join();
-  for (auto& t : flush_threads_) t.join();
-  file_thread_.join();
-  commit_thread_.join();
+  capture_thread_.Join();
+  completion_thread_.Join();
+  for (auto& t : flush_threads_) t.Join();
+  file_thread_.Join();
+  commit_thread_.Join();
   capture_pool_.reset();
 }
 

@@ -32,6 +32,7 @@
 #include "checkpoint/layout/layout.h"
 #include "checkpoint/pool/pinned_pool.h"
 #include "checkpoint/version.h"
+#include "core/thread.h"
 #include "core/thread_pool.h"
 #include "rtft/checkpoint.h"
 
@@ -45,21 +46,6 @@ StatusOr<std::unique_ptr<CheckpointEngine>> CreateCheckpointEngine(const Checkpo
                                                                    std::unique_ptr<IoBackend> io);
 
 namespace internal {
-
-// Runs `fn` (returning Status); an exception that escapes it, from a bug or from a library that
-// throws, becomes kInternal naming `where`, so that no exception leaves a background thread
-// (std::terminate would end the training process).
-template <typename Fn>
-Status CatchAll(const char* where, Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where +
-                            ": " + e.what());
-  } catch (...) {
-    return Status::Internal(std::string("uncaught exception in the checkpoint engine's ") + where);
-  }
-}
 
 struct FlushItem {
   std::shared_ptr<Version> version;
@@ -98,9 +84,9 @@ class Engine : public CheckpointEngine {
   void SetStageLocked(Version* v, VersionStage stage);
 
   // engine_pipeline.cc
-  // Runs one background loop. Work items are guarded one by one (CatchAll) and fail only their
-  // version; should anything escape the loop itself, the engine records it and fails every wait
-  // and every later call with it instead of ending the process.
+  // Runs one background loop. Work items are guarded one by one (RunGuarded, core/thread.h) and
+  // fail only their version; should anything escape the loop itself, the engine records it and
+  // fails every wait and every later call with it instead of ending the process.
   void RunLoop(const char* name, void (Engine::*loop)());
   void RecordLoopFailure(const Status& status);
   void CaptureLoop();
@@ -149,11 +135,11 @@ class Engine : public CheckpointEngine {
   std::deque<std::pair<FileTask, std::shared_ptr<Version>>> file_queue_;
   std::deque<std::shared_ptr<Version>> commit_queue_;
 
-  std::thread capture_thread_;
-  std::thread completion_thread_;
-  std::thread file_thread_;
-  std::thread commit_thread_;
-  std::vector<std::thread> flush_threads_;
+  Thread capture_thread_;
+  Thread completion_thread_;
+  Thread file_thread_;
+  Thread commit_thread_;
+  std::vector<Thread> flush_threads_;
 };
 
 }  // namespace internal

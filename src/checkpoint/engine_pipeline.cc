@@ -1,6 +1,6 @@
 // The checkpoint engine's background threads. None of them throws or aborts on an I/O or CUDA
 // error: the first error of a version is recorded and reported by WaitCaptured/WaitPersisted.
-// Every piece of work runs under CatchAll and every loop under RunLoop, so that not even an
+// Every piece of work runs under RunGuarded and every loop under RunLoop, so that not even an
 // exception (a bug, a throwing library) ends the process.
 #include <cstring>
 
@@ -54,7 +54,7 @@ void SplitLarge(std::vector<IoRequest>* requests) {
 // ---- capture ---------------------------------------------------------------------------------
 
 void Engine::RunLoop(const char* name, void (Engine::*loop)()) {
-  Status status = CatchAll(name, [&] {
+  Status status = RunGuarded(std::string("the checkpoint engine's ") + name, [&] {
     (this->*loop)();
     return Status::Ok();
   });
@@ -109,7 +109,8 @@ void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
       return;
     }
     // A copy that could not start still hands its span to a flush thread, which releases it.
-    Status started = CatchAll("capture thread", [&] { return StartCopy(v, i, *span); });
+    Status started = RunGuarded("the checkpoint engine\'s capture thread",
+                                [&] { return StartCopy(v, i, *span); });
     if (!started.ok()) OnUnitCaptured(v, i, *span, started);
     FaultPoint("ckpt.capture");
   }
@@ -119,7 +120,7 @@ Status Engine::StartCopy(const std::shared_ptr<Version>& v, size_t i, const Pool
   const PlannedUnit& unit = v->units[i];
   if (unit.memory == MemoryKind::kHost) {
     capture_pool_->Submit([this, v, i, span] {
-      Status copied = CatchAll("capture pool", [&] {
+      Status copied = RunGuarded("the checkpoint engine\'s capture pool", [&] {
         for (const PlannedPiece& p : v->units[i].pieces) {
           const char* src =
               static_cast<const char*>(v->tensors[p.tensor].desc.data) + p.tensor_offset;
@@ -127,7 +128,7 @@ Status Engine::StartCopy(const std::shared_ptr<Version>& v, size_t i, const Pool
         }
         return Status::Ok();
       });
-      Status handed = CatchAll("capture pool", [&] {
+      Status handed = RunGuarded("the checkpoint engine\'s capture pool", [&] {
         OnUnitCaptured(v, i, span, copied);
         return Status::Ok();
       });
@@ -169,7 +170,8 @@ void Engine::CompletionLoop() {
       wait = std::move(device_queue_.front());
       device_queue_.pop_front();
     }
-    Status copied = CatchAll("completion thread", [&] { return wait.ticket->Wait(); });
+    Status copied = RunGuarded("the checkpoint engine\'s completion thread",
+                               [&] { return wait.ticket->Wait(); });
     OnUnitCaptured(wait.version, wait.unit, wait.span, copied);
   }
 }
@@ -224,8 +226,8 @@ void Engine::FlushLoop() {
     Status status;
     if (!skip) {
       holders[v] = item.version;
-      status = CatchAll("flush thread",
-                        [&] { return WriteUnit(v, v->units[item.unit], item.span, &files); });
+      status = RunGuarded("the checkpoint engine\'s flush thread",
+                          [&] { return WriteUnit(v, v->units[item.unit], item.span, &files); });
     }
     pool_->Release(item.span);
     std::lock_guard<std::mutex> lock(mu_);
@@ -287,7 +289,8 @@ void Engine::FileLoop() {
     }
     Version* v = task.second.get();
     if (task.first == FileTask::kCreate) {
-      Status status = CatchAll("file thread", [&] { return CreateFile(v); });
+      Status status =
+          RunGuarded("the checkpoint engine\'s file thread", [&] { return CreateFile(v); });
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok()) FailLocked(v, status);
       v->skeleton_done = true;
@@ -299,12 +302,15 @@ void Engine::FileLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       status = v->error;
     }
-    if (status.ok()) status = CatchAll("file thread", [&] { return FinalizeVersion(v); });
+    if (status.ok())
+      status =
+          RunGuarded("the checkpoint engine\'s file thread", [&] { return FinalizeVersion(v); });
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) {
       FailLocked(v, status);
       // No partial file is left behind under the final name; the temporary one goes too.
-      (void)CatchAll("file thread", [&] { return io_->Remove(v->tmp_path); });
+      (void)RunGuarded("the checkpoint engine\'s file thread",
+                       [&] { return io_->Remove(v->tmp_path); });
       SetStageLocked(v, VersionStage::kDone);
     } else if (options_.rank == 0) {
       SetStageLocked(v, VersionStage::kCommitting);
@@ -385,12 +391,12 @@ void Engine::CommitLoop() {
         }
       }
     }
-    Status status = CatchAll("commit thread", [&] {
+    Status status = RunGuarded("the checkpoint engine\'s commit thread", [&] {
       return CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
                            options_.commit_timeout, move_latest, &abandoned_);
     });
     if (status.ok()) {
-      Status pruned = CatchAll("commit thread", [&] {
+      Status pruned = RunGuarded("the checkpoint engine\'s commit thread", [&] {
         return PruneVersions(io_.get(), options_.dir, *options_.keep_versions, in_flight);
       });
       if (!pruned.ok()) RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();

@@ -7,11 +7,11 @@
 #include <thread>
 #include <unordered_map>
 
-#include "control/guarded.h"
 #include "control/messages.h"
 #include "control/zmq_util.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 namespace {
@@ -25,7 +25,7 @@ class AgentClientImpl final : public AgentClient {
   ~AgentClientImpl() override {
     stop_ = true;
     waker_.Notify();
-    if (thread_.joinable()) thread_.join();
+    thread_.Join();
     socket_.set(zmq::sockopt::linger, 0);
   }
 
@@ -40,14 +40,15 @@ class AgentClientImpl final : public AgentClient {
       return Status::InvalidArgument("connecting to coordinator " + options_.endpoint + ": " +
                                      e.what());
     }
-    thread_ = std::thread([this] {
-      Status s = RunGuarded("the agent client's thread", [this] { Run(); });
-      if (s.ok()) return;
-      // Nothing reaches the coordinator any more: every call says why from now on.
-      std::lock_guard<std::mutex> lock(mu_);
-      if (lost_.ok()) lost_ = s;
-      cv_.notify_all();
-    });
+    RTFT_ASSIGN_OR_RETURN(thread_, Thread::Start("rtft-agent-ctl", [this] {
+                            Status s = RunGuarded("the agent client's thread", [this] { Run(); });
+                            if (s.ok()) return;
+                            // Nothing reaches the coordinator any more: every call says why from
+                            // now on.
+                            std::lock_guard<std::mutex> lock(mu_);
+                            if (lost_.ok()) lost_ = s;
+                            cv_.notify_all();
+                          }));
     return Status::Ok();
   }
 
@@ -104,7 +105,7 @@ class AgentClientImpl final : public AgentClient {
   zmq::context_t ctx_;
   zmq::socket_t socket_;
   Waker waker_;
-  std::thread thread_;
+  Thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> step_{0};
   std::atomic<uint64_t> next_req_{1};

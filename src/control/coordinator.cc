@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include "control/coordinator_impl.h"
-#include "control/guarded.h"
 #include "core/logging.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 namespace {
@@ -59,15 +59,16 @@ Status CoordinatorImpl::Init() {
   stats_.epoch_declared_at = stats_.epoch_sent_at = SteadyClock::now();
   join_deadline_ = SteadyClock::now() + options_.join_timeout;
   Publish();
-  thread_ = std::thread([this] {
-    Status s = RunGuarded("the coordinator's thread", [this] { Run(); });
-    if (s.ok()) return;
-    // No decision can be taken any more: the job ends (exit code 1), and says why.
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = s;
-    if (!job_code_) job_code_ = 1;
-    cv_.notify_all();
-  });
+  RTFT_ASSIGN_OR_RETURN(thread_, Thread::Start("rtft-coord", [this] {
+                          Status s = RunGuarded("the coordinator's thread", [this] { Run(); });
+                          if (s.ok()) return;
+                          // No decision can be taken any more: the job ends (exit code 1), and says
+                          // why.
+                          std::lock_guard<std::mutex> lock(mu_);
+                          error_ = s;
+                          if (!job_code_) job_code_ = 1;
+                          cv_.notify_all();
+                        }));
   RTFT_LOG(kInfo, kLogCtrl) << "coordinator at " << endpoint_ << ": " << options_.slots
                             << " slots, " << options_.spares << " spares, heartbeat timeout "
                             << options_.heartbeat_timeout.count() << " ms, on spares exhausted "
@@ -76,7 +77,6 @@ Status CoordinatorImpl::Init() {
 }
 
 void CoordinatorImpl::Run() {
-  pthread_setname_np(pthread_self(), "rtft-coord");
   const int64_t tick_ms =
       std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20));
   auto next_tick = SteadyClock::now();

@@ -20,6 +20,7 @@
 #include "control/messages.h"
 #include "control/zap.h"
 #include "control/zmq_util.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 
@@ -47,7 +48,7 @@ class CoordinatorImpl final : public Coordinator {
   ~CoordinatorImpl() override {
     stop_ = true;
     waker_.Notify();
-    if (thread_.joinable()) thread_.join();
+    thread_.Join();
   }
 
   Status Init();
@@ -109,7 +110,7 @@ class CoordinatorImpl final : public Coordinator {
   std::string endpoint_;
   Waker waker_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  Thread thread_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

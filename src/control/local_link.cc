@@ -15,6 +15,7 @@
 
 #include "control/messages.h"
 #include "control/socket_pump.h"
+#include "core/host_env.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -268,8 +269,7 @@ void RemoveStaleLinkDirs(const std::string& parent) {
 }  // namespace
 
 StatusOr<std::string> MakeLocalLinkDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string parent = tmp && *tmp ? tmp : "/tmp";
+  const std::string parent = TempDirectory();
   RemoveStaleLinkDirs(parent);
   std::string tmpl = parent + "/rtft-agent-" + std::to_string(::getpid()) + "-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return Status::FromErrno(errno, "mkdtemp " + tmpl);

@@ -37,7 +37,7 @@ StatusOr<std::string> MakeLocalLinkDir();
 
 // Agent side: one per supervised application process (it survives the application's restarts:
 // the newest process to attach is the one served). Thread-safe; an internal thread owns the
-// socket. Should that thread fail (control/guarded.h), every call returns its error (kInternal).
+// socket. Should that thread fail (core/thread.h), every call returns its error (kInternal).
 class LocalServer {
  public:
   // Binds ipc://<path>. The directory holding `path` must exist, belong to this user and be

@@ -1,19 +1,24 @@
 #include "control/socket_pump.h"
 
-#include "control/guarded.h"
 #include "control/messages.h"
 #include "core/logging.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 
 SocketPump::SocketPump(zmq::context_t*, zmq::socket_t socket, bool router, Handler handler)
     : socket_(std::move(socket)), router_(router), handler_(std::move(handler)) {
-  thread_ = std::thread([this] {
+  auto thread = Thread::Start("rtft-link", [this] {
     Status s = RunGuarded("the local link's thread", [this] { Run(); });
     if (s.ok()) return;
     std::lock_guard<std::mutex> lock(mu_);
     error_ = s;
   });
+  if (thread.ok()) {
+    thread_ = std::move(*thread);
+  } else {
+    error_ = thread.status();
+  }
 }
 
 Status SocketPump::error() const {
@@ -24,7 +29,7 @@ Status SocketPump::error() const {
 SocketPump::~SocketPump() {
   stop_ = true;
   waker_.Notify();
-  thread_.join();
+  thread_.Join();
   socket_.set(zmq::sockopt::linger, 0);
 }
 

@@ -15,6 +15,7 @@
 
 #include "control/codec.h"
 #include "control/zmq_util.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 
@@ -46,7 +47,7 @@ class SocketPump {
   Status error_;
   std::atomic<bool> stop_{false};
   LogLimiter log_limit_;
-  std::thread thread_;
+  Thread thread_;
 };
 
 }  // namespace rtft::control

@@ -5,6 +5,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,9 +24,10 @@ struct Armed {
 };
 
 std::mutex g_mu;
-std::string g_spec;  // the RTFT_FAULT value parsed into g_armed
 std::map<std::string, Armed> g_armed;
 std::map<std::string, long> g_hits;
+// Whether any point is armed: an unarmed point costs one load of it.
+std::atomic<bool> g_any{false};
 
 void Parse(const std::string& spec) {
   g_armed.clear();
@@ -56,12 +58,11 @@ void Note(const char* point, const std::string& action) {
   gettimeofday(&tv, nullptr);
   // The slot (set by dp-launch) tells a test which process this is: inside dp-launch's PID
   // namespace every application is pid 2.
-  const char* slot = std::getenv("RTFT_SLOT");
+  const std::string slot = ParamIsSet(Param::kSlot) ? ParamString(Param::kSlot) : "-";
   char line[512];
-  const int n =
-      std::snprintf(line, sizeof(line), "fault %s %s pid=%d slot=%s t=%lld\n", point,
-                    action.c_str(), static_cast<int>(getpid()), slot && *slot ? slot : "-",
-                    static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec);
+  const int n = std::snprintf(line, sizeof(line), "fault %s %s pid=%d slot=%s t=%lld\n", point,
+                              action.c_str(), static_cast<int>(getpid()), slot.c_str(),
+                              static_cast<long long>(tv.tv_sec) * 1000000 + tv.tv_usec);
   const std::string log = ParamString(Param::kFaultLog);
   int fd = 2;
   if (!log.empty()) fd = open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -69,19 +70,30 @@ void Note(const char* point, const std::string& action) {
   if (fd > 2) close(fd);
 }
 
+void Arm(const std::string& spec) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Parse(spec);
+  g_hits.clear();
+  g_any = !g_armed.empty();
+}
+
+// RTFT_FAULT arms the points at the first of FaultPoint() and ArmFaults(); an ArmFaults() call
+// replaces it.
+std::once_flag g_from_env;
+
 }  // namespace
 
+void ArmFaults(const char* spec) {
+  std::call_once(g_from_env, [] {});
+  Arm(spec ? spec : "");
+}
+
 void FaultPoint(const char* point) {
-  const char* spec = std::getenv("RTFT_FAULT");
-  if (spec == nullptr || *spec == '\0') return;
+  std::call_once(g_from_env, [] { Arm(ParamString(Param::kFault)); });
+  if (!g_any.load(std::memory_order_relaxed)) return;
   std::string action;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (g_spec != spec) {
-      g_spec = spec;
-      Parse(g_spec);
-      g_hits.clear();
-    }
     auto it = g_armed.find(point);
     if (it == g_armed.end()) return;
     if (++g_hits[point] != it->second.at) return;

@@ -50,7 +50,8 @@ LogConfig& Config() {
     if (ParseLogLevel(ParamString(Param::kLogLevel), &level)) c->level = static_cast<int>(level);
     c->mask = ParseMask(ParamString(Param::kLogSubsys));
     gethostname(c->host, sizeof(c->host) - 1);
-    if (const char* r = std::getenv("RTFT_RANK")) c->rank = std::atoi(r);
+    if (auto rank = ParamInt(Param::kRank); rank.ok() && ParamIsSet(Param::kRank))
+      c->rank = static_cast<int>(*rank);
     return c;
   }();
   return *config;

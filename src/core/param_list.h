@@ -1,6 +1,7 @@
-// Every RTFT_* tunable, declared once: RTFT_PARAM(id, env name, type, default, description).
+// Every RTFT_* variable, declared once: RTFT_PARAM(id, env name, type, default, description):
+// the tunables, and what dp-launch sets for the application it starts ("set by dp-launch").
 // Included only by params.h and params.cc; `dp-launch --print-config` and `rtft-ckpt config`
-// print this table.
+// print this table; the README's copy is generated from it (scripts/gen-param-table.sh).
 // clang-format off
 RTFT_PARAM(kLogLevel, "RTFT_LOG_LEVEL", kString, "warn", "log level: error, warn, info, debug, trace")
 RTFT_PARAM(kLogSubsys, "RTFT_LOG_SUBSYS", kString, "all", "subsystems to log: all, or a comma list of core,ckpt,io,comm,offload,ctrl,runtime,launch,tool")
@@ -20,7 +21,7 @@ RTFT_PARAM(kCommTimeoutMs, "RTFT_COMM_TIMEOUT_MS", kInt, "300000", "default dead
 RTFT_PARAM(kCommCreateTimeoutMs, "RTFT_COMM_CREATE_TIMEOUT_MS", kInt, "60000", "how long creating a communicator waits for every rank of its epoch")
 RTFT_PARAM(kCommGlooHost, "RTFT_COMM_GLOO_HOST", kString, "", "address or host name the Gloo backend listens on (empty: this host's name)")
 RTFT_PARAM(kCommSegmentBytes, "RTFT_COMM_SEGMENT_BYTES", kBytes, "1M", "Gloo backend: the unit its ring collectives pipeline (bytes per message)")
-RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "1", "NCCL backend: set NCCL_ALGO=Ring and NCCL_PROTO=Simple (when unset) before the first communicator, for bitwise-reproducible reductions")
+RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "0", "NCCL backend: refuse to create a communicator unless NCCL_ALGO=Ring and NCCL_PROTO=Simple (what dp-launch exports when they are unset, for bitwise-reproducible reductions); 0 only warns")
 RTFT_PARAM(kProtectL3Every, "RTFT_PROTECT_L3_EVERY", kInt, "0", "per-step protection: write a persistent (L3) checkpoint every N steps (0: never; needs RTFT_PROTECT_CKPT_DIR)")
 RTFT_PARAM(kProtectCkptDir, "RTFT_PROTECT_CKPT_DIR", kString, "", "per-step protection: directory of the L3 checkpoints (shared by every rank); a job started with one resumes from its newest version")
 RTFT_PARAM(kOffloadSubgroupElements, "RTFT_OFFLOAD_SUBGROUP_ELEMENTS", kInt, "8388608", "optimizer-offload subgroup size in parameters: the unit moved to the GPU or updated by one CPU task")
@@ -43,6 +44,15 @@ RTFT_PARAM(kExitCodeFile, "RTFT_EXIT_CODE_FILE", kString, "none", "dp-launch: sl
 RTFT_PARAM(kAppIsolation, "RTFT_APP_ISOLATION", kString, "auto", "dp-launch: how the application's process tree is held: auto (a PID namespace where allowed, else a process group under a subreaper, with a warning), pid-namespace (or fail), process-group")
 RTFT_PARAM(kCtrlRequestTimeoutMs, "RTFT_CTRL_REQUEST_TIMEOUT_MS", kInt, "5000", "control plane: how long an agent waits for the coordinator to answer a request (failure or exit report, KV put)")
 RTFT_PARAM(kCtrlCoordinatorTimeoutMs, "RTFT_CTRL_COORDINATOR_TIMEOUT_MS", kInt, "5000", "control plane: an agent that hears nothing from the coordinator this long considers slot 0 lost")
+RTFT_PARAM(kRequireAgent, "RTFT_REQUIRE_AGENT", kBool, "0", "application: fail rtft::Runtime::Create() when no dp-launch agent is found while a launcher (mpirun, srun) started several processes; 0 only warns that each becomes a standalone rank 0")
+RTFT_PARAM(kAgentSocket, "RTFT_AGENT_SOCKET", kString, "", "set by dp-launch for the application: the socket of its slot's agent (unset: the runtime is standalone, rank 0 of 1)")
+RTFT_PARAM(kShmDir, "RTFT_SHM_DIR", kString, "", "set by dp-launch for the application: a directory in memory (tmpfs) that the slot's agent owns, where the L1 snapshot and L2 replica outlive a crash of the application")
+RTFT_PARAM(kRank, "RTFT_RANK", kInt, "-1", "set by dp-launch for the application: its logical rank at start (-1: a warm spare)")
+RTFT_PARAM(kWorldSize, "RTFT_WORLD_SIZE", kInt, "0", "set by dp-launch for the application: the logical ranks of the epoch it started in")
+RTFT_PARAM(kEpoch, "RTFT_EPOCH", kInt, "0", "set by dp-launch for the application: the epoch it started in")
+RTFT_PARAM(kSlot, "RTFT_SLOT", kInt, "-1", "set by dp-launch for the application: its slot (a process of the launch)")
+RTFT_PARAM(kRole, "RTFT_ROLE", kString, "", "set by dp-launch for the application: its role when it was started (initial, spare, restarted, activated)")
+RTFT_PARAM(kRestartCount, "RTFT_RESTART_COUNT", kInt, "0", "set by dp-launch for the application: how many times it was started on this slot before")
 RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, point[@n][:action],... with action kill, stop, hang or exit=N (docs/testing.md)")
 RTFT_PARAM(kFaultLog, "RTFT_FAULT_LOG", kString, "", "test hook: file that fired fault points are noted in (default: stderr)")
 // clang-format on

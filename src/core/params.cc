@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 
 #include "core/check.h"
 
@@ -25,10 +27,46 @@ const ParamInfo& GetParamInfo(Param id) {
   return all[index];
 }
 
+namespace {
+
+// The environment's non-empty values of every declared variable, read once.
+class ParamValues {
+ public:
+  static ParamValues& Get() {
+    static ParamValues* values = new ParamValues;  // never destroyed: read until the end
+    return *values;
+  }
+  void Reload() {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_.clear();
+    for (const ParamInfo& p : AllParams()) {
+      const char* v = std::getenv(p.env);
+      values_.push_back(v && *v ? std::optional<std::string>(v) : std::nullopt);
+    }
+  }
+  std::optional<std::string> Value(Param id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return values_[static_cast<size_t>(id)];
+  }
+
+ private:
+  ParamValues() { Reload(); }
+  std::mutex mu_;
+  std::vector<std::optional<std::string>> values_;
+};
+
+}  // namespace
+
+void ReloadParams() { ParamValues::Get().Reload(); }
+
+bool ParamIsSet(Param id) {
+  (void)GetParamInfo(id);
+  return ParamValues::Get().Value(id).has_value();
+}
+
 std::string ParamString(Param id) {
   const ParamInfo& info = GetParamInfo(id);
-  const char* value = std::getenv(info.env);
-  return (value && *value) ? value : info.default_value;
+  return ParamValues::Get().Value(id).value_or(info.default_value);
 }
 
 StatusOr<int64_t> ParamInt(Param id) {

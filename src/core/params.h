@@ -1,6 +1,7 @@
 // RTFT_* environment parameters. Each is declared once in param_list.h with its default and a
-// one-line description; values are read from the environment on every call (cheap, and lets
-// tests change them), falling back to the default.
+// one-line description. The environment is read once, at the first call of any reader (the
+// library never writes it: a launcher sets a child's variables before exec); an unset or empty
+// variable reads as its default.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,11 @@ const ParamInfo& GetParamInfo(Param id);
 
 // The environment's value, or the default when unset or empty.
 std::string ParamString(Param id);
+// Whether the environment gave the variable a non-empty value.
+bool ParamIsSet(Param id);
+// Reads the environment again: for tests that change it, and for a launcher's own settings
+// after it parsed its flags. Not thread-safe against readers of the same variables' values.
+void ReloadParams();
 // Typed readers; a malformed value is an InvalidArgument naming the variable.
 StatusOr<int64_t> ParamInt(Param id);
 StatusOr<bool> ParamBool(Param id);

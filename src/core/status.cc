@@ -1,6 +1,8 @@
 #include "rtft/status.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace rtft {
@@ -39,6 +41,8 @@ const char* StatusCodeName(StatusCode code) {
       return "INTERNAL";
     case StatusCode::kDeviceLost:
       return "DEVICE_LOST";
+    case StatusCode::kShutdown:
+      return "SHUTDOWN";
   }
   return "UNKNOWN";
 }
@@ -91,4 +95,23 @@ Status Status::Annotate(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
+namespace internal {
+
+void StatusOrValueMissing(const Status& status, const char* file, int line,
+                          const void* caller) noexcept {
+  // stderr without the logger: this runs in whatever state the caller's bug left the process.
+  if (file != nullptr) {
+    std::fprintf(stderr, "rt-ft: %s:%d: StatusOr::value() on an error: %s\n", file, line,
+                 status.ToString().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "rt-ft: StatusOr dereferenced on an error (caller at %p; addr2line names it): "
+                 "%s\n",
+                 caller, status.ToString().c_str());
+  }
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 }  // namespace rtft

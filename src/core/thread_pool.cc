@@ -7,10 +7,18 @@
 
 namespace rtft {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, const std::string& name) {
   RTFT_CHECK(threads > 0);
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < threads; ++i) {
+    auto worker = Thread::Start(name, [this] { Loop(); });
+    // Fewer workers than asked is slower, not wrong; none at all is a pool that never runs.
+    if (!worker.ok()) {
+      RTFT_CHECK_MSG(!workers_.empty(), worker.status().ToString().c_str());
+      break;
+    }
+    workers_.push_back(std::move(*worker));
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -19,7 +27,7 @@ ThreadPool::~ThreadPool() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_) t.Join();
 }
 
 void ThreadPool::Submit(std::function<void()> task) {
@@ -41,7 +49,9 @@ void ThreadPool::Loop() {
       task = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    task();
+    // A task that throws is a bug: the process ends, saying so, rather than losing a worker.
+    const Status s = RunGuarded("a thread-pool task", task);
+    RTFT_CHECK_MSG(s.ok(), s.ToString().c_str());
   }
 }
 

@@ -11,11 +11,14 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread.h"
+
 namespace rtft {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  // `name`: what the workers are called (core/thread.h).
+  explicit ThreadPool(int threads, const std::string& name = "rtft-pool");
   ~ThreadPool();  // finishes queued tasks, then joins
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -32,7 +35,7 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
-  std::vector<std::thread> workers_;
+  std::vector<Thread> workers_;
 };
 
 }  // namespace rtft

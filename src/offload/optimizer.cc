@@ -138,7 +138,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
                        const Settings& settings)
       : state_(std::move(state)), options_(options), settings_(settings) {
     kernel_ = GetAdamWKernel(settings.isa);
-    if (settings.threads > 1) pool_ = std::make_unique<ThreadPool>(settings.threads - 1);
+    if (settings.threads > 1) pool_ = std::make_unique<ThreadPool>(settings.threads - 1, "rtft-adamw");
   }
 
   Status Init() {

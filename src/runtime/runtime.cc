@@ -15,8 +15,10 @@
 #include <thread>
 
 #include "control/local_link.h"
+#include "core/host_env.h"
 #include "core/logging.h"
-#include "runtime/app_env.h"
+#include "core/params.h"
+#include "core/thread.h"
 
 namespace rtft {
 
@@ -34,7 +36,11 @@ const char* RuntimeRoleName(RuntimeRole role) {
   return "?";
 }
 
-Runtime::~Runtime() = default;
+// The threads that must end before the process does (NCCL aborts): joined here, before the exit
+// handlers of HDF5 and CUDA run.
+Runtime::~Runtime() { DrainLingering(); }
+
+void Shutdown() { DrainLingering(); }
 
 namespace {
 
@@ -113,7 +119,9 @@ class RuntimeBase : public Runtime {
         listener = it->second;
         running_ = token;
       }
-      listener(e);
+      // A listener that throws is the application's bug; it must not end the rank's event
+      // thread (every later event would be lost): logged, and the next listener runs.
+      (void)RunGuarded("a failure-event listener", [&] { listener(e); });
       std::lock_guard<std::mutex> lock(mu_);
       running_ = 0;
       idle_.notify_all();
@@ -204,12 +212,14 @@ FailureEvent EventFrom(const control::ControlEvent& e) {
 class AgentRuntime final : public RuntimeBase {
  public:
   AgentRuntime(std::unique_ptr<control::LocalClient> client, RuntimeInfo info)
-      : RuntimeBase(info), client_(std::move(client)) {
-    thread_ = std::thread([this] { Loop(); });
+      : RuntimeBase(info), client_(std::move(client)) {}
+  Status Start() {
+    RTFT_ASSIGN_OR_RETURN(thread_, Thread::Start("rtft-runtime", [this] { Loop(); }));
+    return Status::Ok();
   }
   ~AgentRuntime() override {
     stop_ = true;
-    thread_.join();
+    thread_.Join();
     control::RuntimeReport detach;
     detach.type = control::RuntimeReport::Type::kDetach;
     (void)client_->Report(detach);
@@ -251,7 +261,7 @@ class AgentRuntime final : public RuntimeBase {
 
   std::unique_ptr<control::LocalClient> client_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  Thread thread_;
 };
 
 // A spare may wait for hours: wait in slices so no deadline arithmetic overflows.
@@ -281,12 +291,32 @@ StatusOr<std::unique_ptr<Communicator>> Runtime::CreateCommunicator(const std::s
   return Communicator::Create(options);
 }
 
+namespace {
+
+// No agent: a standalone runtime, unless a launcher started several processes, which would all
+// become rank 0 of 1 and write one checkpoint directory.
+StatusOr<std::unique_ptr<Runtime>> CreateStandalone() {
+  const LauncherCount n = LauncherProcesses();
+  if (n.count > 1) {
+    const std::string what =
+        std::string(n.from) + "=" + std::to_string(n.count) +
+        " says a launcher started several processes, but this one has no dp-launch agent "
+        "(RTFT_AGENT_SOCKET is unset): each runs as a standalone rank 0 of 1, with no failure "
+        "handling. Start the application under dp-launch: mpirun ... dp-launch -- ./app";
+    RTFT_ASSIGN_OR_RETURN(bool required, ParamBool(Param::kRequireAgent));
+    if (required) return Status::FailedPrecondition(what + " (RTFT_REQUIRE_AGENT=1)");
+    RTFT_LOG(kError, kLogRuntime) << what << " (RTFT_REQUIRE_AGENT=1 makes this an error)";
+  }
+  return std::unique_ptr<Runtime>(new StandaloneRuntime());
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
-  const char* socket = std::getenv(runtime::kEnvAgentSocket);
-  if (!socket || !*socket) return std::unique_ptr<Runtime>(new StandaloneRuntime());
+  if (!ParamIsSet(Param::kAgentSocket)) return CreateStandalone();
+  const std::string socket = ParamString(Param::kAgentSocket);
   auto client = control::LocalClient::Connect(socket);
-  if (!client.ok())
-    return client.status().Annotate("connecting to the agent at " + std::string(socket));
+  if (!client.ok()) return client.status().Annotate("connecting to the agent at " + socket);
   RTFT_RETURN_IF_ERROR((*client)->Attach(static_cast<int32_t>(getpid())));
   auto a = WaitForAssignment(client->get(), options.standby_timeout);
   if (!a.ok()) return a.status().Annotate("waiting for a logical rank");
@@ -295,13 +325,15 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   info.rank = a->rank;
   info.world_size = a->world_size;
   info.epoch = a->epoch;
-  const char* slot = std::getenv(runtime::kEnvSlot);
-  info.slot = slot ? std::atoi(slot) : 0;
+  auto slot = ParamInt(Param::kSlot);
+  info.slot = slot.ok() && *slot >= 0 ? static_cast<int>(*slot) : 0;
   SetLogRank(info.rank);
   RTFT_LOG(kInfo, kLogRuntime) << "runtime: " << RuntimeRoleName(info.role) << " rank " << info.rank
                                << " of " << info.world_size << ", epoch " << info.epoch << ", slot "
                                << info.slot;
-  return std::unique_ptr<Runtime>(new AgentRuntime(std::move(*client), info));
+  auto runtime = std::make_unique<AgentRuntime>(std::move(*client), info);
+  RTFT_RETURN_IF_ERROR(runtime->Start());
+  return std::unique_ptr<Runtime>(std::move(runtime));
 }
 
 }  // namespace rtft

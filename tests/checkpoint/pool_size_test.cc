@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "checkpoint/engine.h"
+#include "core/params.h"
 
 namespace rtft {
 namespace {
@@ -20,6 +21,7 @@ class ScopedEnv {
     const char* old = std::getenv(name);
     if (old) old_ = old, had_ = true;
     ::setenv(name, value, 1);
+    ReloadParams();
   }
   ~ScopedEnv() {
     if (had_) {
@@ -27,6 +29,7 @@ class ScopedEnv {
     } else {
       ::unsetenv(name_);
     }
+    ReloadParams();
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "comm/comm_test_util.h"
+#include "core/params.h"
 
 namespace rtft::comm::test {
 namespace {
@@ -19,6 +20,7 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
   void SetUp() override {
     // 4 KiB segments: the larger counts cross many segments and block boundaries.
     setenv("RTFT_COMM_SEGMENT_BYTES", "4K", 1);
+    ReloadParams();
     store_ = NewLocalCommStore();
   }
   int n() const { return GetParam(); }

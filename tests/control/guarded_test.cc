@@ -1,5 +1,6 @@
 // Every background thread of the control plane ends with a recorded error, not std::terminate,
-// when an exception escapes its body: the coordinator (the job then ends with exit code 1), the
+// when an exception escapes its body (core/thread.h's guard, tested on its own in
+// tests/core/thread_test.cc): the coordinator (the job then ends with exit code 1), the
 // agent client (every call returns the error) and the local link's socket pumps.
 #include <gtest/gtest.h>
 
@@ -8,25 +9,14 @@
 #include <thread>
 
 #include "control/control_test_util.h"
-#include "control/guarded.h"
 #include "control/messages.h"
 #include "control/socket_pump.h"
+#include "core/thread.h"
 
 namespace rtft::control {
 namespace {
 
 using std::chrono::milliseconds;
-
-TEST(Guarded, AnEscapingExceptionBecomesAStatus) {
-  EXPECT_TRUE(RunGuarded("a loop", [] {}).ok());
-  Status s = RunGuarded("a loop", [] { throw std::runtime_error("bad byte in a name"); });
-  EXPECT_EQ(s.code(), StatusCode::kInternal);
-  EXPECT_NE(s.message().find("a loop ended by an exception: bad byte in a name"), std::string::npos)
-      << s;
-  s = RunGuarded("a loop", [] { throw 42; });
-  EXPECT_EQ(s.code(), StatusCode::kInternal);
-  EXPECT_NE(s.message().find("unknown type"), std::string::npos) << s;
-}
 
 TEST(Guarded, CoordinatorThreadFailureEndsTheJobWithItsError) {
   auto keys = GenerateJobKeys();

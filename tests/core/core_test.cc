@@ -49,6 +49,19 @@ TEST(Status, CodesAndMacros) {
   EXPECT_EQ(v->size(), 2u);
 }
 
+TEST(StatusOrDeathTest, ValueOfAnErrorEndsTheProcessWithTheStatusAndTheCallersLine) {
+  StatusOr<int> odd = Half(3);
+  const int line = __LINE__ + 1;
+  EXPECT_DEATH((void)odd.value(), "core_test.cc:" + std::to_string(line) +
+                                      ": StatusOr::value\\(\\) on an error: INVALID_ARGUMENT: odd");
+  EXPECT_DEATH((void)*odd, "dereferenced on an error.*INVALID_ARGUMENT: odd");
+  StatusOr<std::vector<int>> none = Status::NotFound("nothing here");
+  EXPECT_DEATH((void)none->size(), "dereferenced on an error.*NOT_FOUND: nothing here");
+  EXPECT_DEATH((void)std::move(none).value(), "NOT_FOUND: nothing here");
+  // A value is handed out as before.
+  EXPECT_EQ(Half(4).value(), 2);
+}
+
 TEST(Params, BytesParsing) {
   EXPECT_EQ(*ParseBytes("4096"), 4096u);
   EXPECT_EQ(*ParseBytes("64K"), 64u * 1024);
@@ -62,14 +75,22 @@ TEST(Params, BytesParsing) {
 
 TEST(Params, EnvironmentAndDefaults) {
   unsetenv("RTFT_CKPT_FLUSH_THREADS");
+  ReloadParams();
   EXPECT_EQ(*ParamInt(Param::kCkptFlushThreads), 4);
+  EXPECT_FALSE(ParamIsSet(Param::kCkptFlushThreads));
   setenv("RTFT_CKPT_FLUSH_THREADS", "7", 1);
+  // Read once: a change is seen after ReloadParams() only.
+  EXPECT_EQ(*ParamInt(Param::kCkptFlushThreads), 4);
+  ReloadParams();
   EXPECT_EQ(*ParamInt(Param::kCkptFlushThreads), 7);
+  EXPECT_TRUE(ParamIsSet(Param::kCkptFlushThreads));
   setenv("RTFT_CKPT_FLUSH_THREADS", "seven", 1);
+  ReloadParams();
   Status bad = ParamInt(Param::kCkptFlushThreads).status();
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("RTFT_CKPT_FLUSH_THREADS"), std::string::npos);
   unsetenv("RTFT_CKPT_FLUSH_THREADS");
+  ReloadParams();
   for (const ParamInfo& p : AllParams()) {
     EXPECT_EQ(std::string(p.env).rfind("RTFT_", 0), 0u) << p.env;
     EXPECT_GT(std::string(p.description).size(), 10u) << p.env;

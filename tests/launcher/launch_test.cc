@@ -46,8 +46,17 @@ class LaunchTest : public JobFixture {
 };
 
 TEST_F(LaunchTest, CleanRunGivesEveryRankItsRoleAndEndsWithZero) {
-  job_->Start(Spec(3, 1));
+  JobSpec spec = Spec(3, 1);
+  spec.env["NCCL_PROTO"] = "LL";  // the user's own value is kept
+  job_->Start(spec);
   EXPECT_EQ(Finish(), 0) << job_->Dump();
+  // dp-launch gives the application NCCL's deterministic settings where the user gave none.
+  for (int slot = 0; slot < 3; ++slot) {
+    auto launched = LinesOf(dir_, slot, "launched");
+    ASSERT_FALSE(launched.empty()) << job_->Dump();
+    EXPECT_EQ(launched[0].Get("nccl_algo"), "Ring") << slot;
+    EXPECT_EQ(launched[0].Get("nccl_proto"), "LL") << slot;
+  }
   for (int slot = 0; slot < 2; ++slot) {
     auto starts = Starts(slot);
     ASSERT_EQ(starts.size(), 1u) << job_->Dump();
@@ -91,6 +100,24 @@ TEST_F(LaunchTest, KilledApplicationRestartsOnItsSlot) {
   EXPECT_EQ(events[0].Get("failed"), "1");
   EXPECT_EQ(events[0].Int("world"), 2);
   EXPECT_TRUE(Starts(2).empty());
+}
+
+TEST_F(LaunchTest, AListenerThatThrowsDoesNotEndTheRankOrItsOtherListeners) {
+  JobSpec spec = Spec(3, 1);
+  spec.env["RTFT_TEST_THROWING_LISTENER"] = "1";
+  job_->Start(spec);
+  WaitStep(1, 3);
+  pid_t app, agent;
+  ASSERT_TRUE(job_->FindRank(1, &app, &agent));
+  ASSERT_EQ(kill(app, SIGKILL), 0);
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  // Rank 0's throwing listener ran first; its logging listener still heard the event, and it
+  // finished its steps.
+  auto events = Events(0);
+  ASSERT_FALSE(events.empty()) << job_->Dump();
+  EXPECT_EQ(events[0].Int("epoch"), 2);
+  EXPECT_EQ(Starts(0).size(), 1u) << job_->Dump();
+  EXPECT_EQ(LinesOf(dir_, 0, "exit").back().Get("why"), "done") << job_->Dump();
 }
 
 TEST_F(LaunchTest, LostSlotIsTakenOverByTheSpare) {
@@ -292,6 +319,29 @@ TEST_F(LaunchTest, StandaloneRuntimeIsRankZeroOfOne) {
   EXPECT_EQ(starts[0].Get("role"), "standalone");
   EXPECT_EQ(starts[0].Int("rank"), 0);
   EXPECT_EQ(starts[0].Int("world"), 1);
+}
+
+TEST_F(LaunchTest, StandaloneRuntimeUnderALauncherOfSeveralProcessesWarnsOrFails) {
+  // Started by mpirun without dp-launch, every process would be a rank 0 of 1.
+  const std::string base = "env -u RTFT_AGENT_SOCKET OMPI_COMM_WORLD_SIZE=4 RTFT_TEST_DIR=" + dir_ +
+                           " RTFT_TEST_STEPS=1 RTFT_TEST_STEP_MS=1 ";
+  const std::string err = dir_ + "/stderr";
+  ASSERT_EQ(std::system((base + RTFT_TEST_APP + " 2> " + err).c_str()), 0);
+  std::ifstream in(err);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("OMPI_COMM_WORLD_SIZE=4 says a launcher started several processes"),
+            std::string::npos)
+      << text.str();
+  const int rc = std::system((base + "RTFT_REQUIRE_AGENT=1 " + RTFT_TEST_APP).c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 3);
+  std::ifstream log(dir_ + "/slot-0.log");
+  std::stringstream lines;
+  lines << log.rdbuf();
+  EXPECT_NE(lines.str().find("error create FAILED_PRECONDITION: OMPI_COMM_WORLD_SIZE=4"),
+            std::string::npos)
+      << lines.str();
 }
 
 TEST_F(LaunchTest, SingleSlotWithoutLauncherRestartsACrash) {

@@ -6,6 +6,8 @@
 //   RTFT_TEST_STEPS     steps to run (default 20); RTFT_TEST_STEP_MS: sleep per step (100)
 //   RTFT_TEST_EXIT_CODE exit code after the last step (0)
 //   RTFT_TEST_TERM_MS   how long it takes to exit after SIGTERM (0), logging `sigterm` first
+//   RTFT_TEST_THROWING_LISTENER=1: a failure listener that throws, subscribed before the one that
+//                       logs events
 //   RTFT_TEST_WAIT_EPOCH do not finish the last step before an epoch this high was seen (its own
 //                       start epoch or an event; 60 s at most): a test's failure must happen
 //                       before the job can end, however fast the machine
@@ -28,6 +30,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -122,10 +125,15 @@ int main() {
   const char* role_env = std::getenv("RTFT_ROLE");
   rlimit nofile{};
   getrlimit(RLIMIT_NOFILE, &nofile);
+  auto env_or_dash = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : "-");
+  };
   Log("launched pid=" + std::to_string(getpid()) + " ppid=" + std::to_string(getppid()) +
       " env_role=" + (role_env ? role_env : "-") +
       " env_rank=" + std::to_string(EnvLong("RTFT_RANK", -1)) + " uid=" + std::to_string(getuid()) +
-      " nofile=" + std::to_string(nofile.rlim_cur));
+      " nofile=" + std::to_string(nofile.rlim_cur) + " nccl_algo=" + env_or_dash("NCCL_ALGO") +
+      " nccl_proto=" + env_or_dash("NCCL_PROTO"));
 
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {
@@ -139,6 +147,10 @@ int main() {
         << " role=" << rtft::RuntimeRoleName(info.role) << " rank=" << info.rank
         << " world=" << info.world_size << " epoch=" << info.epoch;
   Log(start.str());
+  // An application's bug in a listener must not end the rank: the next listener still runs.
+  if (EnvLong("RTFT_TEST_THROWING_LISTENER", 0))
+    (void)(*rt)->Subscribe(
+        [](const rtft::FailureEvent&) { throw std::runtime_error("a listener's bug"); });
   (*rt)->OnFailure([](const rtft::FailureEvent& e) { Log(EventLine(e)); });
 
   // A restarted or activated rank resumes from the step its predecessor last published.

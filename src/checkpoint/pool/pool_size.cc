@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/host_env.h"
 #include "core/params.h"
 
 namespace rtft {
@@ -24,14 +25,6 @@ uint64_t HostMemory() {
   uint64_t cgroup = 0;
   if (limit >> cgroup && cgroup > 0) bytes = bytes ? std::min(bytes, cgroup) : cgroup;
   return bytes;
-}
-
-// A positive count from an environment variable ("8", or Slurm's "8(x2)"), else 0.
-int CountFromEnv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return 0;
-  const long n = std::strtol(v, nullptr, 10);
-  return n > 0 && n < (1 << 20) ? static_cast<int>(n) : 0;
 }
 
 // Every GPU of the node, whatever CUDA_VISIBLE_DEVICES hides from this process.
@@ -53,13 +46,10 @@ void LocalRanks(PoolSizing* s) {
     return;
   }
   // What the launchers say; dp-launch hides the MPI ones from the application.
-  for (const char* env :
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
-    if (const int n = CountFromEnv(env)) {
-      s->local_ranks = n;
-      s->local_ranks_from = env;
-      return;
-    }
+  if (const LauncherCount n = LauncherLocalProcesses(); n.count > 0) {
+    s->local_ranks = n.count;
+    s->local_ranks_from = n.from;
+    return;
   }
   // One rank per GPU is how training jobs run.
   if (const int n = NodeGpus()) {

@@ -265,7 +265,7 @@ Status GlooComm::StartWatcher() {
   } catch (const std::exception& e) {
     return Status::Aborted(std::string("posting the watcher's receives: ") + e.what());
   }
-  watcher_ = std::thread([this] { Watch(); });
+  RTFT_ASSIGN_OR_RETURN(watcher_, Thread::Start("rtft-gloo-watch", [this] { Watch(); }));
   return Status::Ok();
 }
 
@@ -327,15 +327,15 @@ void GlooComm::SayBye() {
 
 GlooComm::~GlooComm() {
   if (subscribed_) opts_.o.aborts->Unsubscribe(abort_token_);
-  if (context_ && watcher_.joinable() && Usable().ok()) SayBye();
+  if (context_ && watcher_.running() && Usable().ok()) SayBye();
   watcher_stop_ = true;
   if (bye_buf_) bye_buf_->get()->abortWaitRecv();
-  if (watcher_.joinable()) watcher_.join();
+  watcher_.Join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     pairs_ready_ = false;  // no closer starts any more
   }
-  if (closer_.joinable()) closer_.join();
+  closer_.Join();
   if (context_) {
     // After a pair is closed, Gloo's thread no longer touches any buffer of ours.
     std::set<int> all;
@@ -375,12 +375,14 @@ void GlooComm::Abort(const std::string& reason) {
     // Closing the pairs tells the peers at once (they see the connection end) and wakes a pair
     // still connecting; it waits for Gloo's event loop, so it runs on a thread of its own.
     if (pairs_ready_) {
-      closer_ = std::thread([this] {
+      auto closer = Thread::Start("rtft-gloo-close", [this] {
         std::set<int> all;
         for (int p = 0; p < size_; ++p)
           if (p != rank_) all.insert(p);
         ClosePairs(all);
       });
+      // Without a thread the peers see the end at their next call's deadline instead.
+      if (closer.ok()) closer_ = std::move(*closer);
     }
   }
   RTFT_LOG(kInfo, kLogComm) << "communicator '" << name() << "' of epoch " << epoch()

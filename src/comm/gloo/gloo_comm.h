@@ -18,6 +18,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/gloo/frame.h"
+#include "core/thread.h"
 
 namespace rtft::comm::gloo_backend {
 
@@ -140,14 +141,14 @@ class GlooComm final : public Communicator {
   std::atomic<bool> aborted_{false};
   Status broken_;
   bool pairs_ready_ = false;  // every pair exists: Abort() may close them (under mu_)
-  std::thread closer_;        // Abort()'s, closing the pairs
+  Thread closer_;             // Abort()'s, closing the pairs
 
   // The watcher: one receive per peer on kSlotBye, pending for the communicator's life. A peer
   // that closes its communicator cleanly completes it with a bye frame; a peer that dies fails it
   // (Gloo signals the error to the pending receive), which aborts this communicator at once.
   std::vector<Frame> bye_frames_;
   std::unique_ptr<Buf> bye_buf_;
-  std::thread watcher_;
+  Thread watcher_;
   std::atomic<bool> watcher_stop_{false};
 
   AbortRegistry::Token abort_token_ = 0;

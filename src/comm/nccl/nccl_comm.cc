@@ -7,8 +7,10 @@
 #include <list>
 #include <mutex>
 
+#include "core/host_env.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/thread.h"
 
 namespace rtft::comm {
 
@@ -37,35 +39,6 @@ class Backoff {
   const Clock::time_point start_ = Clock::now();
 };
 
-// Aborts outlive their communicators (ncclCommAbort takes about half a second with a dead peer):
-// the threads running them are kept here and joined when done, or at exit.
-class Reaper {
- public:
-  static Reaper& Get() {
-    static Reaper reaper;
-    return reaper;
-  }
-  void Adopt(std::thread thread, std::shared_ptr<std::atomic<bool>> done) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = threads_.begin(); it != threads_.end();) {
-      if (it->second->load()) {
-        it->first.join();
-        it = threads_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    threads_.emplace_back(std::move(thread), std::move(done));
-  }
-  ~Reaper() {
-    for (auto& t : threads_) t.first.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> threads_;
-};
-
 Status CudaStatus(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return Status::Ok();
   if (e == cudaErrorMemoryAllocation)
@@ -74,26 +47,33 @@ Status CudaStatus(cudaError_t e, const std::string& what) {
                              cudaGetErrorString(e) + ")");
 }
 
-// NCCL_ALGO and NCCL_PROTO are read once per process, by the first communicator: set them before
-// it, or not at all (docs/comm.md, "Deterministic results").
-void PinAlgorithms() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    auto on = ParamBool(Param::kCommNcclDeterministic);
-    if (!on.ok() || !*on) return;
+// NCCL_ALGO and NCCL_PROTO are read once per process, by NCCL's first communicator: dp-launch
+// exports Ring and Simple to the application before exec unless the user set them (the library
+// never writes the environment). Checked once: other values warn (reductions may then differ in
+// their last bits between runs), and fail under RTFT_COMM_NCCL_DETERMINISTIC=1 (docs/comm.md,
+// "Deterministic results").
+Status CheckAlgorithms() {
+  static const Status checked = [] {
+    auto strict = ParamBool(Param::kCommNcclDeterministic);
+    if (!strict.ok()) return strict.status();
     const std::pair<const char*, const char*> pins[] = {{"NCCL_ALGO", "Ring"},
                                                         {"NCCL_PROTO", "Simple"}};
+    std::string off;
     for (const auto& [name, value] : pins) {
-      const char* cur = std::getenv(name);
-      if (cur == nullptr || *cur == '\0') {
-        setenv(name, value, 0);
-        RTFT_LOG(kInfo, kLogComm) << "NCCL: " << name << "=" << value << " (deterministic)";
-      } else if (std::strcmp(cur, value) != 0) {
-        RTFT_LOG(kWarn, kLogComm) << "NCCL: " << name << "=" << cur << " is set; rt-ft's "
-                                  << "bitwise reproducibility assumes " << value;
-      }
+      const std::string cur = NcclSetting(name);
+      if (cur != value)
+        off += std::string(off.empty() ? "" : ", ") + name + "=" + (cur.empty() ? "(unset)" : cur) +
+               " (" + value + " expected)";
     }
-  });
+    if (off.empty()) return Status::Ok();
+    const std::string what = "NCCL: " + off +
+                             ": reductions are not bitwise reproducible from run to run, so a "
+                             "recovered run may not end identical (dp-launch sets both)";
+    if (*strict) return Status::FailedPrecondition(what + " (RTFT_COMM_NCCL_DETERMINISTIC=1)");
+    RTFT_LOG(kWarn, kLogComm) << what;
+    return Status::Ok();
+  }();
+  return checked;
 }
 
 }  // namespace
@@ -143,7 +123,7 @@ StatusOr<std::string> NcclComm::UniqueId() {
 }
 
 Status NcclComm::Init() {
-  PinAlgorithms();
+  RTFT_RETURN_IF_ERROR(CheckAlgorithms());
   RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(opts_.o.device),
                                   "selecting CUDA device " + std::to_string(opts_.o.device)));
   RTFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&barrier_word_, sizeof(int32_t)), "cudaMalloc"));
@@ -233,22 +213,25 @@ void NcclComm::Abort(const std::string& reason) {
     if (aborted_) return;
     abort_reason_ = reason;
     aborted_ = true;
-    // ncclCommAbort waits for the communicator's threads: never on the caller's thread, and the
-    // communicator's destructor does not wait for it either.
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    std::thread abort([h = h_, done] {
-      {
-        std::lock_guard<std::mutex> nccl(h->mu);
-        if (h->comm != nullptr) {
-          const ncclResult_t rc = ncclCommAbort(h->comm);
-          if (rc != ncclSuccess)
-            RTFT_LOG(kWarn, kLogComm) << "ncclCommAbort: " << ncclGetErrorString(rc);
-          h->comm = nullptr;
-        }
+    // ncclCommAbort waits for the communicator's threads (about half a second with a dead
+    // peer): never on the caller's thread, and the communicator's destructor does not wait for
+    // it either. The thread lingers until it ends, or until rtft::Shutdown() joins it.
+    auto abort = [h = h_] {
+      std::lock_guard<std::mutex> nccl(h->mu);
+      if (h->comm != nullptr) {
+        const ncclResult_t rc = ncclCommAbort(h->comm);
+        if (rc != ncclSuccess)
+          RTFT_LOG(kWarn, kLogComm) << "ncclCommAbort: " << ncclGetErrorString(rc);
+        h->comm = nullptr;
       }
-      *done = true;
-    });
-    Reaper::Get().Adopt(std::move(abort), std::move(done));
+    };
+    auto thread = Thread::Start("rtft-nccl-abort", abort);
+    if (thread.ok()) {
+      Linger(std::move(*thread));
+    } else {
+      RTFT_LOG(kWarn, kLogComm) << thread.status() << ": aborting on the caller's thread";
+      abort();
+    }
   }
   RTFT_LOG(kInfo, kLogComm) << "NCCL communicator '" << name() << "' of epoch " << epoch()
                             << " aborted: " << reason;

@@ -186,7 +186,7 @@ CheckpointOptions ProtectorImpl::L3Options(int rank, int world) const {
   c.pin_pool = false;
   // Sized by the snapshot, not by the node, unless the user chose: one step's state fits, and the
   // pool is allocated when the engine is created, so recovery does not wait for a large one.
-  if (std::getenv("RTFT_CKPT_POOL_BYTES") == nullptr) {
+  if (!ParamIsSet(Param::kCkptPoolBytes)) {
     const uint64_t mib = 1ull << 20;
     const uint64_t chunk =
         std::clamp<uint64_t>((layout_.payload_bytes / 4 + mib - 1) / mib * mib, mib, 64 * mib);

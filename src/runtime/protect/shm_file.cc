@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/params.h"
+
 namespace rtft::protect {
 
 StatusOr<std::unique_ptr<ShmFile>> ShmFile::Open(const std::string& path, size_t bytes) {
@@ -59,8 +61,7 @@ Status ShmFile::Grow(size_t bytes) {
 StatusOr<std::string> ProtectDir(const std::string& configured, bool* owned) {
   *owned = false;
   if (!configured.empty()) return configured;
-  const char* env = std::getenv("RTFT_SHM_DIR");
-  if (env != nullptr && *env != '\0') return std::string(env);
+  if (ParamIsSet(Param::kShmDir)) return ParamString(Param::kShmDir);
   char tmpl[] = "/dev/shm/rtft-protect-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return Status::FromErrno(errno, "creating a directory in /dev/shm");
   *owned = true;

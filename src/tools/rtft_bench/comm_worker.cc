@@ -17,7 +17,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "core/params.h"
 #include "rtft/runtime.h"
+#include "rtft/testing.h"
 #include "tools/rtft_bench/comm_direct.h"
 
 namespace rtft::bench {
@@ -35,8 +37,8 @@ long long NowUs() {
 class SlotLog {
  public:
   explicit SlotLog(const std::string& dir) {
-    const char* slot = std::getenv("RTFT_SLOT");
-    path_ = dir + "/slot-" + (slot ? slot : "0") + ".log";
+    const std::string slot = ParamIsSet(Param::kSlot) ? ParamString(Param::kSlot) : "0";
+    path_ = dir + "/slot-" + slot + ".log";
   }
   void Line(const std::string& text, long long t = 0) {
     std::ofstream out(path_, std::ios::app);
@@ -211,7 +213,7 @@ Status Failure(const CommWorkerOptions& o, Runtime& rt, std::unique_ptr<Communic
       if (!stop) aborted_us = NowUs();
     });
     for (int i = 0;; ++i) {
-      if (i == 1 && comm->rank() == o.victim) setenv("RTFT_FAULT", o.victim_fault.c_str(), 1);
+      if (i == 1 && comm->rank() == o.victim) ArmFaults(o.victim_fault.c_str());
       log.Line("begin i=" + std::to_string(i));
       const Status s = RtftAllReduce(*comm, b, count);
       const long long t = NowUs();
@@ -303,7 +305,7 @@ int RunCommWorker(const CommWorkerOptions& o) {
     s = Single(o, rt, std::move(comm), log);
   } else if (o.mode == "shrink") {
     if (me.role != RuntimeRole::kInitial) return 0;  // only the first ranks take part
-    if (me.rank == o.victim) setenv("RTFT_FAULT", o.victim_fault.c_str(), 1);
+    if (me.rank == o.victim) ArmFaults(o.victim_fault.c_str());
     s = NcclShrinkProbe(me.rank, me.world_size, o.victim, o.bytes.front(),
                         o.shrink_path == "revoke", rt.comm_store(), "bench/shrink/",
                         me.rank % std::max(1, o.gpus), event_us,

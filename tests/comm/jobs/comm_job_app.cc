@@ -24,6 +24,7 @@
 
 #include "comm/comm_test_util.h"
 #include "rtft/runtime.h"
+#include "rtft/testing.h"
 
 namespace {
 
@@ -181,7 +182,7 @@ int main() {
     for (int i = 0;; ++i) {
       if (i == 1 && comm->rank() == victim) {
         const char* fault = std::getenv("RTFT_TEST_VICTIM_FAULT");
-        setenv("RTFT_FAULT", fault ? fault : "comm.gloo.ring_segment@3:hang", 1);
+        rtft::ArmFaults(fault ? fault : "comm.gloo.ring_segment@3:hang");
       }
       Log("allreduce-begin i=" + std::to_string(i));
       const long long t0 = NowUs();
