@@ -38,7 +38,8 @@ struct ObjectBlob {
 };
 
 // Creates (truncates) `path` through `io` as an HDF5 file with the given datasets and returns
-// each dataset's file offset, in order (0 for empty datasets). `objects` are written after the
+// each dataset's file offset, in order (0 for empty datasets). The root attribute holds the
+// oldest format version that has every dtype of `tensors` (FormatVersionFor). `objects` are written after the
 // tensors' space and described in `object_entries` (offsets, sizes, checksums). Every HDF5
 // write goes through `io` (hdf5_driver.h), and any that failed fails the call.
 StatusOr<std::vector<uint64_t>> CreateSkeleton(IoBackend* io, const std::string& path,
@@ -47,7 +48,8 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(IoBackend* io, const std::string&
                                                std::vector<ObjectEntry>* object_entries = nullptr);
 
 // Appends `objects` (often none: the skeleton holds them) to the file, adds their entries to
-// manifest->objects, and writes `manifest` as the file's last dataset; then reads the manifest
+// manifest->objects, sets manifest->format_version from its tensors' dtypes (as CreateSkeleton
+// did for the root attribute), and writes `manifest` as the file's last dataset; then reads the manifest
 // back and compares it, so a write the disk lost is caught here. The caller fsyncs and renames
 // afterwards, and only after this returned OK.
 Status FinalizeFile(IoBackend* io, const std::string& path, const std::vector<ObjectBlob>& objects,
