@@ -96,6 +96,39 @@ TEST_F(Corruption, NewerFormatAsksForAnUpgrade) {
   EXPECT_EQ(VerifyVersion(dir_.path(), 1).code(), StatusCode::kUnimplemented);
 }
 
+// The root attribute and the manifest state the same format version; a file where they differ
+// was altered after rt-ft wrote it, in either direction.
+TEST_F(Corruption, FormatVersionsOfAttributeAndManifestMustAgree) {
+  auto set_attribute = [](const std::string& path, int version) {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    hid_t attr = H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT, &version), 0);
+    H5Aclose(attr);
+    H5Fclose(file);
+  };
+  auto io = CreateIoBackend({});
+  ASSERT_TRUE(io.ok());
+  set_attribute(path_, 2);  // a float32 file, manifest version 1
+  auto reader = CheckpointFileReader::Open(path_, io->get());
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status();
+  EXPECT_NE(reader.status().message().find("root attribute says format version 2, its manifest 1"),
+            std::string::npos)
+      << reader.status();
+  EXPECT_EQ(RestoreW().code(), StatusCode::kDataLoss);
+
+  auto u = MakeTensor<double>("solver/u", DType::kFloat64, {8}, testing::HardDoubles(8, 5));
+  ASSERT_TRUE(testing::WriteVersion(dir_.path(), 2, 1, {{{u.desc}, {}}}).ok());
+  const std::string f64 = RankFilePath(dir_.path(), 2, 0);
+  ASSERT_TRUE(CheckpointFileReader::Open(f64, io->get()).ok());
+  set_attribute(f64, 1);  // what an older reader would accept, over a version-2 manifest
+  reader = CheckpointFileReader::Open(f64, io->get());
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status();
+  EXPECT_NE(reader.status().message().find("root attribute says format version 1, its manifest 2"),
+            std::string::npos)
+      << reader.status();
+}
+
 TEST_F(Corruption, MissingDirectory) {
   const std::string missing = dir_.path() + "/nowhere";
   Status s = Restore(missing, {}, TensorProvider(w_.desc));
