@@ -114,8 +114,8 @@ struct CallOptions {
 };
 
 // Buffers are host memory (Gloo) or device memory of the communicator's device (NCCL); `count`
-// is in elements of `dtype` (float32, float16, bfloat16, int8, int32, int64, uint8). Send and
-// receive buffers may be the same (in place) where the call has one of each, except that
+// is in elements of `dtype` (float32, float16, bfloat16, int8, int32, int64, uint8, float64). Send
+// and receive buffers may be the same (in place) where the call has one of each, except that
 // AllGather(V)'s and ReduceScatter(V)'s send buffer must be this rank's slice of, or disjoint
 // from, the receive buffer.
 //

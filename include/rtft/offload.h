@@ -31,7 +31,7 @@ struct AdamWConfig {
 // grad_dtype and lives in the same memory as the parameter.
 struct OffloadParam {
   std::string name;                    // unique; names the optimizer tensors in checkpoints
-  DType dtype = DType::kFloat32;       // kFloat32, kFloat16 or kBFloat16
+  DType dtype = DType::kFloat32;       // kFloat32, kFloat16 or kBFloat16 (float64: refused)
   DType grad_dtype = DType::kFloat32;  // kFloat32, kFloat16 or kBFloat16
   void* data = nullptr;
   uint64_t elements = 0;

@@ -16,10 +16,20 @@
 
 namespace rtft {
 
-enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kInt32, kInt64, kUInt8 };
+// New types go at the end: the numeric values travel in communicator frames and snapshot hashes.
+enum class DType : uint8_t {
+  kFloat32,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kFloat64
+};
 
 RTFT_EXPORT size_t DTypeSize(DType dtype);
-// "float32", "float16", "bfloat16", "int8", "int32", "int64", "uint8".
+// "float32", "float16", "bfloat16", "int8", "int32", "int64", "uint8", "float64".
 RTFT_EXPORT const char* DTypeName(DType dtype);
 RTFT_EXPORT bool ParseDType(const std::string& name, DType* dtype);
 

@@ -81,6 +81,9 @@ void ReduceInto(DType dtype, ReduceOp op, const void* a, const void* b, void* ou
     case DType::kUInt8:
       return Combine(op, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b),
                      static_cast<uint8_t*>(out), n);
+    case DType::kFloat64:
+      return Combine(op, static_cast<const double*>(a), static_cast<const double*>(b),
+                     static_cast<double*>(out), n);
   }
 }
 
@@ -100,6 +103,8 @@ void DivideBy(DType dtype, void* data, size_t n, int divisor) {
       return Divide(static_cast<int64_t*>(data), n, divisor);
     case DType::kUInt8:
       return Divide(static_cast<uint8_t*>(data), n, divisor);
+    case DType::kFloat64:
+      return Divide(static_cast<double*>(data), n, divisor);
   }
 }
 

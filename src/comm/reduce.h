@@ -1,6 +1,7 @@
 // The element-wise reductions of the communicators that reduce on the host (Gloo backend), in a
 // fixed operand order so that every rank computes the same bits. 16-bit floats are widened to
-// fp32, combined and rounded back to nearest even at each step (docs/comm.md).
+// fp32, combined and rounded back to nearest even at each step; float32 and float64 are combined
+// in their own precision (docs/comm.md).
 #pragma once
 
 #include <cstddef>

@@ -59,8 +59,24 @@ using Clock = std::chrono::steady_clock;
 // scheduling and short enough to balance threads.
 constexpr uint64_t kTaskElements = 1u << 20;
 
-bool FloatingDType(DType d) {
-  return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16;
+// The dtypes the AdamW kernels (CPU and GPU) load and store; their switches treat anything else
+// as float32, so nothing else may get past ValidateParams. float64 is refused rather than
+// narrowed: the master copy, momentum and variance are float32, and a float64 parameter written
+// back through them would lose its precision at every step without a word.
+bool KernelDType(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return true;
+    case DType::kInt8:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt8:
+    case DType::kFloat64:
+      return false;
+  }
+  return false;
 }
 
 Status ValidateParams(const std::vector<OffloadParam>& params) {
@@ -70,7 +86,13 @@ Status ValidateParams(const std::vector<OffloadParam>& params) {
     const std::string what = "offload parameter '" + p.name + "'";
     if (p.name.empty()) return Status::InvalidArgument("offload parameter without a name");
     if (!names.insert(p.name).second) return Status::InvalidArgument(what + " appears twice");
-    if (!FloatingDType(p.dtype) || !FloatingDType(p.grad_dtype))
+    if (p.dtype == DType::kFloat64 || p.grad_dtype == DType::kFloat64)
+      return Status::InvalidArgument(
+          what +
+          ": float64 is not supported (the optimizer keeps float32 master weights and "
+          "moments, which would round a float64 parameter at every step); use float32, "
+          "float16 or bfloat16");
+    if (!KernelDType(p.dtype) || !KernelDType(p.grad_dtype))
       return Status::InvalidArgument(what +
                                      ": dtype and grad_dtype must be float32/16 or bfloat16");
     if (p.elements > 0 && p.data == nullptr) return Status::InvalidArgument(what + ": no data");

@@ -25,6 +25,8 @@ size_t DTypeSize(DType dtype) {
       return 8;
     case DType::kUInt8:
       return 1;
+    case DType::kFloat64:
+      return 8;
   }
   return 0;
 }
@@ -33,7 +35,7 @@ namespace {
 const std::pair<DType, const char*> kDTypeNames[] = {
     {DType::kFloat32, "float32"}, {DType::kFloat16, "float16"}, {DType::kBFloat16, "bfloat16"},
     {DType::kInt8, "int8"},       {DType::kInt32, "int32"},     {DType::kInt64, "int64"},
-    {DType::kUInt8, "uint8"}};
+    {DType::kUInt8, "uint8"},     {DType::kFloat64, "float64"}};
 }  // namespace
 
 const char* DTypeName(DType dtype) {

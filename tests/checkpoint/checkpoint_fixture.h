@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -112,6 +113,8 @@ inline Status WriteVersion(const std::string& root, uint64_t version, int world_
     RTFT_RETURN_IF_ERROR(
         WriteRankFile(path, version, r, world_size, ranks[r], options.chunk_bytes));
     RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(path));
+    RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
+    global.format_version = std::max(global.format_version, m.format_version);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + path);
     global.files.push_back(
@@ -141,6 +144,32 @@ OwnedTensor<T> MakeTensor(const std::string& name, DType dtype, std::vector<int6
   t.desc.shard = std::move(shard);
   t.desc.data = t.storage.data();
   return t;
+}
+
+// `n` doubles whose bits only a byte-exact path keeps: the first ones are -0.0, the smallest
+// subnormal, 0.1, 1/3, the largest double, infinity and a NaN with a payload (a conversion to
+// float32 or to text and back changes each of them), the rest arbitrary bit patterns from `seed`
+// (NaNs among them).
+inline std::vector<double> HardDoubles(size_t n, uint64_t seed) {
+  const uint64_t special[] = {0x8000000000000000ull, 0x0000000000000001ull, 0x3fb999999999999aull,
+                              0x3fd5555555555555ull, 0x7fefffffffffffffull, 0x7ff0000000000000ull,
+                              0x7ff80000deadbeefull};
+  std::vector<double> v(n);
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t bits;
+    if (i < sizeof(special) / sizeof(special[0])) {
+      bits = special[i];
+    } else {  // splitmix64
+      x += 0x9e3779b97f4a7c15ull;
+      bits = x;
+      bits = (bits ^ (bits >> 30)) * 0xbf58476d1ce4e5b9ull;
+      bits = (bits ^ (bits >> 27)) * 0x94d049bb133111ebull;
+      bits ^= bits >> 31;
+    }
+    std::memcpy(&v[i], &bits, sizeof(bits));
+  }
+  return v;
 }
 
 }  // namespace rtft::testing

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include "checkpoint/layout/layout.h"
 #include "checkpoint/layout/naming.h"
@@ -85,14 +86,47 @@ TEST_F(Corruption, NewerFormatAsksForAnUpgrade) {
   hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(file, 0);
   hid_t attr = H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT);
-  int two = 2;
-  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT, &two), 0);
+  int newer = kFormatVersion + 1;
+  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT, &newer), 0);
   H5Aclose(attr);
   H5Fclose(file);
   Status s = RestoreW();
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
   EXPECT_NE(s.message().find("upgrade"), std::string::npos) << s;
   EXPECT_EQ(VerifyVersion(dir_.path(), 1).code(), StatusCode::kUnimplemented);
+}
+
+// The root attribute and the manifest state the same format version; a file where they differ
+// was altered after rt-ft wrote it, in either direction.
+TEST_F(Corruption, FormatVersionsOfAttributeAndManifestMustAgree) {
+  auto set_attribute = [](const std::string& path, int version) {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    hid_t attr = H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT, &version), 0);
+    H5Aclose(attr);
+    H5Fclose(file);
+  };
+  auto io = CreateIoBackend({});
+  ASSERT_TRUE(io.ok());
+  set_attribute(path_, 2);  // a float32 file, manifest version 1
+  auto reader = CheckpointFileReader::Open(path_, io->get());
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status();
+  EXPECT_NE(reader.status().message().find("root attribute says format version 2, its manifest 1"),
+            std::string::npos)
+      << reader.status();
+  EXPECT_EQ(RestoreW().code(), StatusCode::kDataLoss);
+
+  auto u = MakeTensor<double>("solver/u", DType::kFloat64, {8}, testing::HardDoubles(8, 5));
+  ASSERT_TRUE(testing::WriteVersion(dir_.path(), 2, 1, {{{u.desc}, {}}}).ok());
+  const std::string f64 = RankFilePath(dir_.path(), 2, 0);
+  ASSERT_TRUE(CheckpointFileReader::Open(f64, io->get()).ok());
+  set_attribute(f64, 1);  // what an older reader would accept, over a version-2 manifest
+  reader = CheckpointFileReader::Open(f64, io->get());
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss) << reader.status();
+  EXPECT_NE(reader.status().message().find("root attribute says format version 1, its manifest 2"),
+            std::string::npos)
+      << reader.status();
 }
 
 TEST_F(Corruption, MissingDirectory) {
@@ -161,6 +195,33 @@ TEST_F(Corruption, DamagedGlobalManifest) {
   ASSERT_TRUE(versions.ok());
   ASSERT_EQ(versions->size(), 1u);
   EXPECT_FALSE((*versions)[0].complete);
+}
+
+// MANIFEST.json holds the newest format of its files, so that a reader too old for one of them
+// refuses the version before it reads any file. One that claims less was rewritten: refused.
+TEST_F(Corruption, GlobalManifestOlderThanItsFloat64FileIsRefused) {
+  auto u = MakeTensor<double>("solver/u", DType::kFloat64, {64}, testing::HardDoubles(64, 3));
+  ASSERT_TRUE(testing::WriteVersion(dir_.path(), 2, 1, {{{u.desc}, {}}}).ok());
+  auto out = MakeTensor<double>("solver/u", DType::kFloat64, {64}, std::vector<double>(64));
+  ASSERT_TRUE(Restore(dir_.path(), {}, TensorProvider(out.desc)).ok());
+  const std::string path = GlobalManifestPath(dir_.path(), 2);
+  std::ifstream in(path);
+  auto global = GlobalManifest::FromJson(
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  ASSERT_TRUE(global.ok()) << global.status();
+  EXPECT_EQ(global->format_version, 2);
+  global->format_version = 1;
+  std::ofstream(path, std::ios::trunc) << global->ToJson();
+  Status s = VerifyVersion(dir_.path(), 2);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("format version 2, newer than its version's MANIFEST.json (1)"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(Restore(dir_.path(), {}, TensorProvider(out.desc)).code(), StatusCode::kDataLoss);
+  // Version 1 of the fixture (float32 only) is still format version 1 throughout.
+  auto m = ReadFileManifest(path_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format_version, 1);
 }
 
 }  // namespace

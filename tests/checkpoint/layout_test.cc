@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <vector>
 
 #include "test_util.h"
@@ -89,6 +92,105 @@ TEST(Layout, BytesWrittenAtOffsetsReadBackThroughH5dump) {
   EXPECT_EQ(back->version, 3u);
   ASSERT_NE(back->FindObject("rng/state"), nullptr);
   EXPECT_EQ(back->FindObject("rng/state")->bytes, 3u);
+}
+
+// The root attribute rtft_format_version, read as HDF5 stores it.
+int RootFormatVersion(const std::string& path) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t attr = H5Aopen(file, kFormatVersionAttribute, H5P_DEFAULT);
+  int version = -1;
+  if (attr >= 0) H5Aread(attr, H5T_NATIVE_INT, &version);
+  H5Aclose(attr);
+  H5Fclose(file);
+  return version;
+}
+
+// Values whose bits a narrowing to float32, a text round trip with too few digits or a flush to
+// zero would change: 0.1, pi, 1/3, the smallest subnormal, the largest double, and -0.0.
+const double kHardDoubles[6] = {
+    0.1, 3.141592653589793, 1.0 / 3.0, 4.9406564584124654e-324, 1.7976931348623157e308, -0.0};
+
+TEST(Layout, Float64IsIeeeDoubleLittleEndianAndItsFilesAreFormatVersion2) {
+  TempDir dir;
+  const std::string path = dir.path() + "/f.h5";
+  std::vector<DatasetSpec> specs = {{"field", DType::kFloat64, {2, 3}, {}},
+                                    {"w", DType::kFloat32, {2}, {}}};
+  auto offsets = CreateSkeleton(path, specs);
+  ASSERT_TRUE(offsets.ok()) << offsets.status();
+  PWrite(path, (*offsets)[0], kHardDoubles, sizeof(kHardDoubles));
+  const float w[2] = {1.5f, -2};
+  PWrite(path, (*offsets)[1], w, sizeof(w));
+  FileManifest m;
+  m.chunk_bytes = 4096;
+  m.tensors = {{"field", DType::kFloat64, {2, 3}, {}, (*offsets)[0], sizeof(kHardDoubles), {}},
+               {"w", DType::kFloat32, {2}, {}, (*offsets)[1], sizeof(w), {}}};
+  for (TensorEntry& t : m.tensors) t.xxh3 = {0};
+  ASSERT_TRUE(FinalizeFile(path, {}, &m).ok());
+  EXPECT_EQ(m.format_version, 2);
+  EXPECT_EQ(RootFormatVersion(path), 2);
+  auto back = ReadFileManifest(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->format_version, 2);
+  EXPECT_EQ(back->tensors[0].dtype, DType::kFloat64);
+  EXPECT_EQ(back->tensors[0].bytes, 48u);
+
+  // The dataset's type is exactly H5T_IEEE_F64LE, and HDF5 converts it to native doubles with
+  // every bit kept.
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t ds = H5Dopen2(file, "/tensors/field", H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  hid_t type = H5Dget_type(ds);
+  EXPECT_GT(H5Tequal(type, H5T_IEEE_F64LE), 0);
+  double read[6] = {};
+  EXPECT_GE(H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, read), 0);
+  EXPECT_EQ(std::memcmp(read, kHardDoubles, sizeof(read)), 0);
+  H5Tclose(type);
+  H5Dclose(ds);
+  H5Fclose(file);
+
+  // A file without float64 stays at version 1, which every earlier rt-ft reads.
+  const std::string old = dir.path() + "/old.h5";
+  ASSERT_TRUE(CreateSkeleton(old, {specs[1]}).ok());
+  FileManifest m1;
+  m1.chunk_bytes = 4096;
+  ASSERT_TRUE(FinalizeFile(old, {}, &m1).ok());
+  EXPECT_EQ(m1.format_version, 1);
+  EXPECT_EQ(RootFormatVersion(old), 1);
+}
+
+// h5dump prints every float64 value exactly (17 significant digits read back to the same bits).
+TEST(Layout, Float64ValuesReadBackThroughH5dumpBitForBit) {
+  if (std::system("command -v h5dump >/dev/null 2>&1") != 0) GTEST_SKIP() << "h5dump not installed";
+  TempDir dir;
+  const std::string path = dir.path() + "/f.h5";
+  auto offsets = CreateSkeleton(path, {{"field", DType::kFloat64, {6}, {}}});
+  ASSERT_TRUE(offsets.ok()) << offsets.status();
+  PWrite(path, (*offsets)[0], kHardDoubles, sizeof(kHardDoubles));
+  FileManifest m;
+  m.chunk_bytes = 4096;
+  m.tensors = {{"field", DType::kFloat64, {6}, {}, (*offsets)[0], sizeof(kHardDoubles), {0}}};
+  ASSERT_TRUE(FinalizeFile(path, {}, &m).ok());
+
+  int rc = -1;
+  const std::string out = RunCommand("h5dump -m %.17g -d /tensors/field " + path, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("H5T_IEEE_F64LE"), std::string::npos) << out;
+  // The values between "DATA {" and "}", without h5dump's "(i):" position markers.
+  const size_t open = out.find("DATA {");
+  ASSERT_NE(open, std::string::npos) << out;
+  const std::string data = std::regex_replace(out.substr(open + 6, out.find('}', open) - open - 6),
+                                              std::regex(R"(\(\d+\):)"), " ");
+  const char* p = data.c_str();
+  for (int i = 0; i < 6; ++i) {
+    while (*p == ',' || std::isspace(static_cast<unsigned char>(*p))) ++p;
+    char* end = nullptr;
+    const double v = std::strtod(p, &end);
+    ASSERT_NE(end, p) << "value " << i << " in " << out;
+    EXPECT_EQ(std::memcmp(&v, &kHardDoubles[i], sizeof(v)), 0)
+        << "value " << i << ": h5dump printed " << std::string(p, static_cast<size_t>(end - p));
+    p = end;
+  }
 }
 
 TEST(Layout, RejectsFilesThatAreNotCheckpoints) {

@@ -195,6 +195,80 @@ TEST(Manifest, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_FALSE(CheckJsonDepth("[[[[[[[[[1]]]]]]]]]").ok());
 }
 
+// A float64 tensor entry of format version 2 (the ValidFileManifest tensor retyped: 8 bytes per
+// element, twice the chunks).
+json Float64Manifest() {
+  json j = ValidFileManifest();
+  j["format_version"] = 2;
+  j["tensors"][0]["dtype"] = "float64";
+  j["tensors"][0]["bytes"] = 4 * 1024 * 8;
+  j["tensors"][0]["xxh3"] = {"0000000000000001", "0000000000000002", "0000000000000003",
+                             "0000000000000004", "0000000000000005", "0000000000000006",
+                             "0000000000000007", "0000000000000008"};
+  return j;
+}
+
+TEST(Manifest, Float64TensorsRoundTripInFormatVersion2) {
+  auto m = FileManifest::FromJson(Float64Manifest().dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->format_version, 2);
+  EXPECT_EQ(m->tensors.at(0).dtype, DType::kFloat64);
+  EXPECT_EQ(m->tensors.at(0).bytes, 32768u);
+  auto again = FileManifest::FromJson(m->ToJson());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(json::parse(again->ToJson())["tensors"][0]["dtype"], "float64");
+}
+
+TEST(Manifest, Float64IsRefusedInAFileThatClaimsFormatVersion1) {
+  // Every earlier rt-ft reads version 1 and knows no float64: a file that says 1 and holds one
+  // was not written by rt-ft.
+  json j = Float64Manifest();
+  j["format_version"] = 1;
+  ExpectRefused(j, "tensor 'model/w' has dtype float64, which format version 1 does not have");
+  // float64 elements are 8 bytes: the float32 byte count of the same shape is refused.
+  j = Float64Manifest();
+  j["tensors"][0]["bytes"] = 4 * 1024 * 4;
+  j["tensors"][0]["xxh3"] = {"0000000000000001", "0000000000000002", "0000000000000003",
+                             "0000000000000004"};
+  ExpectRefused(j, "does not match shape and dtype (32768)");
+  // 2^61 elements of 8 bytes wrap to 0 in 64 bits.
+  j = Float64Manifest();
+  j["tensors"][0]["shape"] = {2305843009213693952ull};
+  j["tensors"][0].erase("global_shape");
+  j["tensors"][0].erase("shard_offset");
+  j["tensors"][0]["bytes"] = 0;
+  j["tensors"][0]["xxh3"] = {"2d06800538d394c2"};
+  ExpectRefused(j, "more than 2^64 bytes");
+}
+
+TEST(Manifest, VersionsNewerThanThisReaderAskForAnUpgrade) {
+  for (bool global : {false, true}) {
+    json j = global ? ValidGlobalManifest() : Float64Manifest();
+    j["format_version"] = kFormatVersion + 1;
+    const std::string text = j.dump();
+    Status s =
+        global ? GlobalManifest::FromJson(text).status() : FileManifest::FromJson(text).status();
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
+    EXPECT_NE(s.message().find("upgrade rt-ft"), std::string::npos) << s;
+  }
+  json g = ValidGlobalManifest();
+  g["format_version"] = 2;
+  auto ok = GlobalManifest::FromJson(g.dump());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->format_version, 2);
+}
+
+TEST(Manifest, EachDtypeHasTheOldestFormatVersionThatDefinesIt) {
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32,
+                  DType::kInt64, DType::kUInt8})
+    EXPECT_EQ(FormatVersionOf(d), 1) << DTypeName(d);
+  EXPECT_EQ(FormatVersionOf(DType::kFloat64), 2);
+  EXPECT_EQ(FormatVersionFor({}), 1);
+  EXPECT_EQ(FormatVersionFor({DType::kFloat32, DType::kBFloat16}), 1);
+  EXPECT_EQ(FormatVersionFor({DType::kFloat32, DType::kFloat64, DType::kInt8}), 2);
+  EXPECT_LE(FormatVersionFor({DType::kFloat64}), kFormatVersion);
+}
+
 TEST(Manifest, TextThatIsNotUtf8IsRefused) {
   std::string text = ValidFileManifest().dump();
   const size_t at = text.find("model/w");

@@ -46,9 +46,12 @@ struct Fixture {
                                                           {0x3f80, 0xc000, 0x4049, 0x0000, 0x7f80});
   testing::OwnedTensor<int64_t> step = MakeTensor<int64_t>("sched/step", DType::kInt64, {}, {42});
   testing::OwnedTensor<int32_t> none = MakeTensor<int32_t>("empty", DType::kInt32, {0}, {});
+  testing::OwnedTensor<double> u =
+      MakeTensor<double>("solver/u", DType::kFloat64, {3, 700}, testing::HardDoubles(2100, 7));
 
   RankState State() const {
-    return {{w.desc, h.desc, step.desc, none.desc}, {{"rng", std::string("\x01\x00\x02", 3)}}};
+    return {{w.desc, h.desc, step.desc, none.desc, u.desc},
+            {{"rng", std::string("\x01\x00\x02", 3)}}};
   }
 };
 
@@ -63,9 +66,11 @@ TEST(Restore, RoundTripsEveryDtypeAndObjects) {
   auto h = Blank(f.h);
   auto step = Blank(f.step);
   auto none = Blank(f.none);
+  auto u = Blank(f.u);
   std::string rng;
   CompositeProvider state(0, 0);
-  for (const TensorDesc* d : {&w.desc, &h.desc, &step.desc, &none.desc}) state.AddTensor(*d);
+  for (const TensorDesc* d : {&w.desc, &h.desc, &step.desc, &none.desc, &u.desc})
+    state.AddTensor(*d);
   state.AddObject({"rng", nullptr, [&](const std::string& b) {
                      rng = b;
                      return Status::Ok();
@@ -75,7 +80,28 @@ TEST(Restore, RoundTripsEveryDtypeAndObjects) {
   EXPECT_EQ(w.storage, f.w.storage);
   EXPECT_EQ(h.storage, f.h.storage);
   EXPECT_EQ(step.storage, f.step.storage);
+  // Bit for bit (NaN payloads, -0.0, subnormals), so compared as bytes; 16800 bytes of float64
+  // span five 4 KiB chunks.
+  ASSERT_EQ(u.storage.size(), f.u.storage.size());
+  EXPECT_EQ(std::memcmp(u.storage.data(), f.u.storage.data(), f.u.desc.bytes()), 0);
   EXPECT_EQ(rng, std::string("\x01\x00\x02", 3));
+}
+
+// A float64 block restored into a box of another shape: rows 1..2, columns 650..699 of the
+// saved [3, 700] tensor, cut across chunk boundaries.
+TEST(Restore, Float64BoxOfASavedTensorBitForBit) {
+  TempDir dir;
+  Fixture f;
+  FixtureOptions small_chunks;
+  small_chunks.chunk_bytes = 4096;
+  ASSERT_TRUE(WriteVersion(dir.path(), 3, 1, {f.State()}, small_chunks).ok());
+  auto box = MakeTensor<double>("solver/u", DType::kFloat64, {2, 50}, std::vector<double>(100),
+                                ShardCoords{{3, 700}, {1, 650}});
+  Status s = Restore(dir.path(), {}, TensorProvider(box.desc));
+  ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(std::memcmp(&box.storage[r * 50], &f.u.storage[(r + 1) * 700 + 650], 50 * 8), 0)
+        << "row " << r;
 }
 
 TEST(Restore, LatestByDefaultOrTheVersionAsked) {
@@ -132,6 +158,15 @@ TEST(Restore, ErrorsNameTheTensorOrObject) {
   s = Restore(dir.path(), {}, TensorProvider(dtype.desc));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("bfloat16"), std::string::npos) << s;
+
+  // Same shape and byte count would not do either: float64 is never read as int64 or float32.
+  auto as_int =
+      MakeTensor<int64_t>("solver/u", DType::kInt64, {3, 700}, std::vector<int64_t>(2100));
+  s = Restore(dir.path(), {}, TensorProvider(as_int.desc));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("float64"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("int64"), std::string::npos) << s;
+  EXPECT_EQ(as_int.storage, std::vector<int64_t>(2100));
 
   ObjectProvider object(
       ObjectDesc{"sched/lr", nullptr, [](const std::string&) { return Status::Ok(); }});

@@ -79,6 +79,13 @@ inline double Value(int r, size_t i, DType d) {
       const int exp = static_cast<int>((x >> 24) % 7) - 3;
       return mant * std::pow(10.0, exp);
     }
+    case DType::kFloat64: {
+      // All 52 mantissa bits and exponents from 2^-40 to 2^40: nearly every addition rounds, so
+      // another order of the ranks' terms gives other bits.
+      const double mant = 1.0 + static_cast<double>(x >> 12) * 0x1p-52;
+      const int exp = static_cast<int>((x >> 4) % 81) - 40;
+      return std::ldexp((x & 1) ? -mant : mant, exp);
+    }
     default:
       return static_cast<double>(static_cast<int64_t>(x % 512) - 256);
   }
@@ -107,6 +114,9 @@ inline void Store(void* p, size_t i, DType d, double v) {
       break;
     case DType::kUInt8:
       static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(p)[i] = v;
       break;
   }
 }
@@ -163,6 +173,10 @@ inline void Combine(DType d, ReduceOp op, const void* a, const void* b, void* ou
       static_cast<uint8_t*>(out)[i] =
           Op(op, static_cast<const uint8_t*>(a)[i], static_cast<const uint8_t*>(b)[i]);
       break;
+    case DType::kFloat64:
+      static_cast<double*>(out)[i] =
+          Op(op, static_cast<const double*>(a)[i], static_cast<const double*>(b)[i]);
+      break;
   }
 }
 
@@ -190,6 +204,9 @@ inline void Divide(DType d, void* p, size_t i, int n) {
       break;
     case DType::kUInt8:
       static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<uint8_t*>(p)[i] / n);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(p)[i] /= static_cast<double>(n);
       break;
   }
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "offload/cpu/adamw_scalar.h"
@@ -209,6 +210,26 @@ TEST(OffloadCpu, RejectsBadInput) {
   EXPECT_EQ((*opt)->Step({}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*opt)->Step({nullptr}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*opt)->step_count(), 0);
+}
+
+// float64 parameters or gradients are refused by name, in every mode, before anything is
+// allocated: the float32 master copy would round them at every step.
+TEST(OffloadCpu, RefusesFloat64ParametersAndGradients) {
+  double x = 0;
+  OffloadParam p{"field", DType::kFloat64, DType::kFloat64, &x, 1, {}, MemoryKind::kHost, 0};
+  for (OffloadMode mode : {OffloadMode::kCpu, OffloadMode::kGpu, OffloadMode::kInterleaved}) {
+    OffloadOptions o = SmallOptions(1);
+    o.mode = mode;
+    for (auto [dtype, grad] :
+         {std::pair{DType::kFloat64, DType::kFloat64}, std::pair{DType::kFloat64, DType::kFloat32},
+          std::pair{DType::kFloat32, DType::kFloat64}}) {
+      p.dtype = dtype;
+      p.grad_dtype = grad;
+      const Status s = OffloadOptimizer::Create({p}, o).status();
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("'field': float64 is not supported"), std::string::npos) << s;
+    }
+  }
 }
 
 TEST(OffloadCpu, StateProviderDescribesMasterMomentsAndStep) {

@@ -18,7 +18,7 @@ TensorDesc Tensor(const std::string& name, int64_t n, void* data) {
 
 TEST(DType, NamesAndSizes) {
   for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32,
-                  DType::kInt64, DType::kUInt8}) {
+                  DType::kInt64, DType::kUInt8, DType::kFloat64}) {
     DType back;
     ASSERT_TRUE(ParseDType(DTypeName(d), &back));
     EXPECT_EQ(back, d);
@@ -27,6 +27,37 @@ TEST(DType, NamesAndSizes) {
   EXPECT_EQ(DTypeSize(DType::kInt64), 8u);
   DType d;
   EXPECT_FALSE(ParseDType("float128", &d));
+  EXPECT_FALSE(ParseDType("double", &d));  // one spelling only: the manifest's
+}
+
+// float64 came last, so the numbers that travel in frames and hashes kept their values.
+TEST(DType, Float64IsAppendedWithoutRenumbering) {
+  EXPECT_EQ(static_cast<int>(DType::kFloat32), 0);
+  EXPECT_EQ(static_cast<int>(DType::kUInt8), 6);
+  EXPECT_EQ(static_cast<int>(DType::kFloat64), 7);
+  EXPECT_EQ(DTypeSize(DType::kFloat64), 8u);
+  EXPECT_STREQ(DTypeName(DType::kFloat64), "float64");
+  DType d = DType::kFloat32;
+  ASSERT_TRUE(ParseDType("float64", &d));
+  EXPECT_EQ(d, DType::kFloat64);
+  EXPECT_EQ(DTypeSize(static_cast<DType>(8)), 0u);  // past the end: no size
+  EXPECT_STREQ(DTypeName(static_cast<DType>(8)), "unknown");
+}
+
+TEST(ValidateDescription, AFloat64TensorsBytesAreEightPerElement) {
+  std::vector<double> buf(6);
+  TensorDesc t;
+  t.name = "field";
+  t.dtype = DType::kFloat64;
+  t.shape = {2, 3};
+  t.data = buf.data();
+  EXPECT_EQ(t.bytes(), 48u);
+  StateDescription s;
+  s.tensors.push_back(t);
+  EXPECT_TRUE(ValidateDescription(s).ok());
+  // 2^61 elements of 8 bytes overflow 64 bits: refused, not wrapped.
+  s.tensors[0].shape = {int64_t{1} << 61};
+  EXPECT_EQ(ValidateDescription(s).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CompositeProvider, CoalescesSmallTensorsPerGroupLimit) {

@@ -70,6 +70,26 @@ expect 0 '2 more values' -- "$ckpt" cat "$r1" opt/m --limit 2
 expect 1 "^rtft-ckpt: tensor 'nope' is not in" -- "$ckpt" cat "$r0" nope
 expect 1 "checksum mismatch" -- "$ckpt" cat "$tmp/bad/v000000000002/rank-00000.h5" model/w
 
+# float64: printed as doubles in their shortest exact form (a float32 detour would print
+# 0.30000000000000004 as 0.3 and 1e-300 as 0), in format-version-2 files that verify.
+"$make" "$tmp/f64" --float64 || { echo "FAIL: make-test-checkpoint --float64"; exit 1; }
+f0=$tmp/f64/v000000000001/rank-00000.h5
+f1=$tmp/f64/v000000000001/rank-00001.h5
+expect 0 '^# solver/u float64 \[2, 3\] at \[0, 0\] of \[4, 3\]$' -- "$ckpt" cat "$f0" solver/u
+expect 0 '^0\.1 -2\.5 1e-300$' -- "$ckpt" cat "$f0" solver/u
+expect 0 '^3\.141592653589793 -0 5e-324$' -- "$ckpt" cat "$f0" solver/u
+expect 0 '^1\.7976931348623157e\+308 0\.30000000000000004 -1234567\.890625$' -- \
+  "$ckpt" cat "$f1" solver/u
+expect 0 '^2\.5 inf -inf$' -- "$ckpt" cat "$f1" solver/u
+expect 0 '^0\.001$' -- "$ckpt" cat "$f1" solver/dt
+expect 0 '^0\.1 -2\.5$' -- "$ckpt" cat "$f0" solver/u --limit 2
+expect 0 '"dtype": "float64"' -- "$ckpt" dump "$f0"
+expect 0 '"format_version": 2' -- "$ckpt" dump "$f0"
+expect 0 '"format_version": 2' -- "$ckpt" dump "$tmp/f64/v000000000001/MANIFEST.json"
+expect 0 '"format_version": 1' -- "$ckpt" dump "$r0"
+expect 0 'version 1 of .*: OK' -- "$ckpt" verify "$tmp/f64"
+expect 0 '^1 +complete +2 ' -- "$ckpt" ls "$tmp/f64"
+
 # cat streams: only the chunks holding the values shown are read, so a reader limited to far
 # less memory than the tensor prints its first values (it used to allocate the whole tensor).
 "$make" "$tmp/big" --big $((160 << 20)) || { echo "FAIL: make-test-checkpoint --big"; exit 1; }

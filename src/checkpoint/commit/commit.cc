@@ -104,6 +104,9 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
                               ", rank " + std::to_string(m.rank) + " of " +
                               std::to_string(m.world_size) + "; refusing to commit it");
     RTFT_ASSIGN_OR_RETURN(uint64_t bytes, file->Size());
+    // The version's format is its newest file's: a reader too old for one file refuses the
+    // version at MANIFEST.json, before it reads any file.
+    global.format_version = std::max(global.format_version, m.format_version);
     global.files.push_back(
         GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
   }

@@ -57,6 +57,8 @@ H5Handle Hdf5FileType(DType dtype) {
       return H5Handle(H5Tcopy(H5T_STD_I64LE), H5Tclose);
     case DType::kUInt8:
       return H5Handle(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+    case DType::kFloat64:
+      return H5Handle(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
   }
   return H5Handle();
 }

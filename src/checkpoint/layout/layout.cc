@@ -42,12 +42,11 @@ Status WriteInt64Attribute(hid_t obj, const char* name, const std::vector<int64_
   return Status::Ok();
 }
 
-Status WriteFormatVersion(hid_t file) {
+Status WriteFormatVersion(hid_t file, int version) {
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle attr(H5Acreate2(file, kFormatVersionAttribute, H5T_STD_I32LE, space.get(), H5P_DEFAULT,
                            H5P_DEFAULT),
                 H5Aclose);
-  int version = kFormatVersion;
   if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_INT, &version) < 0)
     return Hdf5Error(StatusCode::kIoError, "writing the format version");
   return Status::Ok();
@@ -161,7 +160,9 @@ StatusOr<std::vector<uint64_t>> CreateSkeleton(IoBackend* io, const std::string&
     H5Handle fapl = Hdf5FileAccessOver(&state);
     H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     RTFT_RETURN_IF_ERROR(Step(state, file.valid(), "creating " + path));
-    RTFT_RETURN_IF_ERROR(WriteFormatVersion(file.get()));
+    std::vector<DType> dtypes;
+    for (const DatasetSpec& t : tensors) dtypes.push_back(t.dtype);
+    RTFT_RETURN_IF_ERROR(WriteFormatVersion(file.get(), FormatVersionFor(dtypes)));
     RTFT_ASSIGN_OR_RETURN(offsets, CreateDatasets(file.get(), state, path, tensors));
     std::vector<ObjectEntry> entries;
     RTFT_RETURN_IF_ERROR(WriteObjects(file.get(), objects, &entries));
@@ -180,6 +181,10 @@ Status FinalizeFile(IoBackend* io, const std::string& path, const std::vector<Ob
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> out, io->Open(path, {OpenMode::kReadWrite, false}));
   Hdf5DriverState state;  // outlives every HDF5 id below
   state.file = out.get();
+  // The version CreateSkeleton wrote in the root attribute, from the same dtypes.
+  std::vector<DType> dtypes;
+  for (const TensorEntry& t : manifest->tensors) dtypes.push_back(t.dtype);
+  manifest->format_version = FormatVersionFor(dtypes);
   std::string json;
   {
     H5Handle fapl = Hdf5FileAccessOver(&state);

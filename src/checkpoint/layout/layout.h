@@ -38,18 +38,20 @@ struct ObjectBlob {
 };
 
 // Creates (truncates) `path` through `io` as an HDF5 file with the given datasets and returns
-// each dataset's file offset, in order (0 for empty datasets). `objects` are written after the
-// tensors' space and described in `object_entries` (offsets, sizes, checksums). Every HDF5
-// write goes through `io` (hdf5_driver.h), and any that failed fails the call.
+// each dataset's file offset, in order (0 for empty datasets). The root attribute holds the
+// oldest format version that has every dtype of `tensors` (FormatVersionFor). `objects` are written
+// after the tensors' space and described in `object_entries` (offsets, sizes, checksums). Every
+// HDF5 write goes through `io` (hdf5_driver.h), and any that failed fails the call.
 StatusOr<std::vector<uint64_t>> CreateSkeleton(IoBackend* io, const std::string& path,
                                                const std::vector<DatasetSpec>& tensors,
                                                const std::vector<ObjectBlob>& objects = {},
                                                std::vector<ObjectEntry>* object_entries = nullptr);
 
 // Appends `objects` (often none: the skeleton holds them) to the file, adds their entries to
-// manifest->objects, and writes `manifest` as the file's last dataset; then reads the manifest
-// back and compares it, so a write the disk lost is caught here. The caller fsyncs and renames
-// afterwards, and only after this returned OK.
+// manifest->objects, sets manifest->format_version from its tensors' dtypes (as CreateSkeleton
+// did for the root attribute), and writes `manifest` as the file's last dataset; then reads the
+// manifest back and compares it, so a write the disk lost is caught here. The caller fsyncs and
+// renames afterwards, and only after this returned OK.
 Status FinalizeFile(IoBackend* io, const std::string& path, const std::vector<ObjectBlob>& objects,
                     FileManifest* manifest);
 
@@ -68,8 +70,8 @@ constexpr uint64_t kMaxManifestBytes = 256ull << 20;
 // InvalidArgument when the file is not an rt-ft checkpoint, DataLoss when it is truncated or
 // damaged, Unimplemented for a newer format. Every HDF5 object is checked (link kind, class,
 // size, dataspace, storage) before a byte of it is read, into a buffer sized from what was
-// checked.
-StatusOr<std::string> ReadFileManifestJson(File* file);
+// checked. `format_version`, when given, receives the root attribute's version.
+StatusOr<std::string> ReadFileManifestJson(File* file, int* format_version = nullptr);
 // The same for `path`, opened through the default read backend (no symbolic link followed).
 StatusOr<std::string> ReadFileManifestJson(const std::string& path);
 StatusOr<FileManifest> ReadFileManifest(const std::string& path);

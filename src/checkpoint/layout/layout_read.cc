@@ -37,8 +37,9 @@ Status CheckSignature(File* file, const std::string& path, uint64_t size) {
   return Status::Ok();
 }
 
-// The root attribute rtft_format_version: a scalar integer of at most 8 bytes.
-Status CheckFormatVersion(hid_t file, const Hdf5DriverState& io, const std::string& path) {
+// The root attribute rtft_format_version: a scalar integer of at most 8 bytes, from 1 to
+// kFormatVersion. Returns it.
+StatusOr<int> CheckFormatVersion(hid_t file, const Hdf5DriverState& io, const std::string& path) {
   const htri_t exists = H5Aexists(file, kFormatVersionAttribute);
   if (exists < 0) return Damaged(io, path + " is damaged: HDF5 cannot read its root group");
   if (exists == 0)
@@ -59,7 +60,7 @@ Status CheckFormatVersion(hid_t file, const Hdf5DriverState& io, const std::stri
                                  std::to_string(kFormatVersion) + "); upgrade rt-ft");
   if (version < 1)
     return Status::DataLoss(path + " is damaged: format version " + std::to_string(version));
-  return Status::Ok();
+  return static_cast<int>(version);
 }
 
 // /rtft_manifest must be a hard link: a soft or external link would lead elsewhere.
@@ -123,7 +124,7 @@ StatusOr<std::string> ReadManifest(hid_t file, const Hdf5DriverState& io, const 
 
 }  // namespace
 
-StatusOr<std::string> ReadFileManifestJson(File* file) {
+StatusOr<std::string> ReadFileManifestJson(File* file, int* format_version) {
   // A named phase for tests (core/fault_point.h): a reader that dies or hangs here.
   FaultPoint("ckpt.read_manifest");
   SilenceHdf5Errors();
@@ -135,7 +136,8 @@ StatusOr<std::string> ReadFileManifestJson(File* file) {
   H5Handle fapl = Hdf5FileAccessOver(&state);
   H5Handle h5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!h5.valid()) return Damaged(state, path + " is damaged or truncated: HDF5 cannot open it");
-  RTFT_RETURN_IF_ERROR(CheckFormatVersion(h5.get(), state, path));
+  RTFT_ASSIGN_OR_RETURN(int version, CheckFormatVersion(h5.get(), state, path));
+  if (format_version) *format_version = version;
   return ReadManifest(h5.get(), state, path, size);
 }
 

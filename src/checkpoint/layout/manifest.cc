@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <set>
@@ -81,12 +82,19 @@ Status ParseShard(const JsonFields& f, TensorEntry* e) {
   return Status::Ok();
 }
 
-Status ParseTensor(const JsonFields& f, uint64_t chunk_bytes, TensorEntry* e) {
+Status ParseTensor(const JsonFields& f, int format_version, uint64_t chunk_bytes, TensorEntry* e) {
   RTFT_RETURN_IF_ERROR(f.String("name", &e->name));
   std::string dtype;
   RTFT_RETURN_IF_ERROR(f.String("dtype", &dtype));
   if (!ParseDType(dtype, &e->dtype))
     return Status::DataLoss("tensor '" + e->name + "' has unknown dtype '" + dtype + "'");
+  // A writer stamps a file with a version that has all its dtypes; a file that claims an older
+  // one was not written by rt-ft, and an older reader would misread it rather than refuse it.
+  if (FormatVersionOf(e->dtype) > format_version)
+    return Status::DataLoss("tensor '" + e->name + "' has dtype " + dtype +
+                            ", which format version " + std::to_string(format_version) +
+                            " does not have (it came with version " +
+                            std::to_string(FormatVersionOf(e->dtype)) + ")");
   RTFT_RETURN_IF_ERROR(f.Dims("shape", &e->shape));
   RTFT_RETURN_IF_ERROR(ParseShard(f, e));
   RTFT_RETURN_IF_ERROR(f.Uint("offset", std::numeric_limits<uint64_t>::max(), &e->offset));
@@ -123,6 +131,29 @@ int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// A switch over every dtype, so that the next one added must say which version brings it.
+int FormatVersionOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt8:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt8:
+      return kFirstFormatVersion;
+    case DType::kFloat64:
+      return 2;
+  }
+  return kFormatVersion + 1;  // not a dtype: no version has it
+}
+
+int FormatVersionFor(const std::vector<DType>& dtypes) {
+  int version = kFirstFormatVersion;
+  for (DType d : dtypes) version = std::max(version, FormatVersionOf(d));
+  return version;
 }
 
 uint64_t ChunkCount(uint64_t bytes, uint64_t chunk_bytes) {
@@ -190,8 +221,8 @@ StatusOr<FileManifest> FileManifest::FromJson(const std::string& text) {
   std::set<std::string> names;
   for (size_t i = 0; i < tensors->size(); ++i) {
     TensorEntry e;
-    RTFT_RETURN_IF_ERROR(
-        ParseTensor(JsonFields((*tensors)[i], Item("tensors", i)), m.chunk_bytes, &e));
+    RTFT_RETURN_IF_ERROR(ParseTensor(JsonFields((*tensors)[i], Item("tensors", i)),
+                                     m.format_version, m.chunk_bytes, &e));
     RTFT_RETURN_IF_ERROR(CheckUnique(&names, e.name, "tensor"));
     m.tensors.push_back(std::move(e));
   }

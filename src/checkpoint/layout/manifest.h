@@ -13,8 +13,13 @@
 
 namespace rtft {
 
-// Bumped on any change a reader must know about; readers refuse newer versions.
-constexpr int kFormatVersion = 1;
+// The newest format version this rt-ft reads and writes; bumped on any change a reader must know
+// about, and readers refuse newer versions. Writers stamp each file with the oldest version that
+// has everything in it (FormatVersionFor), so a file older readers understand stays readable by
+// them (docs/format.md, "Format versions").
+constexpr int kFormatVersion = 2;
+// The version of a file that uses nothing added since the first format.
+constexpr int kFirstFormatVersion = 1;
 constexpr const char* kFormatName = "rt-ft checkpoint";
 // HDF5 names.
 constexpr const char* kManifestDataset = "/rtft_manifest";  // scalar string dataset, written last
@@ -45,7 +50,8 @@ struct ObjectEntry {
 };
 
 struct FileManifest {
-  int format_version = kFormatVersion;
+  // Set by FinalizeFile from the tensors' dtypes (FormatVersionFor) when the file is written.
+  int format_version = kFirstFormatVersion;
   uint64_t version = 0;
   int rank = 0;
   int world_size = 1;
@@ -68,7 +74,7 @@ struct GlobalFileEntry {
 };
 
 struct GlobalManifest {
-  int format_version = kFormatVersion;
+  int format_version = kFirstFormatVersion;  // the highest of its files' versions
   uint64_t version = 0;
   int world_size = 1;
   int64_t created_unix_ms = 0;
@@ -77,6 +83,11 @@ struct GlobalManifest {
   std::string ToJson() const;
   static StatusOr<GlobalManifest> FromJson(const std::string& json);
 };
+
+// The oldest format version that has `dtype`: 2 for float64, 1 for the others.
+int FormatVersionOf(DType dtype);
+// The oldest format version that has every one of `dtypes` (kFirstFormatVersion for none).
+int FormatVersionFor(const std::vector<DType>& dtypes);
 
 // Wall-clock milliseconds since the epoch, for the manifests' created_unix_ms.
 int64_t NowUnixMs();

@@ -39,9 +39,16 @@ StatusOr<std::unique_ptr<CheckpointFileReader>> CheckpointFileReader::Open(const
   options.mode = OpenMode::kReadOnly;
   options.follow_symlinks = follow_symlinks;
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file, io->Open(path, options));
-  RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
+  int attribute_version = 0;
+  RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get(), &attribute_version));
   auto manifest = FileManifest::FromJson(json);
   if (!manifest.ok()) return manifest.status().Annotate(path);
+  // The writer derives both from the same dtypes (layout.h): a file where they differ was not
+  // written by rt-ft as it is now.
+  if (manifest->format_version != attribute_version)
+    return Status::DataLoss(path + " is damaged: its root attribute says format version " +
+                            std::to_string(attribute_version) + ", its manifest " +
+                            std::to_string(manifest->format_version));
   RTFT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   std::unique_ptr<CheckpointFileReader> reader(new CheckpointFileReader(
       path, std::move(json), std::move(manifest).value(), std::move(file), size));

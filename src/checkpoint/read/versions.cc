@@ -64,6 +64,10 @@ Status CheckFileAgainstGlobal(const CheckpointFileReader& reader, const GlobalFi
         " of " + std::to_string(m.world_size) + ", but MANIFEST.json lists it as version " +
         std::to_string(global.version) + ", rank " + std::to_string(entry.rank) + " of " +
         std::to_string(global.world_size));
+  if (m.format_version > global.format_version)
+    return Status::DataLoss(path + " has format version " + std::to_string(m.format_version) +
+                            ", newer than its version's MANIFEST.json (" +
+                            std::to_string(global.format_version) + ")");
   return Status::Ok();
 }
 

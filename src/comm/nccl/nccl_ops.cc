@@ -24,6 +24,8 @@ ncclDataType_t Type(DType d) {
       return ncclInt64;
     case DType::kUInt8:
       return ncclUint8;
+    case DType::kFloat64:
+      return ncclFloat64;
   }
   return ncclFloat32;
 }

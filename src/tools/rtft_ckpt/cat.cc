@@ -1,5 +1,6 @@
 // rtft-ckpt cat: a tensor's values as numbers, the last dimension on one line. 16-bit floats are
-// widened to float32 for printing; floats print in the shortest form that reads back exactly.
+// widened to float32 for printing; floats print in the shortest form that reads back exactly in
+// their own precision (float64 values as doubles, never narrowed to float32).
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -52,7 +53,9 @@ T Load(const char* p) {
   return v;
 }
 
-std::string FormatFloat(float f) {
+// Shortest round trip (std::to_chars without a precision): 0.1 prints as 0.1, not 0.100000001.
+template <typename F>
+std::string FormatFloat(F f) {
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof(buf), f);
   return std::string(buf, r.ptr);
@@ -74,6 +77,8 @@ std::string Value(DType dtype, const char* p) {
       return std::to_string(Load<int64_t>(p));
     case DType::kUInt8:
       return std::to_string(Load<uint8_t>(p));
+    case DType::kFloat64:
+      return FormatFloat(Load<double>(p));
   }
   return "?";
 }

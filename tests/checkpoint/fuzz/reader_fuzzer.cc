@@ -4,7 +4,8 @@
 // reads out of bounds (ASan + UBSan); whatever a manifest parser accepts re-encodes to text it
 // accepts again. Inputs are recipes (recipe.h), so files stay valid HDF5 while what rt-ft checks
 // varies. LLVMFuzzerInitialize turns real engine-written checkpoints (RTFT_FUZZ_SEED_DIR) into
-// seed recipes in the corpus directory.
+// seed recipes in the corpus directory, beside built-in seeds for what those files lack (float64,
+// format version 2).
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -72,6 +73,13 @@ void ReadEverything(MemoryBackend* io) {
   for (const rtft::ObjectEntry& o : r.manifest().objects) (void)r.ReadObject(o);
 }
 
+void WriteSeed(const Recipe& r, const std::string& corpus) {
+  const std::string encoded = rtft::fuzz::EncodeRecipe(r);
+  const std::string name =
+      corpus + "/seed-" + rtft::ChecksumToHex(rtft::Xxh3(encoded.data(), encoded.size()));
+  std::ofstream(name, std::ios::binary) << encoded;
+}
+
 // A seed recipe for each real rank file and MANIFEST.json under `dir`.
 void WriteSeeds(const std::string& dir, const std::string& corpus) {
   std::error_code ec;
@@ -110,13 +118,38 @@ void WriteSeeds(const std::string& dir, const std::string& corpus) {
       text.json = r.json;
       recipes.push_back(text);
     }
-    for (const Recipe& r : recipes) {
-      const std::string encoded = rtft::fuzz::EncodeRecipe(r);
-      const std::string name =
-          corpus + "/seed-" + rtft::ChecksumToHex(rtft::Xxh3(encoded.data(), encoded.size()));
-      std::ofstream(name, std::ios::binary) << encoded;
-    }
+    for (const Recipe& r : recipes) WriteSeed(r, corpus);
   }
+}
+
+// Seeds that real engine files may lack: a format-version-2 file with float64 tensors (a sharded
+// one and a scalar) beside a float32 one, made valid by the recipe's fix step; the same manifest
+// claiming format version 1 (refused); and its text alone.
+void WriteBuiltInSeeds(const std::string& corpus) {
+  FileManifest m;
+  m.format_version = 2;
+  m.chunk_bytes = 64;
+  rtft::TensorEntry u{"solver/u", rtft::DType::kFloat64, {3, 5}, {{6, 5}, {3, 0}}, 0, 120, {}};
+  rtft::TensorEntry t{"solver/t", rtft::DType::kFloat64, {}, {}, 0, 8, {}};
+  rtft::TensorEntry w{"model/w", rtft::DType::kFloat32, {7}, {}, 0, 28, {}};
+  for (rtft::TensorEntry* e : {&u, &t, &w}) e->xxh3.assign(rtft::ChunkCount(e->bytes, 64), 0);
+  m.tensors = {u, t, w};
+  Recipe r;
+  r.attr_value = 2;
+  r.tensors = {{7, {3, 5}}, {7, {}}, {0, {7}}};
+  r.json = m.ToJson();
+  for (uint8_t fix : {0, 1, 2}) {
+    r.fix = fix;
+    WriteSeed(r, corpus);
+  }
+  m.format_version = 1;
+  r.attr_value = 1;
+  r.json = m.ToJson();
+  WriteSeed(r, corpus);
+  Recipe text;
+  text.mode = 2;
+  text.json = r.json;
+  WriteSeed(text, corpus);
 }
 
 }  // namespace
@@ -124,11 +157,11 @@ void WriteSeeds(const std::string& dir, const std::string& corpus) {
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   rtft::SilenceHdf5Errors();
   const char* seeds = std::getenv("RTFT_FUZZ_SEED_DIR");
-  if (seeds == nullptr || *seeds == '\0') return 0;
   for (int i = 1; i < *argc; ++i) {
     const std::string arg = (*argv)[i];
     if (!arg.empty() && arg[0] != '-') {
-      WriteSeeds(seeds, arg);
+      WriteBuiltInSeeds(arg);
+      if (seeds != nullptr && *seeds != '\0') WriteSeeds(seeds, arg);
       break;
     }
   }

@@ -15,7 +15,7 @@
 namespace rtft::fuzz {
 namespace {
 
-constexpr int kDTypes = 7;
+constexpr int kDTypes = 8;  // every DType, float64 (7) included
 constexpr int kMaxTensors = 16;
 
 class Cursor {

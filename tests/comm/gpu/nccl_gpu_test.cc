@@ -74,7 +74,8 @@ TEST(NcclGpuTest, CollectivesOnDeviceMemoryMatchTheReference) {
   auto store = NewLocalCommStore();
   auto comms = CreateNccl(n, store.get(), 1);
   ASSERT_EQ(comms[0]->memory(), MemoryKind::kDevice);
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kUInt8}) {
+  for (DType d :
+       {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kUInt8, DType::kFloat64}) {
     const size_t count = 1 << 20, es = DTypeSize(d);
     std::vector<std::vector<char>> in(n);
     for (int r = 0; r < n; ++r) in[r] = Input(r, count, d);
@@ -119,6 +120,48 @@ TEST(NcclGpuTest, CollectivesOnDeviceMemoryMatchTheReference) {
     ASSERT_TRUE(comms[r]->Wait(nullptr, milliseconds(30000)).ok());
     EXPECT_TRUE(buf.To(b.size()) == b);
   });
+}
+
+// ncclFloat64: sum, min, max and (with a power-of-two number of ranks) avg of doubles, exact
+// whatever order NCCL adds in: every term is a multiple of 2^-20 below 2^9 in magnitude, so any
+// partial sum of up to four of them needs at most 31 significant bits and is a double without
+// rounding, as is its quotient by a power of two. The expected values are computed here; a
+// float32 detour (24 bits) would lose the low bits.
+TEST(NcclGpuTest, Float64ReductionsAreExact) {
+  RTFT_REQUIRE_GPU();
+  const int n = std::min(Gpus(), 4);
+  auto store = NewLocalCommStore();
+  auto comms = CreateNccl(n, store.get(), 1);
+  const size_t count = (1 << 20) + 3;
+  std::vector<std::vector<double>> in(n, std::vector<double>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      in[r][i] = std::ldexp(static_cast<double>((i * 2654435761u + r * 40503u) % (1u << 29)) -
+                                static_cast<double>(1u << 28),
+                            -20) +
+                 0x1p-20 * r;
+  const bool exact_avg = (n & (n - 1)) == 0;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+    if (op == ReduceOp::kAvg && !exact_avg) continue;
+    std::vector<double> want(count);
+    for (size_t i = 0; i < count; ++i) {
+      double acc = in[0][i];
+      for (int r = 1; r < n; ++r) acc = Op(op, acc, in[r][i]);
+      want[i] = op == ReduceOp::kAvg ? acc / n : acc;
+    }
+    std::vector<std::vector<char>> got(n);
+    RunRanks(n, [&](int r) {
+      Device s(r, count * 8), o(r, count * 8);
+      s.From(std::vector<char>(reinterpret_cast<const char*>(in[r].data()),
+                               reinterpret_cast<const char*>(in[r].data() + count)));
+      ASSERT_TRUE(comms[r]->AllReduce(s.p, o.p, count, DType::kFloat64, op).ok());
+      ASSERT_TRUE(comms[r]->Wait(nullptr, milliseconds(30000)).ok());
+      got[r] = o.To(count * 8);
+    });
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(std::memcmp(got[r].data(), want.data(), count * 8), 0)
+          << ReduceOpName(op) << " rank " << r << " of " << n;
+  }
 }
 
 TEST(NcclGpuTest, SumsAreTheSameBytesOnEveryRankAndEveryRun) {

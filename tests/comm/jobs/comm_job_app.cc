@@ -72,7 +72,8 @@ bool CheckedAllReduce(rtft::Communicator& comm, size_t n, Status* status) {
 std::string Verify(rtft::Communicator& comm) {
   using namespace rtft::comm::test;
   const int n = comm.world_size(), r = comm.rank();
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kUInt8}) {
+  for (DType d :
+       {DType::kFloat32, DType::kBFloat16, DType::kInt64, DType::kUInt8, DType::kFloat64}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       const size_t count = 100003;
       std::vector<std::vector<char>> in(n);
