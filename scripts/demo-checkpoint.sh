@@ -2,7 +2,7 @@
 # The checkpoint tour (scripts/demo.sh runs the hot-swap demo). Installs what is missing, builds
 # build/, then runs the checkpoint demo: a training-like state
 # saved lazily, restored into a fresh process state and replayed to the same bits, verified with
-# rtft-ckpt, and read back with h5dump. Arguments go to rtft-demo-ckpt (try --help).
+# rtft-ckpt, and read back with h5dump. Arguments go to example-01-checkpoint (try --help).
 set -euo pipefail
 
 # shellcheck source=scripts/common.sh
@@ -13,8 +13,8 @@ rtft_setup
 bin="${RTFT_BUILD_DIR}/bin"
 dir="${RTFT_DEMO_DIR:-/var/tmp/rtft-demo}"
 
-rtft_log "1/4 training with lazy checkpoints, then restore + replay (rtft-demo-ckpt --dir ${dir} $*)"
-"${bin}/rtft-demo-ckpt" --dir "${dir}" "$@"
+rtft_log "1/4 training with lazy checkpoints, then restore + replay (example-01-checkpoint --dir ${dir} $*)"
+"${bin}/example-01-checkpoint" --dir "${dir}" "$@"
 
 rtft_log "2/4 the versions on disk (rtft-ckpt ls)"
 "${bin}/rtft-ckpt" ls "${dir}"

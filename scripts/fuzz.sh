@@ -6,12 +6,12 @@
 #
 #   control     the control-plane decoder (tests/control/fuzz)
 #   checkpoint  the checkpoint reader (tests/checkpoint/fuzz), seeded with files that
-#               rtft-demo-ckpt writes when RTFT_FUZZ_DEMO names it
+#               example-01-checkpoint writes when RTFT_FUZZ_DEMO names it
 #
 # Environment:
 #   RTFT_FUZZ_BUILD_DIR   build directory (default: <repo>/build-fuzz, or build-fuzz-checkpoint)
 #   RTFT_FUZZ_SECONDS     fuzzing time (default 30)
-#   RTFT_FUZZ_DEMO        rtft-demo-ckpt, to write real checkpoints as seeds (checkpoint only)
+#   RTFT_FUZZ_DEMO        example-01-checkpoint, to write real checkpoints as seeds (checkpoint only)
 #   CXX_FUZZ              the compiler (default: clang++)
 set -euo pipefail
 

@@ -38,6 +38,12 @@ struct OffloadParam {
   std::vector<int64_t> shape;  // optional; empty means {elements}
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;  // CUDA device ordinal when memory == kDevice; all parameters share it
+  // Where this parameter sits in the whole model's tensor when each rank's optimizer updates one
+  // shard of it (ZeRO-1): the optimizer's master weights and moments of it are that shard, and
+  // state_provider() describes them with these coordinates (so the Protector and the checkpoint
+  // engine treat them as sharded, not replicated). Empty: the parameter is whole. Its rank must
+  // be the shape's (a 1-d {elements} when `shape` is empty).
+  ShardCoords shard;
 };
 
 enum class OffloadMode : uint8_t {
@@ -108,11 +114,13 @@ class RTFT_EXPORT OffloadOptimizer {
   virtual const char* cpu_kernel() const = 0;
 
   // Master weights, momentum and variance (fp32, one tensor of each per parameter, named
-  // "<prefix>/{master,exp_avg,exp_avg_sq}/<param>") and the step count ("<prefix>/step"). Describe
-  // between steps; the provider keeps the optimizer alive.
+  // "<prefix>/{master,exp_avg,exp_avg_sq}/<param>", with the parameter's shard coordinates) and
+  // the step count ("<prefix>/step"). Describe between steps; the provider keeps the state alive.
+  // Its Restored(), which rtft::Restore and the Protector call after a restore, runs
+  // SyncParamsFromMaster() (FAILED_PRECONDITION once the optimizer is destroyed).
   virtual std::shared_ptr<StateProvider> state_provider() = 0;
-  // After the state was restored through state_provider(): writes the master weights back into
-  // the model's parameters (rounded to their dtype).
+  // Writes the master weights back into the model's parameters (rounded to their dtype): after
+  // the state was restored through state_provider().
   virtual Status SyncParamsFromMaster() = 0;
   // Copies parameter i's fp32 master weights into out (elements floats on the host).
   virtual Status ReadMaster(size_t param, float* out) const = 0;

@@ -1,25 +1,17 @@
-// Per-step protection and recovery: what keeps a data-parallel training run going, bitwise
-// identical, when a rank is lost. An application declares its state once (replicated tensors,
-// identical on every rank; sharded tensors, one shard per rank; objects), brackets each step,
-// and calls Recover() when a collective returns kAborted. docs/protect.md describes the levels
-// (L1 local snapshot in memory that outlives the process, L2 replica on the ring neighbour, L3
-// checkpoint on disk) and the recovery protocol.
+// Per-step protection and recovery: what keeps a data-parallel training run (or a solver) going,
+// bitwise identical, when a rank is lost. The application describes its state once, with the
+// same state providers the checkpoint engine takes, and runs its steps through Run(), which hides
+// the snapshots, the recovery and the next epoch's communicators:
 //
-//   auto p = rtft::Protector::Create(runtime.get(), options).value();
-//   p->AddReplicated({"params", DType::kFloat32, {n}, params});
-//   p->AddSharded({"adam_m", DType::kFloat32, {shard}, m});
-//   p->AddObject({"schedule", save, load});
-//   uint64_t step = p->Start().value();         // 0, or where a spare / restart resumes
-//   while (step < steps) {
-//     Status s = p->BeginStep(step);             // snapshot of the state at the step's start
-//     if (s.ok()) s = forward_backward(p->comm());
-//     if (s.ok()) s = p->BeforeUpdate();         // fence: the snapshot is taken
-//     if (s.ok()) s = update_and_allgather(p->comm());
-//     if (s.ok()) s = p->EndStep();
-//     if (s.ok()) { ++step; continue; }
-//     if (s.code() != StatusCode::kAborted) return s;
-//     step = p->Recover().value();               // the next epoch; state of `step` restored
-//   }
+//   auto p = rtft::Protector::Create(runtime.get()).value();
+//   p->Protect(state);                        // tensors: replicated, or shards (ShardCoords)
+//   auto done = p->Run(steps, {compute, update});
+//   // compute(ctx): forward, backward, the gradients' collectives on ctx.comm
+//   // update(ctx):  the optimizer step and what follows it (the parameters' all-gather)
+//
+// docs/protect.md describes the levels (L1 local snapshot in memory that outlives the process,
+// L2 replica on the ring neighbour, L3 checkpoint on disk) and the recovery protocol.
+// examples/03_hot_swap is a complete trainer.
 #pragma once
 
 #include <chrono>
@@ -38,8 +30,8 @@
 namespace rtft {
 
 struct ProtectOptions {
-  // false: no snapshot and no replica (the step calls only watch for failure events), to measure
-  // what protection costs; a failure then cannot be recovered from.
+  // false: no snapshot and no replica (the steps only watch for failure events), to measure what
+  // protection costs; a failure then cannot be recovered from.
   bool enabled = true;
   // The training communicator's backend; replication always goes host to host over Gloo.
   CommBackend backend = CommBackend::kGloo;
@@ -56,9 +48,13 @@ struct ProtectOptions {
   uint64_t max_object_bytes = 0;
   // How long recovery waits for its peers at each stage (0: RTFT_COMM_CREATE_TIMEOUT_MS).
   std::chrono::milliseconds recovery_timeout{0};
+  // Which steps take a snapshot (empty: every step). A failure rolls back to the last step that
+  // took one, so more than one step may run again. `rtft-bench protect` alternates protected and
+  // unprotected blocks of steps in one run to measure what protection costs.
+  std::function<bool(uint64_t step)> protect_step;
 };
 
-// What Recover() did, for logs and timelines.
+// What a recovery did, for logs and timelines.
 struct RecoveryInfo {
   uint64_t epoch = 0;        // the epoch recovered into
   uint64_t step = 0;         // the step training resumes at
@@ -70,7 +66,61 @@ struct RecoveryInfo {
   double agree_s = 0;        // until the rollback step was agreed
   double rebuild_s = 0;      // until the next epoch's communicators were ready
   double transfer_s = 0;     // until every rank had its state
+  double total_s = 0;        // the whole recovery, as this rank saw it
+  // A shutdown (the job is ending) that asked for a checkpoint: it is written.
+  bool final_checkpoint = false;
 };
+
+// What each step function sees.
+struct StepContext {
+  uint64_t step = 0;
+  uint64_t epoch = 0;
+  // This process's logical rank and the ranks of the epoch (a shrink renumbers them).
+  int rank = 0;
+  int world_size = 1;
+  // The epoch's training communicator (every rank of the epoch). Aborted at a failure: its calls
+  // then return kAborted, which the step function returns.
+  Communicator* comm = nullptr;
+  // Set on the first step after a recovery (a spare's, a restarted process's, or every rank's
+  // after a failure); null otherwise.
+  const RecoveryInfo* recovered = nullptr;
+};
+
+using StepFn = std::function<Status(StepContext&)>;
+struct StepFns {
+  // Forward, backward and the gradients' collectives: reads the protected state, never changes it.
+  StepFn compute;
+  // Changes the state (the optimizer update, then the parameters' all-gather): runs once the
+  // step's snapshot is taken.
+  StepFn update;
+};
+
+enum class RunOutcome : uint8_t {
+  kDone,      // every step up to the end ran
+  kShutdown,  // the job is ending (no spare was left, or dp-launch was told to stop): exit 0
+};
+RTFT_EXPORT const char* RunOutcomeName(RunOutcome outcome);
+
+struct RunResult {
+  RunOutcome outcome = RunOutcome::kDone;
+  uint64_t next_step = 0;     // the first step not run (the end step when done)
+  bool checkpointed = false;  // kShutdown: the L3 checkpoint the job asked for is written
+};
+
+// After a shrink (`--on-spares-exhausted shrink`: no spare left, the job goes on with fewer
+// ranks), where this rank's shards are now. The Protector computes it: each sharded tensor's
+// first dimension split evenly over the new ranks in rank order (EvenShard in rtft/state.h).
+struct ShrinkPlace {
+  int rank = 0;
+  int world_size = 0;
+  // One per sharded tensor, in the order described: name, dtype, shape and shard coordinates of
+  // the new shard; `data` is null.
+  std::vector<TensorDesc> shards;
+};
+// Describes the state again with shard buffers of the new sizes (same names and types; the
+// replicated tensors and objects as before): the Protector fills the new shards from the old ones.
+// An application whose optimizer holds the shards (OffloadOptimizer) creates a new one here.
+using ResizeState = std::function<StatusOr<std::shared_ptr<StateProvider>>(const ShrinkPlace&)>;
 
 class RTFT_EXPORT Protector {
  public:
@@ -78,28 +128,28 @@ class RTFT_EXPORT Protector {
                                                      const ProtectOptions& options = {});
   virtual ~Protector();
 
-  // The state, declared once before Start(). Replicated tensors are identical on every rank;
-  // sharded ones are this rank's shard (its size may differ between ranks). Host memory.
-  virtual Status AddReplicated(TensorDesc tensor) = 0;
-  virtual Status AddSharded(TensorDesc tensor) = 0;
-  virtual Status AddObject(ObjectDesc object) = 0;
+  // The state, described once, before the first step: tensors without shard coordinates are
+  // replicated (identical on every rank: the parameters); tensors with ShardCoords are this
+  // rank's shard of a tensor sharded over the ranks (ZeRO optimizer state); objects are small
+  // serialized state. Host memory. After a restore the provider's Restored() runs. `resize`
+  // lays the state out for fewer ranks after a shrink; without it a shrink ends the job with an
+  // error (run with --on-spares-exhausted checkpoint-and-exit instead).
+  virtual Status Protect(std::shared_ptr<StateProvider> state, ResizeState resize = nullptr) = 0;
 
-  // `--on-spares-exhausted shrink`: the job goes on with fewer ranks, renumbered. Recover() then
-  // calls `reshard(world_size, rank)`, which resizes the application's sharded tensors for its
-  // new rank and returns them, in the order they were added (same names and types), and fills
-  // them from the old ranks' snapshots and replicas: each sharded tensor is the concatenation of
-  // every rank's shard in rank order, before and after. Without it a shrink ends the job with an
-  // error. Set before Start().
-  using Reshard = std::function<StatusOr<std::vector<TensorDesc>>(int world_size, int rank)>;
-  virtual Status OnShrink(Reshard reshard) = 0;
+  // Runs steps up to `end_step` (exclusive), from Start()'s step: 0 for a new job, the step
+  // recovery agreed on for a spare or a restarted process, the newest L3 step for a job started
+  // again after checkpoint-and-exit (called again, it goes on from where it stopped). A kAborted
+  // from a step function or from protection recovers inside the call and runs on from the agreed
+  // step; a shutdown is an outcome, not an error. Other errors come back as the status
+  // (kDataLoss: no state to resume from; kDeviceLost, reported to dp-launch first so that a
+  // spare takes the rank).
+  virtual StatusOr<RunResult> Run(uint64_t end_step, const StepFns& fns) = 0;
 
-  // Begins protection and returns the step to run first: 0 for a fresh job; for a warm spare
-  // just activated or a process restarted on its slot, the step recovery agreed on, its state
-  // restored; for a job started again after `checkpoint-and-exit`, the newest L3 step.
+  // ---- The step bracket, for codes that drive their own loop (the C API, solvers) ----------
+  // Begins protection and returns the step to run first; once begun, the step to run next.
   virtual StatusOr<uint64_t> Start() = 0;
   // The training communicator of the current epoch (valid after Start and after Recover).
   virtual Communicator* comm() = 0;
-
   // Snapshot of the state as it is at the start of `step` (L1), then its replica to the ring
   // neighbour (L2), both in the background.
   virtual Status BeginStep(uint64_t step) = 0;
@@ -108,23 +158,15 @@ class RTFT_EXPORT Protector {
   // The step is done (progress for dp-launch's watchdog; L3 when it is due). kAborted when a
   // failure event came during the step.
   virtual Status EndStep() = 0;
-
-  // Paused, the steps that begin take no snapshot and send no replica (and write no L3) until
-  // Pause(false); failure events are still watched. A failure meanwhile rolls back to the last
-  // step protected before the pause, so more than one step runs again. For phases that do not
-  // change the state, and for `rtft-bench protect`, which alternates protected and paused steps
-  // in one run to measure what protection costs. Call between steps.
-  virtual void Pause(bool paused) = 0;
-
-  // After kAborted (or a failure event): waits for the new epoch, agrees with every rank on the
-  // newest step whose state is complete, builds the next epoch's communicators, feeds a spare or
-  // a restarted rank its state, restores that step everywhere and returns it. A failure during
-  // recovery restarts it in the next epoch.
+  // After kAborted: waits for the new epoch, agrees with every rank on the newest step whose
+  // state is complete, builds the next epoch's communicators, feeds a spare or a restarted rank
+  // its state, restores that step everywhere and returns it. kShutdown when the job is ending
+  // (after the checkpoint it asked for); a failure during recovery restarts it in the next epoch.
   virtual StatusOr<uint64_t> Recover() = 0;
   virtual const RecoveryInfo& last_recovery() const = 0;
-
-  // Writes the current step's snapshot to L3 now and waits until it is committed (what
-  // `--on-spares-exhausted checkpoint-and-exit` asks of the application).
+  // Paused, the steps that begin take no snapshot (as ProtectOptions::protect_step, by hand).
+  virtual void Pause(bool paused) = 0;
+  // Writes the current step's snapshot to L3 now and waits until it is committed.
   virtual Status CheckpointNow() = 0;
 };
 

@@ -77,6 +77,10 @@ class RTFT_EXPORT StateProvider {
   virtual ~StateProvider();
   // Appends this provider's tensors and objects. Must be cheap: no data is copied here.
   virtual Status Describe(StateDescription* out) const = 0;
+  // Called once every tensor and object it described was restored (rtft::Restore, a recovery of
+  // the Protector): for state derived from the restored one (an optimizer's parameters from its
+  // master weights). Does nothing by default.
+  virtual Status Restored() const;
 };
 
 class RTFT_EXPORT TensorProvider : public StateProvider {
@@ -111,12 +115,27 @@ class RTFT_EXPORT CompositeProvider : public StateProvider {
   void AddTensor(TensorDesc desc);
   void AddObject(ObjectDesc desc);
   Status Describe(StateDescription* out) const override;
+  // Each added provider's Restored(), in the order they were added.
+  Status Restored() const override;
 
  private:
   uint64_t small_tensor_bytes_;
   uint64_t group_bytes_;
   std::vector<std::shared_ptr<StateProvider>> providers_;
 };
+
+// The even split of `n` rows over `parts` ranks in rank order: part `index` holds n / parts rows,
+// plus one when index < n % parts, starting at `offset`.
+struct EvenSplit {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+RTFT_EXPORT EvenSplit SplitEvenly(int64_t n, int parts, int index);
+// Rank `rank`'s shard of a tensor of `global_shape` whose first dimension is split evenly over
+// `world` ranks (SplitEvenly): its shape and shard coordinates; `data` left for the caller. What
+// the Protector lays shards out as after a shrink.
+RTFT_EXPORT TensorDesc EvenShard(std::string name, DType dtype, std::vector<int64_t> global_shape,
+                                 int world, int rank);
 
 // Checks names (unique, non-empty, no "//", no leading '/'), shapes, shard coordinates and data
 // pointers; the engine calls it before any copy starts.

@@ -29,6 +29,17 @@ std::map<std::string, long> g_hits;
 // Whether any point is armed: an unarmed point costs one load of it.
 std::atomic<bool> g_any{false};
 
+// Whether a point qualified with slot `slot` ("2/point") is this process's: the first process
+// started on that slot, so that the one restarted there after the fault does not fire it again.
+bool OnThisSlot(const std::string& slot) {
+  char* end = nullptr;
+  const long want = std::strtol(slot.c_str(), &end, 10);
+  if (slot.empty() || *end != '\0' || !ParamIsSet(Param::kSlot)) return false;
+  auto mine = ParamInt(Param::kSlot);
+  auto restarts = ParamInt(Param::kRestartCount);
+  return mine.ok() && *mine == want && restarts.ok() && *restarts == 0;
+}
+
 void Parse(const std::string& spec) {
   g_armed.clear();
   size_t start = 0;
@@ -48,6 +59,11 @@ void Parse(const std::string& spec) {
     if (at != std::string::npos) {
       a.at = std::strtol(item.c_str() + at + 1, nullptr, 10);
       item = item.substr(0, at);
+    }
+    const size_t slash = item.find('/');
+    if (slash != std::string::npos) {
+      if (!OnThisSlot(item.substr(0, slash))) continue;
+      item = item.substr(slash + 1);
     }
     if (a.at >= 1 && !item.empty()) g_armed[item] = a;
   }

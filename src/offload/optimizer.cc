@@ -101,6 +101,11 @@ Status ValidateParams(const std::vector<OffloadParam>& params) {
       for (int64_t d : p.shape) n *= d < 0 ? 0 : static_cast<uint64_t>(d);
       if (n != p.elements) return Status::InvalidArgument(what + ": shape does not match elements");
     }
+    if (p.shard.sharded()) {
+      const size_t rank = p.shape.empty() ? 1 : p.shape.size();
+      if (p.shard.global_shape.size() != rank || p.shard.offset.size() != rank)
+        return Status::InvalidArgument(what + ": its shard coordinates must have its shape's rank");
+    }
     if (p.memory != params[0].memory || p.device != params[0].device)
       return Status::InvalidArgument(what + ": all parameters must be in the same memory/device");
   }
@@ -160,10 +165,13 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
                        const Settings& settings)
       : state_(std::move(state)), options_(options), settings_(settings) {
     kernel_ = GetAdamWKernel(settings.isa);
-    if (settings.threads > 1) pool_ = std::make_unique<ThreadPool>(settings.threads - 1, "rtft-adamw");
+    if (settings.threads > 1)
+      pool_ = std::make_unique<ThreadPool>(settings.threads - 1, "rtft-adamw");
   }
 
   Status Init() {
+    // A provider may outlive the optimizer: its Restored() reaches Sync only while it lives.
+    state_->SetRestored([this] { return SyncParamsFromMaster(); });
     const bool device = state_->layout.params[0].memory == MemoryKind::kDevice;
     mode_ = options_.mode;
     if (!device) {
@@ -256,6 +264,7 @@ class OffloadOptimizerImpl : public OffloadOptimizer {
   std::shared_ptr<StateProvider> state_provider() override {
     return std::make_shared<OptimizerStateProvider>(state_);
   }
+  ~OffloadOptimizerImpl() override { state_->SetRestored(nullptr); }
 
   Status SyncParamsFromMaster() override {
 #if RTFT_WITH_CUDA

@@ -14,7 +14,8 @@ Status OptimizerStateProvider::Describe(StateDescription* out) const {
   for (const auto& a : arrays) {
     for (size_t i = 0; i < s.layout.params.size(); ++i) {
       const OffloadParam& p = s.layout.params[i];
-      if (p.elements == 0) continue;
+      // An empty shard is still described, so that every rank describes the same tensors.
+      if (p.elements == 0 && !p.shard.sharded()) continue;
       TensorDesc t;
       t.name = s.prefix + "/" + a.name + "/" + p.name;
       t.dtype = DType::kFloat32;
@@ -22,6 +23,7 @@ Status OptimizerStateProvider::Describe(StateDescription* out) const {
       t.data = a.base + s.layout.param_flat_offset[i];
       t.memory = s.memory;
       t.device = s.device;
+      t.shard = p.shard;
       out->tensors.push_back(std::move(t));
     }
   }

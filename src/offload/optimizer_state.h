@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "offload/host_array.h"
@@ -30,6 +32,24 @@ struct OptimizerState {
   float* m_ptr = nullptr;
   float* v_ptr = nullptr;
   std::shared_ptr<void> device_owner;
+
+  // What the provider's Restored() runs: the optimizer's SyncParamsFromMaster while it lives.
+  void SetRestored(std::function<Status()> fn) {
+    std::lock_guard<std::mutex> lock(restored_mu);
+    restored = std::move(fn);
+  }
+  Status Restored() {
+    std::lock_guard<std::mutex> lock(restored_mu);
+    if (!restored)
+      return Status::FailedPrecondition(
+          "the offload optimizer of this state was destroyed: nothing to write the restored "
+          "master weights back to");
+    return restored();
+  }
+
+ private:
+  std::mutex restored_mu;
+  std::function<Status()> restored;
 };
 
 // "<prefix>/master/<param>", "<prefix>/exp_avg/<param>", "<prefix>/exp_avg_sq/<param>" (fp32,
@@ -39,6 +59,7 @@ class OptimizerStateProvider : public StateProvider {
   explicit OptimizerStateProvider(std::shared_ptr<OptimizerState> state)
       : state_(std::move(state)) {}
   Status Describe(StateDescription* out) const override;
+  Status Restored() const override { return state_->Restored(); }
 
  private:
   std::shared_ptr<OptimizerState> state_;

@@ -1,5 +1,6 @@
 #include "rtft/state.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -62,6 +63,33 @@ uint64_t TensorDesc::elements() const {
 
 StateProvider::~StateProvider() = default;
 
+Status StateProvider::Restored() const { return Status::Ok(); }
+
+EvenSplit SplitEvenly(int64_t n, int parts, int index) {
+  EvenSplit s;
+  if (n <= 0 || parts <= 0 || index < 0 || index >= parts) return s;
+  const int64_t base = n / parts, extra = n % parts;
+  s.offset = index * base + std::min<int64_t>(index, extra);
+  s.count = base + (index < extra ? 1 : 0);
+  return s;
+}
+
+TensorDesc EvenShard(std::string name, DType dtype, std::vector<int64_t> global_shape, int world,
+                     int rank) {
+  TensorDesc t;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = global_shape;
+  t.shard.offset.assign(global_shape.size(), 0);
+  if (!global_shape.empty()) {
+    const EvenSplit s = SplitEvenly(global_shape[0], world, rank);
+    t.shape[0] = s.count;
+    t.shard.offset[0] = s.offset;
+  }
+  t.shard.global_shape = std::move(global_shape);
+  return t;
+}
+
 Status TensorProvider::Describe(StateDescription* out) const {
   out->tensors.push_back(desc_);
   return Status::Ok();
@@ -92,6 +120,11 @@ void CompositeProvider::AddTensor(TensorDesc desc) {
 }
 void CompositeProvider::AddObject(ObjectDesc desc) {
   Add(std::make_shared<ObjectProvider>(std::move(desc)));
+}
+
+Status CompositeProvider::Restored() const {
+  for (const auto& p : providers_) RTFT_RETURN_IF_ERROR(p->Restored());
+  return Status::Ok();
 }
 
 Status CompositeProvider::Describe(StateDescription* out) const {

@@ -211,7 +211,7 @@ TEST_F(FullDisk, EveryAmountOfFreeSpaceLeavesAConsistentDirectory) {
 // returned and freed the state under them.
 TEST_F(FullDisk, TheDemoFailsCleanlyAtEveryAmountOfFreeSpace) {
   const char* bin = std::getenv("RTFT_TEST_BIN_DIR");
-  const std::string demo = std::string(bin ? bin : ".") + "/rtft-demo-ckpt";
+  const std::string demo = std::string(bin ? bin : ".") + "/example-01-checkpoint";
   if (::access(demo.c_str(), X_OK) != 0) GTEST_SKIP() << demo << " is not built";
   if (!Mount(32 << 20)) GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
   const std::string root = dir_.path() + "/demo";
@@ -230,7 +230,7 @@ TEST_F(FullDisk, TheDemoFailsCleanlyAtEveryAmountOfFreeSpace) {
     const int rc = RunProgram(argv, env, &error);
     ASSERT_TRUE(rc == 0 || rc == 1) << "the demo crashed (exit " << rc << "): " << error;
     (rc == 0 ? completed : failed)++;
-    if (rc == 1) EXPECT_NE(error.find("rtft-demo-ckpt: "), std::string::npos) << error;
+    if (rc == 1) EXPECT_NE(error.find("example-01-checkpoint: "), std::string::npos) << error;
     ExpectNoDamagedFile(root);
     auto latest = LatestVersion(root);
     if (latest.ok()) EXPECT_TRUE(VerifyVersion(root, *latest).ok());

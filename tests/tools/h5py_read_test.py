@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Reads a checkpoint written by the real engine (rtft-demo-ckpt) with h5py and xxhash only,
+"""Reads a checkpoint written by the real engine (example-01-checkpoint) with h5py and xxhash only,
 as docs/format.md says any user can: every dataset's dtype, shape and values agree with the raw
 bytes at the manifest's offsets, every chunk checksum recomputes, and MANIFEST.json names the
 file's manifest by its checksum. Exits 77 (skipped) where h5py, numpy or xxhash is missing.
 
-  h5py_read_test.py RTFT_DEMO_CKPT                    the engine's files (format version 1)
+  h5py_read_test.py EXAMPLE_01_CHECKPOINT                    the engine's files (format version 1)
   h5py_read_test.py --float64 MAKE_TEST_CHECKPOINT    float64 shards (format version 2): h5py
                                                       reads numpy.float64 values, bit for bit"""
 import json

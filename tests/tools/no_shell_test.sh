@@ -2,7 +2,7 @@
 # No shell, ever: paths a user passes to the demo and to rtft-bench's plot reach the file system
 # as they are, never a shell. A --dir holding a quote used to run "rm -rf '<dir>'" through
 # std::system, so the rest of the path ran as commands.
-# Usage: no_shell_test.sh RTFT_DEMO_CKPT RTFT_BENCH
+# Usage: no_shell_test.sh EXAMPLE_01_CHECKPOINT RTFT_BENCH
 set -u
 demo=$1
 bench=$2

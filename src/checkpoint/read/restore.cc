@@ -315,6 +315,7 @@ Status Restore(const std::string& dir, const RestoreOptions& options, const Stat
   RTFT_RETURN_IF_ERROR(RestoreTensors(plans, options));
   RTFT_RETURN_IF_ERROR(
       RestoreObjects(want.objects, readers, options.verify_checksums, version_name));
+  RTFT_RETURN_IF_ERROR(state.Restored().Annotate("after restoring " + version_name));
   RTFT_LOG(kInfo, kLogCkpt) << "restored " << version_name << ": " << want.tensors.size()
                             << " tensors from " << global.world_size << " files";
   return Status::Ok();

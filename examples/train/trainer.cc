@@ -1,0 +1,303 @@
+#include "trainer.h"
+
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <xxhash.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "rtft/testing.h"
+
+namespace train {
+namespace {
+
+using rtft::DType;
+using rtft::ReduceOp;
+using rtft::Status;
+
+double WallSeconds() {
+  timeval tv{};
+  gettimeofday(&tv, nullptr);
+  return tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
+// CPU time of the whole process (every thread: the protection's capture and replication too).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// torch.optim.AdamW on one shard (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01).
+void AdamW(float* p, float* m, float* v, const float* g, size_t n, uint64_t step) {
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+  const double t = static_cast<double>(step + 1);
+  const float bc1 = static_cast<float>(1.0 - std::pow(0.9, t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(0.999, t));
+  for (size_t i = 0; i < n; ++i) {
+    p[i] *= 1.0f - lr * wd;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] -= lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps);
+  }
+}
+
+rtft::TensorDesc Shard(const char* name, size_t n, int world, int rank, float* data) {
+  rtft::TensorDesc t = rtft::EvenShard(name, DType::kFloat32, {int64_t(n)}, world, rank);
+  t.data = data;
+  return t;
+}
+
+}  // namespace
+
+std::string Timing::Mean(double sum) const {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6f", steps ? sum / steps : 0.0);
+  return text;
+}
+
+Trainer::Trainer(const Options& o, rtft::Runtime* rt) : o_(o), rt_(rt) { shape_.hidden = o.hidden; }
+
+Trainer::~Trainer() {
+  if (listener_ != 0) rt_->Unsubscribe(listener_);
+}
+
+void Trainer::Say(const std::string& line) const {
+  std::printf("[train %d] %s t=%.3f\n", rank_, line.c_str(), WallSeconds());
+  std::fflush(stdout);
+}
+
+int Trainer::Fail(const char* what, const Status& s) const {
+  std::fprintf(stderr, "[train %d] %s: %s\n", rank_, what, s.ToString().c_str());
+  return 1;
+}
+
+void Trainer::Report(const rtft::RecoveryInfo& r) const {
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "recovered epoch=%" PRIu64 " step=%" PRIu64
+                " world=%d source=%s fed=%d bytes=%" PRIu64
+                " event_s=%.3f agree_s=%.3f rebuild_s=%.3f transfer_s=%.3f took_s=%.3f",
+                r.epoch, r.step, r.world_size, r.source.c_str(), r.ranks_fed, r.bytes_moved,
+                r.wait_event_s, r.agree_s, r.rebuild_s, r.transfer_s, r.total_s);
+  Say(line);
+}
+
+// Test hook: this rank's named fault points (docs/testing.md). A process restarted or activated
+// later does not arm them again.
+void Trainer::ArmFaults(int rank) const {
+  std::string mine;
+  size_t at = 0;
+  while (at < o_.fault.size()) {
+    const size_t end = std::min(o_.fault.find(',', at), o_.fault.size());
+    const std::string item = o_.fault.substr(at, end - at);
+    at = end + 1;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos || std::atoi(item.c_str()) != rank) continue;
+    mine += (mine.empty() ? "" : ",") + item.substr(colon + 1);
+  }
+  if (!mine.empty()) rtft::ArmFaults(mine.c_str());
+}
+
+std::vector<size_t> Trainer::Counts(int world) const {
+  std::vector<size_t> counts(world);
+  for (int r = 0; r < world; ++r) counts[r] = rtft::SplitEvenly(int64_t(n_), world, r).count;
+  return counts;
+}
+
+rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world, int rank) {
+  rank_ = rank;
+  shard_ = rtft::SplitEvenly(int64_t(n_), world, rank);
+  grad_shard_.assign(shard_.count, 0.0f);
+  auto state = std::make_shared<rtft::CompositeProvider>();
+  state->AddTensor({"params", DType::kFloat32, {int64_t(n_)}, params_.data()});
+  if (o_.offload) {
+    rtft::OffloadParam p;
+    p.name = "params";
+    p.data = params_.data() + shard_.offset;
+    p.elements = shard_.count;
+    p.shard = Shard("params", n_, world, rank, nullptr).shard;
+    rtft::OffloadOptions oo;
+    oo.mode = rtft::OffloadMode::kCpu;
+    auto optimizer = rtft::OffloadOptimizer::Create({p}, oo);
+    if (!optimizer.ok()) return optimizer.status();
+    optimizer_ = std::move(*optimizer);
+    state->Add(optimizer_->state_provider());
+  } else {
+    m_.assign(shard_.count, 0.0f);
+    v_.assign(shard_.count, 0.0f);
+    state->AddTensor(Shard("adam_m", n_, world, rank, m_.data()));
+    state->AddTensor(Shard("adam_v", n_, world, rank, v_.data()));
+  }
+  state->AddObject({"loss_ema",
+                    [this] {
+                      return rtft::StatusOr<std::string>(
+                          std::string(reinterpret_cast<const char*>(&loss_ema_), 8));
+                    },
+                    [this](const std::string& b) {
+                      if (b.size() != 8) return Status::DataLoss("loss_ema: 8 bytes expected");
+                      std::memcpy(&loss_ema_, b.data(), 8);
+                      return Status::Ok();
+                    }});
+  state_ = state;
+  return state_;
+}
+
+// From one step's compute to the next's: each step's whole cycle, protection's bracket included.
+// The first three steps (warm-up) and the first step of each block (it waits for the last
+// protected step's replica, or does not) are left out.
+void Trainer::Time(const rtft::StepContext& ctx) {
+  const double wall = WallSeconds(), cpu = CpuSeconds();
+  if (!started_) {
+    started_ = true;
+    first_step_ = ctx.step;
+  } else if (ctx.recovered == nullptr && ctx.step == last_step_ + 1) {
+    const uint64_t s = last_step_;
+    const uint64_t b = o_.protect_blocks;
+    const bool prot = b == 0 || (s / b) % 2 == 0;
+    if (s >= first_step_ + 3 && (b == 0 || s % b != 0)) {
+      timing_[prot].wall_s += wall - last_wall_;
+      timing_[prot].cpu_s += cpu - last_cpu_;
+      ++timing_[prot].steps;
+    }
+  }
+  last_step_ = ctx.step;
+  last_wall_ = wall;
+  last_cpu_ = cpu;
+}
+
+Status Trainer::Failed(const rtft::StepContext& ctx, const Status& s) {
+  if (s.ok()) return s;
+  char line[320];
+  std::snprintf(line, sizeof(line), "failure step=%" PRIu64 " after=%.3f what=%s", ctx.step,
+                WallSeconds() - last_wall_, s.message().c_str());
+  Say(line);
+  return s;
+}
+
+Status Trainer::Compute(rtft::StepContext& ctx) {
+  if (!started_) {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "start role=%s rank=%d world=%d epoch=%" PRIu64 " step=%" PRIu64 " params=%zu",
+                  rtft::RuntimeRoleName(rt_->info().role), ctx.rank, ctx.world_size, ctx.epoch,
+                  ctx.step, n_);
+    Say(line);
+  }
+  if (ctx.recovered) Report(*ctx.recovered);
+  Time(ctx);
+  MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
+  float loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+  rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
+  Status s = ctx.comm->ReduceScatterV(grad_.data(), grad_shard_.data(), Counts(ctx.world_size),
+                                      DType::kFloat32, ReduceOp::kAvg);
+  if (s.ok()) s = ctx.comm->AllReduce(&loss, &mean_loss_, 1, DType::kFloat32, ReduceOp::kAvg);
+  return Failed(ctx, s);
+}
+
+Status Trainer::Update(rtft::StepContext& ctx) {
+  float* mine = params_.data() + shard_.offset;
+  if (optimizer_) {
+    Status s = optimizer_->Step({grad_shard_.data()});
+    if (!s.ok()) return s;
+  } else {
+    AdamW(mine, m_.data(), v_.data(), grad_shard_.data(), shard_.count, ctx.step);
+  }
+  Status s = ctx.comm->AllGatherV(mine, params_.data(), Counts(ctx.world_size), DType::kFloat32);
+  if (!s.ok()) return Failed(ctx, s);
+  loss_ema_ = ctx.step == 0 ? mean_loss_ : 0.9 * loss_ema_ + 0.1 * mean_loss_;
+  if (ctx.rank == 0 && (ctx.step % o_.log_every == 0 || ctx.step + 1 == o_.steps)) {
+    char line[96];
+    std::snprintf(line, sizeof(line), "step %" PRIu64 " loss %.5f ema %.5f", ctx.step, mean_loss_,
+                  loss_ema_);
+    Say(line);
+  }
+  return Status::Ok();
+}
+
+// XXH3 of the replicated tensors, of every rank's shards (in rank order) and of the loss
+// average: the same on every rank, and for every run that computed the same bits.
+Status Trainer::Digest(rtft::Communicator* c, uint64_t* digest) const {
+  rtft::StateDescription d;
+  RTFT_RETURN_IF_ERROR(state_->Describe(&d));
+  std::vector<uint64_t> mine;
+  XXH3_state_t* h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  for (const rtft::TensorDesc& t : d.tensors) {
+    if (t.shard.sharded()) {
+      mine.push_back(XXH3_64bits(t.data, t.bytes()));
+    } else {
+      XXH3_64bits_update(h, t.data, t.bytes());
+    }
+  }
+  std::vector<uint64_t> all(mine.size() * c->world_size());
+  Status s = c->AllGather(mine.data(), all.data(), mine.size(), DType::kInt64);
+  XXH3_64bits_update(h, all.data(), all.size() * 8);
+  XXH3_64bits_update(h, &loss_ema_, 8);
+  *digest = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return s;
+}
+
+int Trainer::Run() {
+  const rtft::RuntimeInfo me = rt_->current();
+  rank_ = me.rank;
+  if (me.role == rtft::RuntimeRole::kInitial || me.role == rtft::RuntimeRole::kStandalone)
+    ArmFaults(me.rank);
+  n_ = shape_.params();
+  params_.resize(n_);
+  grad_.resize(n_);
+  InitParams(shape_, o_.seed, params_.data());
+
+  rtft::ProtectOptions po;
+  po.enabled = o_.protect;
+  po.l3_every = o_.l3_every;
+  po.ckpt_dir = o_.ckpt_dir;
+  if (o_.protect_blocks > 0)
+    po.protect_step = [b = o_.protect_blocks](uint64_t step) { return (step / b) % 2 == 0; };
+  auto p = rtft::Protector::Create(rt_, po);
+  if (!p.ok()) return Fail("creating the protector", p.status());
+  p_ = std::move(*p);
+  auto state = Describe(me.world_size, me.rank);
+  Status s = state.status();
+  // --on-spares-exhausted shrink: the survivors go on with fewer ranks, each with a new shard of
+  // the optimizer state (rt-ft fills it).
+  if (s.ok())
+    s = p_->Protect(*state, [this](const rtft::ShrinkPlace& place) {
+      return Describe(place.world_size, place.rank);
+    });
+  if (!s.ok()) return Fail("declaring the state", s);
+  // Failure events as they arrive, for the timeline (the Protector acts on them itself).
+  listener_ = rt_->Subscribe([this](const rtft::FailureEvent& e) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "event epoch=%" PRIu64 " failed=%zu shutdown=%d", e.epoch,
+                  e.failed_ranks.size(), e.shutdown ? 1 : 0);
+    Say(text);
+  });
+  auto run = p_->Run(o_.steps, {[this](rtft::StepContext& c) { return Compute(c); },
+                                [this](rtft::StepContext& c) { return Update(c); }});
+  if (!run.ok()) return Fail("training", run.status());
+  if (run->outcome == rtft::RunOutcome::kShutdown) {
+    Say(run->checkpointed ? "shutdown (checkpoint written)" : "shutdown");
+    return 0;
+  }
+  uint64_t digest = 0;
+  s = Digest(p_->comm(), &digest);
+  if (!s.ok()) return Fail("gathering the digest", s);
+  std::string times = "step_s=" + timing_[1].Mean(timing_[1].wall_s) +
+                      " cpu_step_s=" + timing_[1].Mean(timing_[1].cpu_s);
+  if (o_.protect_blocks > 0)
+    times += " paused_step_s=" + timing_[0].Mean(timing_[0].wall_s) +
+             " paused_cpu_step_s=" + timing_[0].Mean(timing_[0].cpu_s);
+  char line[256];
+  std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " %s",
+                o_.steps, loss_ema_, digest, times.c_str());
+  Say(line);
+  return 0;
+}
+
+}  // namespace train

@@ -1,0 +1,85 @@
+// The trainer behind rtft-train: its protected state (parameters, replicated; the optimizer's
+// shard, sharded; the loss average, an object), its two step functions, the timeline it prints
+// and the digest of its final state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model.h"
+#include "rtft/offload.h"
+#include "rtft/protect.h"
+#include "rtft/runtime.h"
+
+namespace train {
+
+struct Options {
+  uint64_t steps = 60;
+  int64_t l3_every = -1;
+  std::string ckpt_dir;
+  int hidden = 1024;
+  int batch = 16;
+  uint64_t seed = 42;
+  int log_every = 10;
+  std::string fault;  // RANK:point[@n][:action],... (tests and the demo)
+  bool protect = true;
+  // rtft-bench protect: blocks of this many steps alternately protected and not (0: all
+  // protected), each kind timed on its own.
+  uint64_t protect_blocks = 0;
+  bool offload = false;  // rt-ft's OffloadOptimizer instead of the trainer's own AdamW loop
+};
+
+// Sums of the step times of one kind of step.
+struct Timing {
+  double wall_s = 0, cpu_s = 0;
+  uint64_t steps = 0;
+  std::string Mean(double sum) const;
+};
+
+class Trainer {
+ public:
+  Trainer(const Options& o, rtft::Runtime* rt);
+  ~Trainer();
+  int Run();
+
+ private:
+  // This rank's shard of the optimizer for `world` ranks, sized and described (again after a
+  // shrink).
+  rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Describe(int world, int rank);
+  rtft::Status Compute(rtft::StepContext& ctx);
+  rtft::Status Update(rtft::StepContext& ctx);
+  // The counts of every rank's shard, for the collectives of `world` ranks.
+  std::vector<size_t> Counts(int world) const;
+  rtft::Status Digest(rtft::Communicator* c, uint64_t* digest) const;
+  void ArmFaults(int rank) const;
+  void Time(const rtft::StepContext& ctx);
+  rtft::Status Failed(const rtft::StepContext& ctx, const rtft::Status& s);
+  void Say(const std::string& line) const;
+  int Fail(const char* what, const rtft::Status& s) const;
+  void Report(const rtft::RecoveryInfo& r) const;
+
+  Options o_;
+  rtft::Runtime* rt_;
+  std::unique_ptr<rtft::Protector> p_;
+  ModelShape shape_;
+  size_t n_ = 0;
+  int rank_ = 0;
+  rtft::EvenSplit shard_;
+  std::vector<float> params_, m_, v_, grad_, grad_shard_;
+  std::unique_ptr<rtft::OffloadOptimizer> optimizer_;  // --offload
+  std::shared_ptr<rtft::StateProvider> state_;
+  double loss_ema_ = 0;
+  float mean_loss_ = 0;  // this step's, from compute to update
+  uint64_t listener_ = 0;
+  std::vector<float> x_;
+  std::vector<int> y_;
+  // Step timing: the time from one step's compute to the next's, for rtft-bench protect.
+  bool started_ = false;
+  uint64_t first_step_ = 0, last_step_ = 0;
+  double last_wall_ = 0, last_cpu_ = 0;
+  Timing timing_[2];  // [0]: unprotected steps, [1]: protected ones
+};
+
+}  // namespace train

@@ -1,0 +1,103 @@
+#include "protect/l3_views.h"
+
+#include <algorithm>
+
+namespace rtft::protect {
+namespace {
+
+TensorDesc Slice(const TensorDesc& t, const char* data, std::vector<int64_t> shape,
+                 std::vector<int64_t> global, std::vector<int64_t> offset) {
+  TensorDesc d;
+  d.name = t.name;
+  d.dtype = t.dtype;
+  d.shape = std::move(shape);
+  d.data = const_cast<char*>(data);
+  d.memory = MemoryKind::kHost;
+  d.shard.global_shape = std::move(global);
+  d.shard.offset = std::move(offset);
+  return d;
+}
+
+}  // namespace
+
+AreaView::AreaView(const Layout& layout, const char* replicated_area,
+                   std::vector<ShardBytes> shards, std::string objects, int rank, int world)
+    : layout_(layout),
+      area_(replicated_area),
+      shards_(std::move(shards)),
+      objects_(std::move(objects)),
+      rank_(rank),
+      world_(world) {}
+
+Status AreaView::Describe(StateDescription* out) const {
+  for (const Entry& e : layout_.replicated) {
+    const TensorDesc& t = e.tensor;
+    if (t.shape.empty()) {
+      if (rank_ == 0) out->tensors.push_back(Slice(t, area_ + e.offset, t.shape, {}, {}));
+      continue;
+    }
+    const EvenSplit rows = SplitEvenly(t.shape[0], world_, rank_);
+    if (rows.count == 0) continue;
+    const size_t row_bytes = e.bytes / t.shape[0];
+    std::vector<int64_t> shape = t.shape, offset(t.shape.size(), 0);
+    shape[0] = rows.count;
+    offset[0] = rows.offset;
+    out->tensors.push_back(
+        Slice(t, area_ + e.offset + rows.offset * row_bytes, shape, t.shape, offset));
+  }
+  for (const ShardBytes& b : shards_)
+    out->tensors.push_back(
+        Slice(*b.tensor, b.data, b.box.shape, b.tensor->shard.global_shape, b.box.offset));
+  const std::string objects = objects_;
+  out->objects.push_back(
+      {kObjectsName, [objects] { return StatusOr<std::string>(objects); }, nullptr});
+  return Status::Ok();
+}
+
+Status LiveView::Describe(StateDescription* out) const {
+  for (const Entry& e : layout_.replicated) {
+    TensorDesc d = e.tensor;
+    if (!d.shape.empty()) {
+      d.shard.global_shape = d.shape;
+      d.shard.offset.assign(d.shape.size(), 0);
+    }
+    out->tensors.push_back(d);
+  }
+  for (const Entry& e : layout_.sharded) out->tensors.push_back(e.tensor);
+  std::string* objects = objects_;
+  out->objects.push_back({kObjectsName, nullptr, [objects](const std::string& b) {
+                            *objects = b;
+                            return Status::Ok();
+                          }});
+  return Status::Ok();
+}
+
+AreaView OwnAreaView(const Layout& layout, const char* area, uint64_t object_bytes, int rank,
+                     int world) {
+  std::vector<ShardBytes> shards;
+  for (const Entry& e : layout.sharded)
+    shards.push_back({&e.tensor, area + e.offset, {e.tensor.shard.offset, e.tensor.shape}});
+  return AreaView(layout, area, std::move(shards),
+                  std::string(area + layout.objects_begin, object_bytes), rank, world);
+}
+
+StatusOr<AreaView> ReplicaAreaView(const Layout& layout, const ShardTable& table,
+                                   const char* replicated_area, const char* replica,
+                                   uint64_t replica_bytes, int lost) {
+  if (lost < 0 || lost >= table.world())
+    return Status::Internal("no shard coordinates for rank " + std::to_string(lost));
+  std::vector<ShardBytes> shards;
+  size_t at = 0;
+  for (size_t i = 0; i < layout.sharded.size(); ++i) {
+    const Entry& e = layout.sharded[i];
+    const Box& box = table.at(lost, i);
+    shards.push_back({&e.tensor, replica + at, box});
+    at = AlignUp(at + box.elements() * DTypeSize(e.tensor.dtype));
+  }
+  if (at > replica_bytes)
+    return Status::DataLoss("rank " + std::to_string(lost) + "'s replica is short");
+  return AreaView(layout, replicated_area, std::move(shards),
+                  std::string(replica + at, replica_bytes - at), lost, table.world());
+}
+
+}  // namespace rtft::protect

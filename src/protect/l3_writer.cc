@@ -1,0 +1,98 @@
+#include "protect/l3_writer.h"
+
+#include <algorithm>
+
+#include "core/logging.h"
+#include "core/params.h"
+
+namespace rtft::protect {
+
+L3Writer::L3Writer(std::string dir, uint64_t every, std::chrono::milliseconds commit_timeout)
+    : dir_(std::move(dir)), every_(every), commit_timeout_(commit_timeout) {}
+
+// At the end of a run every rank's last version is still being committed: the engine is
+// destroyed here, which waits for it (never abandoned, unlike a retirement at an epoch's end).
+L3Writer::~L3Writer() {
+  retirement_.Join();
+  engine_.reset();
+}
+
+CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes) const {
+  CheckpointOptions c;
+  c.dir = dir_;
+  c.rank = rank;
+  c.world_size = world;
+  // A commit waiting for a rank that died is abandoned with its engine at the next recovery; it
+  // then gives up after this long in the background.
+  c.commit_timeout = commit_timeout_;
+  // The protected state is in host memory: no CUDA context for it. A process with one takes tens
+  // of milliseconds longer to die, which is time before its crash is seen.
+  c.pin_pool = false;
+  // Sized by the snapshot, not by the node, unless the user chose: one step's state fits, and the
+  // pool is allocated when the engine is created, so recovery does not wait for a large one.
+  if (!ParamIsSet(Param::kCkptPoolBytes)) {
+    const uint64_t mib = 1ull << 20;
+    const uint64_t chunk =
+        std::clamp<uint64_t>((state_bytes / 4 + mib - 1) / mib * mib, mib, 64 * mib);
+    c.chunk_bytes = chunk;
+    c.flush_threads = 2;
+    c.pool_bytes = std::max<uint64_t>(4 * chunk, (state_bytes + mib - 1) / mib * mib);
+  }
+  return c;
+}
+
+Status L3Writer::Open(int rank, int world, uint64_t state_bytes) {
+  if (!enabled()) return Status::Ok();
+  Retire();
+  RTFT_ASSIGN_OR_RETURN(engine_, CheckpointEngine::Create(Options(rank, world, state_bytes)));
+  return Status::Ok();
+}
+
+void L3Writer::Retire() {
+  if (!engine_) return;
+  // Its copy out of L1 is local and short: let it finish before the areas change again.
+  (void)WaitCopied();
+  // A commit waiting for a lost rank's file ends now, not at its timeout.
+  engine_->Abandon();
+  retirement_.Join();
+  auto thread = Thread::Start(
+      "rtft-l3-retire", [engine = std::shared_ptr<CheckpointEngine>(std::move(engine_))]() mutable {
+        engine.reset();
+      });
+  // Without a thread the engine is destroyed here, which waits for its files.
+  if (thread.ok()) retirement_ = std::move(*thread);
+}
+
+Status L3Writer::Write(uint64_t step, const StateProvider& view) {
+  if (!engine_) return Status::Ok();
+  RTFT_RETURN_IF_ERROR(WaitCopied());
+  const Status s = engine_->Checkpoint(step, view);
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << step << ": " << s;
+    return s.code() == StatusCode::kAborted ? s : Status::Ok();
+  }
+  pending_ = step;
+  RTFT_LOG(kInfo, kLogRuntime) << "L3: step " << step << " is being written to " << dir_;
+  return Status::Ok();
+}
+
+void L3Writer::BeforeCapture(uint64_t step) {
+  if (!engine_ || !pending_ || *pending_ + 2 != step) return;
+  const Status s = engine_->WaitCaptured(*pending_);
+  if (!s.ok()) RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << *pending_ << ": " << s;
+  pending_.reset();
+}
+
+Status L3Writer::WaitCopied() {
+  if (!engine_ || !pending_) return Status::Ok();
+  const Status s = engine_->WaitCaptured(*pending_);
+  pending_.reset();
+  return s;
+}
+
+Status L3Writer::WaitPersisted(uint64_t step) {
+  if (!engine_) return Status::FailedPrecondition("no L3 engine is open");
+  return engine_->WaitPersisted(step);
+}
+
+}  // namespace rtft::protect

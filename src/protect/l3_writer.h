@@ -1,0 +1,56 @@
+// L3 (docs/protect.md, "Levels"): the checkpoint engine that writes a step's L1 snapshot to the
+// parallel file system every K steps (or on demand), straight from L1 memory. The writer owns
+// the engine of the current epoch; at an epoch's end the engine is retired (its commits
+// abandoned: a commit waiting for a lost rank's file ends at once) and destroyed on the writer's
+// own named thread, off recovery's path, joined before the next retirement and by the destructor,
+// which waits for the current engine's versions to be committed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/thread.h"
+#include "rtft/checkpoint.h"
+
+namespace rtft::protect {
+
+class L3Writer {
+ public:
+  // `dir` empty: no L3. `every` 0: only on demand (CheckpointNow, checkpoint-and-exit).
+  L3Writer(std::string dir, uint64_t every, std::chrono::milliseconds commit_timeout);
+  ~L3Writer();
+
+  bool enabled() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+  bool Due(uint64_t step) const { return every_ > 0 && step > 0 && step % every_ == 0; }
+  // An engine for this rank of `world` (the one before retired first); `state_bytes` sizes its
+  // pool unless RTFT_CKPT_POOL_BYTES does.
+  Status Open(int rank, int world, uint64_t state_bytes);
+  bool open() const { return engine_ != nullptr; }
+  void Retire();
+
+  // Starts writing `step` from `view`; the engine copies out of L1 in the background.
+  Status Write(uint64_t step, const StateProvider& view);
+  // The capture of `step` overwrites the area of step - 2: waits until the engine copied it.
+  void BeforeCapture(uint64_t step);
+  // Until the version in flight is copied out of L1 (nothing in flight: Ok).
+  Status WaitCopied();
+  Status WaitPersisted(uint64_t step);
+  std::optional<uint64_t> pending() const { return pending_; }
+
+  // The options of an engine that writes rank `rank`'s files.
+  CheckpointOptions Options(int rank, int world, uint64_t state_bytes) const;
+
+ private:
+  const std::string dir_;
+  const uint64_t every_;
+  const std::chrono::milliseconds commit_timeout_;
+  std::unique_ptr<CheckpointEngine> engine_;
+  std::optional<uint64_t> pending_;  // the version whose copy out of L1 may be running
+  Thread retirement_;
+};
+
+}  // namespace rtft::protect

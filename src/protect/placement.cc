@@ -1,0 +1,76 @@
+// Where every rank's shards are (the shard table), gathered once per epoch on the replication
+// communicator, and the check that every rank describes the same state.
+#include <algorithm>
+
+#include "protect/protector.h"
+
+namespace rtft::protect {
+namespace {
+
+// The most bytes `rank`'s replica can take: its shards as its table row says, and the objects'
+// room (the same on every rank).
+uint64_t ReplicaLimit(const Layout& layout, const ShardTable& table, int rank) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < layout.sharded.size(); ++i)
+    bytes =
+        AlignUp(bytes + table.at(rank, i).elements() * DTypeSize(layout.sharded[i].tensor.dtype));
+  return bytes + layout.object_capacity;
+}
+
+}  // namespace
+
+Status ProtectorImpl::PlaceShards() {
+  const int world = train_->world_size(), rank = train_->rank();
+  const std::vector<int64_t> mine = ShardTable::Row(layout_);
+  std::vector<int64_t> rows = mine;
+  if (world > 1) {
+    if (!replicator_) return Status::Internal("placing shards without a replication communicator");
+    const uint64_t hash = layout_.shared_hash;
+    RTFT_RETURN_IF_ERROR(replicator_->Call([&](Communicator* c) -> Status {
+      // Every rank must describe the same state before the rows (of its length) can be gathered.
+      std::vector<uint64_t> hashes(world);
+      RTFT_RETURN_IF_ERROR(c->AllGather(&hash, hashes.data(), 1, DType::kInt64));
+      for (int r = 0; r < world; ++r)
+        if (hashes[r] != hash)
+          return Status::FailedPrecondition(
+              "rank " + std::to_string(r) + " describes another protected state than rank " +
+              std::to_string(rank) + " (names, types or global shapes differ)");
+      rows.resize(mine.size() * world);
+      if (mine.empty()) return Status::Ok();
+      return c->AllGather(mine.data(), rows.data(), mine.size(), DType::kInt64);
+    }));
+  }
+  RTFT_ASSIGN_OR_RETURN(table_, ShardTable::FromRows(layout_, rows, world));
+  held_rank_ = rank;
+  held_world_ = world;
+  if (replicator_) replicator_->Expect(ReplicaLimit(layout_, table_, (rank + world - 1) % world));
+  return Status::Ok();
+}
+
+// For a shrink: every rank gets the old world's shard table from one that has it (a process
+// restarted in the middle of a shrink lost its own).
+Status ProtectorImpl::ShareOldTable(int old_world) {
+  const int32_t have = table_.world() == old_world ? 1 : 0;
+  const int world = replicator_ ? replicator_->world_size() : 1;
+  if (world == 1 || layout_.sharded.empty()) {
+    if (have || layout_.sharded.empty()) return Status::Ok();
+    return Status::Internal("no shard table of the old world of " + std::to_string(old_world) +
+                            " ranks");
+  }
+  std::vector<int64_t> rows = have ? table_.Rows() : std::vector<int64_t>();
+  RTFT_RETURN_IF_ERROR(replicator_->Call([&](Communicator* c) -> Status {
+    std::vector<int32_t> all(world);
+    RTFT_RETURN_IF_ERROR(c->AllGather(&have, all.data(), 1, DType::kInt32));
+    const auto src = std::find(all.begin(), all.end(), 1);
+    if (src == all.end()) return Status::DataLoss("no rank knows the old world's shards");
+    if (std::find(all.begin(), all.end(), 0) == all.end()) return Status::Ok();  // all have it
+    rows.resize(ShardTable::RowLength(layout_) * old_world);
+    return c->Broadcast(rows.data(), rows.size(), DType::kInt64,
+                        static_cast<int>(src - all.begin()));
+  }));
+  if (have) return Status::Ok();
+  RTFT_ASSIGN_OR_RETURN(table_, ShardTable::FromRows(layout_, rows, old_world));
+  return Status::Ok();
+}
+
+}  // namespace rtft::protect

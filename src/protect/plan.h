@@ -1,0 +1,48 @@
+// The recovery plan (docs/protect.md, "Recovery"): what every rank publishes when a recovery
+// starts, and the pure functions that every rank runs on what all published, so that all decide
+// the same rollback step and who feeds whom without another round of messages.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rtft::protect {
+
+struct RankState {
+  int rank = -1;
+  // The rank and world size its L1 and L2 are laid out for (they differ from the new epoch's
+  // after a shrink; -1 and 0: it holds no state of this job yet).
+  int was = -1;
+  int was_world = 0;
+  uint64_t layout_hash = 0;                  // Layout::shared_hash: the same on every rank of a job
+  std::vector<uint64_t> l1;                  // complete L1 steps
+  std::vector<std::pair<int, uint64_t>> l2;  // (owner, step) of complete replicas
+};
+
+// Who feeds whom, decided identically on every rank from the published states.
+struct RecoveryPlan {
+  bool ok = false;
+  uint64_t step = 0;
+  std::vector<int> needy;      // ranks without a usable L1 snapshot of `step`
+  std::vector<int> holder;     // per needy rank: the rank holding its replica
+  int replicated_source = -1;  // a rank whose L1 has `step`
+  std::string why;             // when !ok
+};
+
+// The newest step that every rank either holds in its L1 or has a replica of at its right
+// neighbour, with one rank holding it in L1 (the replicated tensors' source). Ranks that publish
+// another `layout_hash` hold nothing usable.
+RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash);
+// After a shrink: `old` indexed by the ranks of the world the state was laid out for, the lost
+// ones holding nothing. The newest step that every survivor holds in its own L1 and whose replica
+// of every lost rank is complete on its old right neighbour; `needy` and `holder` in old ranks.
+RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& survived,
+                        uint64_t layout_hash);
+
+// The JSON a rank publishes; anything malformed decodes as holding nothing.
+std::string EncodeRankState(const RankState& state);
+RankState DecodeRankState(const std::string& text, int rank);
+
+}  // namespace rtft::protect

@@ -1,0 +1,217 @@
+// Recovery (docs/protect.md, "Recovery"): every rank of the new epoch publishes what it holds
+// (complete L1 steps, replicas), all compute the same plan from what all published (the newest
+// step every rank can restore, and who feeds the ranks that hold nothing), build the epoch's
+// communicators, move the missing state, and restore that step.
+#include "core/fault_point.h"
+#include "core/logging.h"
+#include "protect/protector.h"
+
+namespace rtft::protect {
+namespace {
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string KeyPrefix(uint64_t epoch) { return "protect/e" + std::to_string(epoch) + "/rank/"; }
+
+}  // namespace
+
+StatusOr<uint64_t> ProtectorImpl::Recover() {
+  if (phase_ == Phase::kDescribing) return Status::FailedPrecondition("Protector::Start() first");
+  if (shutdown_) return ShutDown();
+  if (!o_.enabled)
+    return Status::FailedPrecondition(
+        "protection is off (ProtectOptions::enabled): nothing to recover from");
+  (void)capture_->Wait();
+  phase_ = Phase::kReady;
+  StopReplication();
+  const uint64_t from = train_ ? train_->epoch() : 0;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + recovery_timeout_;
+  // The failure event names the epoch to recover into.
+  const bool moved = WaitForEpochAfter(from, deadline);
+  if (shutdown_) return ShutDown();
+  if (!moved)
+    return Status::DeadlineExceeded("no failure event came within " +
+                                    std::to_string(recovery_timeout_.count()) +
+                                    " ms of a failed call (is dp-launch running this job?)");
+  info_ = RecoveryInfo();
+  info_.wait_event_s = Since(t0);
+  auto step = RecoverFrom(EventEpoch(), deadline);
+  info_.total_s = Since(t0);
+  if (step.ok()) next_step_ = *step;
+  return step;
+}
+
+bool ProtectorImpl::WaitForEpochAfter(uint64_t epoch, Clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lock(event_mu_);
+  // The runtime's current epoch may move ahead of our listener (Start() of a spare): recheck it
+  // every few milliseconds as well.
+  while (EventEpoch() <= epoch && !shutdown_ && Clock::now() < deadline)
+    event_cv_.wait_for(lock, milliseconds(5));
+  return EventEpoch() > epoch;
+}
+
+// The job is ending: under checkpoint-and-exit, the checkpoint first.
+Status ProtectorImpl::ShutDown() {
+  bool checkpoint = false;
+  {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    checkpoint = shutdown_event_ && shutdown_event_->checkpoint_first;
+  }
+  if (checkpoint) {
+    RTFT_RETURN_IF_ERROR(FinalCheckpoint());
+    info_.final_checkpoint = true;
+  }
+  return Status::Shutdown(checkpoint ? "the job is shutting down (its checkpoint is written)"
+                                     : "the job is shutting down");
+}
+
+// A failure during recovery moves the job to another epoch: start over there.
+StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point deadline) {
+  while (true) {
+    auto step = RecoverInto(epoch);
+    if (step.ok() || step.status().code() != StatusCode::kAborted) return step;
+    if (shutdown_) return ShutDown();
+    RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
+                                 << "; waiting for the next epoch";
+    StopReplication();
+    if (!WaitForEpochAfter(epoch, deadline)) return shutdown_ ? ShutDown() : step;
+    epoch = EventEpoch();
+  }
+}
+
+void ProtectorImpl::StopReplication() {
+  replicator_.reset();  // aborts its communicator; its thread ends
+  l3_->Retire();        // a commit may wait for a rank that is gone
+}
+
+RankState ProtectorImpl::Mine(int rank) const {
+  RankState mine;
+  mine.rank = rank;
+  mine.was = held_rank_;
+  mine.was_world = held_world_;
+  mine.layout_hash = layout_.shared_hash;
+  mine.l1 = l1_->CompleteSteps();
+  for (const auto& h : l2_->Complete()) mine.l2.emplace_back(h.owner, h.step);
+  return mine;
+}
+
+// Publishes `mine` under `prefix` and reads every other rank's (those in `skip` hold nothing);
+// kAborted as soon as the job moves past `epoch`.
+StatusOr<std::vector<RankState>> ProtectorImpl::Gather(const std::string& prefix,
+                                                       const RankState& mine,
+                                                       const std::vector<bool>& skip,
+                                                       uint64_t epoch) {
+  RTFT_RETURN_IF_ERROR(rt_->KvPut(prefix + std::to_string(mine.rank), EncodeRankState(mine)));
+  const int n = static_cast<int>(skip.size());
+  std::vector<RankState> all(n);
+  const auto deadline = Clock::now() + recovery_timeout_;
+  for (int r = 0; r < n; ++r) {
+    all[r].rank = r;
+    while (!skip[r]) {
+      if (EventEpoch() > epoch) return Status::Aborted("epoch " + std::to_string(epoch) + " ended");
+      auto v = rt_->KvGet(prefix + std::to_string(r), milliseconds(50));
+      if (v.ok()) {
+        all[r] = DecodeRankState(*v, r);
+        break;
+      }
+      if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();
+      if (Clock::now() >= deadline)
+        return Status::DeadlineExceeded("rank " + std::to_string(r) +
+                                        " did not publish its state (" + prefix + ")");
+    }
+  }
+  return all;
+}
+
+StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
+  const auto t0 = Clock::now();
+  const RuntimeInfo now = rt_->current();
+  if (now.epoch != epoch)
+    return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
+  FaultPoint("protect.recover");
+  RTFT_ASSIGN_OR_RETURN(
+      std::vector<RankState> all,
+      Gather(KeyPrefix(epoch), Mine(now.rank), std::vector<bool>(now.world_size), epoch));
+  info_.world_size = now.world_size;
+  // Every rank takes the same path, decided from what all published.
+  for (const RankState& r : all)
+    if (r.was_world > 0 && r.was_world != now.world_size) return Shrink(epoch, all, t0);
+  if (shards_ != Shards::kApplication)
+    return Status::Internal("this rank's snapshot is laid out for another world than the job's");
+  const RecoveryPlan plan = PlanRecovery(all, layout_.shared_hash);
+  info_.epoch = epoch;
+  info_.agree_s = Since(t0);
+  if (!plan.ok) {
+    RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why
+                                  << "; falling back to the newest L3 checkpoint";
+    return RestoreL3(epoch);
+  }
+  RTFT_RETURN_IF_ERROR(BuildComms(epoch));
+  RTFT_RETURN_IF_ERROR(PlaceShards());
+  RTFT_RETURN_IF_ERROR(OpenL3());
+  info_.rebuild_s = Since(t0);
+  FaultPoint("protect.transfer");
+  RTFT_RETURN_IF_ERROR(Transfer(plan, epoch));
+  info_.transfer_s = Since(t0);
+  RTFT_RETURN_IF_ERROR(Restored(plan.step, /*sharded=*/true));
+  info_.step = step_ = plan.step;
+  info_.source = "l1";
+  info_.ranks_fed = static_cast<int>(plan.needy.size());
+  restored_step_ = plan.step;
+  RTFT_LOG(kInfo, kLogRuntime) << "recovered into epoch " << epoch << " at step " << plan.step
+                               << " (" << plan.needy.size() << " rank(s) fed by peers)";
+  return plan.step;
+}
+
+Status ProtectorImpl::Restored(uint64_t step, bool sharded) {
+  RTFT_RETURN_IF_ERROR(l1_->Restore(step, sharded));
+  return state_->Restored().Annotate("after restoring step " + std::to_string(step));
+}
+
+// For each rank that holds nothing, in rank order: its replica holder sends the replica (sharded
+// tensors and objects), then the replicated tensors' source sends those. Every rank runs its
+// part in that one order, so no two ranks wait on each other.
+Status ProtectorImpl::Transfer(const RecoveryPlan& plan, uint64_t epoch) {
+  if (plan.needy.empty()) return Status::Ok();
+  if (!replicator_) return Status::Internal("a recovery transfer without a replication comm");
+  const uint64_t step = plan.step;
+  const size_t head = layout_.shard_begin;
+  const size_t replica_max = layout_.replica_bytes(layout_.object_capacity);
+  const size_t replica_min = layout_.replica_bytes(0);
+  char* area = l1_->payload(step);
+  return replicator_->Call([&](Communicator* c) -> Status {
+    const int me = c->rank();
+    for (size_t i = 0; i < plan.needy.size(); ++i) {
+      const int n = plan.needy[i], h = plan.holder[i], src = plan.replicated_source;
+      uint64_t size = 0;
+      if (me == h) {
+        if (auto held = l2_->Find(n, step)) size = held->bytes;
+        RTFT_RETURN_IF_ERROR(c->Send(&size, 1, DType::kInt64, n));
+        RTFT_RETURN_IF_ERROR(c->Send(l2_->Data(step), size, DType::kUInt8, n));
+        info_.bytes_moved += size;
+      }
+      if (me == n) {
+        RTFT_RETURN_IF_ERROR(c->Recv(&size, 1, DType::kInt64, h));
+        if (size > replica_max || size < replica_min)
+          return Status::DataLoss("rank " + std::to_string(h) + " holds a replica of " +
+                                  std::to_string(size) + " bytes, which this state cannot hold");
+        l1_->Invalidate(step);
+        RTFT_RETURN_IF_ERROR(c->Recv(area + head, size, DType::kUInt8, h));
+      }
+      if (me == src && head > 0) {
+        RTFT_RETURN_IF_ERROR(c->Send(area, head, DType::kUInt8, n));
+        info_.bytes_moved += head;
+      }
+      if (me == n) {
+        if (head > 0) RTFT_RETURN_IF_ERROR(c->Recv(area, head, DType::kUInt8, src));
+        l1_->Seal(step, epoch, me, c->world_size(), size - replica_min);
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace rtft::protect

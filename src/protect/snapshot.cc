@@ -1,0 +1,232 @@
+#include "protect/snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/checksum.h"
+
+namespace rtft::protect {
+namespace {
+
+constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
+constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
+constexpr uint32_t kFormat = 4;
+// Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
+constexpr size_t kPiece = 64 * 1024;
+
+// The file's first 4 KiB: which layout its areas hold.
+struct FileHeader {
+  uint64_t magic;
+  uint32_t format;
+  uint32_t reserved;
+  uint64_t layout_hash;
+  uint64_t area_bytes;
+  // The bytes of each sharded tensor the file is laid out for (sharded_count 0: more than
+  // kMaxRecordedShards), so that a process restarted after its world shrank can open its old
+  // snapshot (Snapshot::Peek).
+  uint32_t sharded_count;
+  uint32_t reserved2;
+  uint64_t sharded_bytes[kMaxRecordedShards];
+};
+static_assert(sizeof(FileHeader) <= kAlign, "the file header fits its 4 KiB page");
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Snapshot>> Snapshot::Open(const std::string& dir, const Layout& layout) {
+  std::unique_ptr<Snapshot> s(new Snapshot(layout));
+  const size_t total = kAlign + 2 * s->area_bytes();
+  RTFT_ASSIGN_OR_RETURN(s->file_, ShmFile::Open(dir + "/l1", total));
+  auto* fh = reinterpret_cast<FileHeader*>(s->file_->data());
+  // A file of another layout (or none yet) starts over: its areas mean nothing to this state.
+  if (fh->magic != kFileMagic || fh->format != kFormat || fh->layout_hash != layout.hash ||
+      fh->area_bytes != s->area_bytes() || s->file_->size() < total) {
+    RTFT_RETURN_IF_ERROR(s->file_->Grow(total));
+    fh = reinterpret_cast<FileHeader*>(s->file_->data());
+    std::memset(s->file_->data(), 0, kAlign);
+    for (uint64_t k = 0; k < 2; ++k) std::memset(s->header(k), 0, sizeof(AreaHeader));
+    fh->format = kFormat;
+    fh->layout_hash = layout.hash;
+    fh->area_bytes = s->area_bytes();
+    if (layout.sharded.size() <= kMaxRecordedShards) {
+      fh->sharded_count = static_cast<uint32_t>(layout.sharded.size());
+      for (size_t i = 0; i < layout.sharded.size(); ++i)
+        fh->sharded_bytes[i] = layout.sharded[i].bytes;
+    }
+    fh->magic = kFileMagic;
+  }
+  return s;
+}
+
+std::optional<Snapshot::FileLayout> Snapshot::Peek(const std::string& dir) {
+  // Read only, through one descriptor: never a link, never a FIFO (O_NONBLOCK, then fstat).
+  const int fd = open((dir + "/l1").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  FileHeader fh{};
+  struct stat st {};
+  const bool read_ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       st.st_size >= static_cast<off_t>(kAlign) &&
+                       pread(fd, &fh, sizeof(fh), 0) == static_cast<ssize_t>(sizeof(fh));
+  close(fd);
+  if (!read_ok || fh.magic != kFileMagic || fh.format != kFormat ||
+      fh.sharded_count > kMaxRecordedShards)
+    return std::nullopt;
+  FileLayout out;
+  out.layout_hash = fh.layout_hash;
+  out.sharded_bytes.assign(fh.sharded_bytes, fh.sharded_bytes + fh.sharded_count);
+  return out;
+}
+
+Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> fresh, Open(dir, layout));
+  // Areas of an equal layout hold another rank's shards of the old world: never valid here.
+  for (uint64_t k = 0; k < 2; ++k) fresh->Invalidate(k);
+  layout_ = fresh->layout_;
+  file_ = std::move(fresh->file_);
+  return Status::Ok();
+}
+
+AreaHeader* Snapshot::header(uint64_t step) const {
+  return reinterpret_cast<AreaHeader*>(file_->data() + kAlign + (step % 2) * area_bytes());
+}
+
+char* Snapshot::payload(uint64_t step) const {
+  return reinterpret_cast<char*>(header(step)) + kAlign;
+}
+
+bool Snapshot::Verify(uint64_t step) const {
+  const AreaHeader* h = header(step);
+  if (h->magic != kAreaMagic || h->format != kFormat || h->state != kComplete ||
+      h->layout_hash != layout_.hash || h->step != step ||
+      h->payload_bytes != layout_.payload_bytes || h->object_bytes > layout_.object_capacity)
+    return false;
+  const char* p = payload(step);
+  const size_t end = layout_.objects_begin + h->object_bytes;
+  return Xxh3(p, layout_.shard_begin) == h->checksum &&
+         Xxh3(p + layout_.shard_begin, end - layout_.shard_begin) == h->replica_checksum;
+}
+
+std::vector<uint64_t> Snapshot::CompleteSteps() const {
+  std::vector<uint64_t> steps;
+  for (uint64_t k = 0; k < 2; ++k) {
+    const AreaHeader* h = header(k);
+    if (h->magic == kAreaMagic && h->state == kComplete && h->step % 2 == k && Verify(h->step))
+      steps.push_back(h->step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+void Snapshot::Invalidate(uint64_t step) {
+  std::atomic_thread_fence(std::memory_order_release);
+  header(step)->state = kWriting;
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+// The area's two checksums over bytes given in payload order: each byte goes to one of them,
+// before the replica range or in it.
+class AreaHasher {
+ public:
+  explicit AreaHasher(size_t replica_begin) : replica_begin_(replica_begin) {}
+  void Update(const char* p, size_t n) {
+    const size_t before = at_ < replica_begin_ ? std::min(n, replica_begin_ - at_) : 0;
+    if (before > 0) head_.Update(p, before);
+    if (n > before) replica_.Update(p + before, n - before);
+    at_ += n;
+  }
+  uint64_t head() const { return head_.Digest(); }
+  uint64_t replica() const { return replica_.Digest(); }
+
+ private:
+  const size_t replica_begin_;
+  size_t at_ = 0;
+  Xxh3Hasher head_, replica_;
+};
+
+Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
+                         const std::string& objects) {
+  if (objects.size() > layout_.object_capacity)
+    return Status::ResourceExhausted(
+        "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
+        std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
+  Invalidate(step);
+  char* p = payload(step);
+  AreaHasher hash(layout_.shard_begin);
+  size_t at = 0;  // what is hashed so far: payload [0, at)
+  // Copies `bytes` from `src` to payload offset `offset` (at or after `at`), hashing the padding
+  // before it and then each piece right after it is copied.
+  auto put = [&](size_t offset, const void* src, size_t bytes) {
+    hash.Update(p + at, offset - at);
+    for (size_t done = 0; done < bytes; done += kPiece) {
+      const size_t n = std::min(kPiece, bytes - done);
+      std::memcpy(p + offset + done, static_cast<const char*>(src) + done, n);
+      hash.Update(p + offset + done, n);
+    }
+    at = offset + bytes;
+  };
+  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+    for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
+  put(layout_.objects_begin, objects.data(), objects.size());
+  Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
+  return Status::Ok();
+}
+
+void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
+  AreaHasher hash(layout_.shard_begin);
+  hash.Update(payload(step), layout_.objects_begin + object_bytes);
+  Close(step, epoch, rank, world, object_bytes, hash.head(), hash.replica());
+}
+
+void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
+                     uint64_t checksum, uint64_t replica_checksum) {
+  AreaHeader* h = header(step);
+  h->state = kWriting;
+  h->magic = kAreaMagic;
+  h->format = kFormat;
+  h->layout_hash = layout_.hash;
+  h->step = step;
+  h->epoch = epoch;
+  h->payload_bytes = layout_.payload_bytes;
+  h->object_bytes = object_bytes;
+  h->rank = rank;
+  h->world = world;
+  h->checksum = checksum;
+  h->replica_checksum = replica_checksum;
+  std::atomic_thread_fence(std::memory_order_release);
+  h->state = kComplete;
+}
+
+Status Snapshot::RestoreShared(uint64_t step, const Layout& target) const {
+  if (!Verify(step))
+    return Status::DataLoss("the L1 snapshot of step " + std::to_string(step) +
+                            " is incomplete or damaged");
+  if (target.replicated.size() != layout_.replicated.size() ||
+      target.shard_begin != layout_.shard_begin)
+    return Status::Internal("a layout whose replicated tensors differ from the snapshot's");
+  const char* p = payload(step);
+  for (size_t i = 0; i < target.replicated.size(); ++i) {
+    const Entry& e = target.replicated[i];
+    if (e.offset != layout_.replicated[i].offset || e.bytes != layout_.replicated[i].bytes)
+      return Status::Internal("'" + e.tensor.name + "' is laid out apart from the snapshot's");
+    if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+  }
+  return DeserializeObjects(target.objects, p + layout_.objects_begin, header(step)->object_bytes);
+}
+
+Status Snapshot::Restore(uint64_t step, bool sharded) const {
+  if (!Verify(step))
+    return Status::DataLoss("the L1 snapshot of step " + std::to_string(step) +
+                            " is incomplete or damaged");
+  const char* p = payload(step);
+  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
+    if (list == &layout_.sharded && !sharded) break;
+    for (const Entry& e : *list)
+      if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+  }
+  return DeserializeObjects(layout_.objects, p + layout_.objects_begin, header(step)->object_bytes);
+}
+
+}  // namespace rtft::protect

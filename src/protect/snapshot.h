@@ -1,0 +1,90 @@
+// The L1 snapshot: the rank's whole protected state, captured at the start of a step into one of
+// two areas of a memory file (ping-pong: one complete version always survives a capture cut
+// short), each area with a header and two XXH3 checksums (docs/protect.md, "Levels").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protect/layout.h"
+#include "protect/shm_file.h"
+
+namespace rtft::protect {
+
+// The sharded tensors whose sizes an L1 file records (Snapshot::Peek).
+constexpr size_t kMaxRecordedShards = 256;
+
+// An area's header: the first 4 KiB of the area.
+struct AreaHeader {
+  uint64_t magic;
+  uint32_t format;
+  uint32_t state;  // kEmpty, kWriting, kComplete
+  uint64_t layout_hash;
+  uint64_t step;
+  uint64_t epoch;
+  uint64_t payload_bytes;
+  uint64_t object_bytes;  // serialized objects actually used
+  uint64_t checksum;      // XXH3 of payload [0, shard_begin): the replicated tensors
+  int32_t rank;
+  int32_t world;
+  // XXH3 of the rest, the L2 replica's range [shard_begin, objects_begin + object_bytes): each
+  // byte is hashed once, in the capture's pass, and the replicator sends this one as it is.
+  uint64_t replica_checksum;
+};
+constexpr uint32_t kEmpty = 0, kWriting = 1, kComplete = 2;
+
+class Snapshot {
+ public:
+  // Opens (or creates) <dir>/l1 for `layout`; complete areas of the same layout are kept.
+  static StatusOr<std::unique_ptr<Snapshot>> Open(const std::string& dir, const Layout& layout);
+  // What the L1 file in `dir` is laid out for, read without changing it: its layout's hash and
+  // the bytes of each sharded tensor (empty when more than kMaxRecordedShards). nullopt when
+  // there is no L1 file of this format there.
+  struct FileLayout {
+    uint64_t layout_hash = 0;
+    std::vector<uint64_t> sharded_bytes;
+  };
+  static std::optional<FileLayout> Peek(const std::string& dir);
+
+  // Steps whose snapshot is complete and checks out, newest first.
+  std::vector<uint64_t> CompleteSteps() const;
+  // The area of `step` (its parity) and its payload.
+  AreaHeader* header(uint64_t step) const;
+  char* payload(uint64_t step) const;
+
+  // Capture: every tensor and then the objects (already serialized, so they are as at the call),
+  // into the area of `step`, marked complete with its checksums at the end. The copy goes in
+  // pieces that stay in cache and each piece is hashed as it lands: one pass over the state.
+  Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects);
+  // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
+  void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
+  // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors
+  // too unless `sharded` is false: after a shrink they are redistributed instead).
+  Status Restore(uint64_t step, bool sharded = true) const;
+  // The replicated tensors and the objects of `step` into `target`'s (a shrink's new layout,
+  // whose replicated part must be laid out as this snapshot's).
+  Status RestoreShared(uint64_t step, const Layout& target) const;
+  // The file laid out again for another layout (a shrink's new shard sizes): both areas empty.
+  Status Relayout(const std::string& dir, const Layout& layout);
+  // Verifies the checksum of `step`'s area.
+  bool Verify(uint64_t step) const;
+  void Invalidate(uint64_t step);
+
+  const Layout& layout() const { return layout_; }
+
+ private:
+  Snapshot(const Layout& layout) : layout_(layout) {}
+  size_t area_bytes() const { return kAlign + layout_.payload_bytes; }
+  // Writes the header of `step`'s area and marks it complete, last.
+  void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
+             uint64_t checksum, uint64_t replica_checksum);
+
+  Layout layout_;
+  std::unique_ptr<ShmFile> file_;
+};
+
+}  // namespace rtft::protect

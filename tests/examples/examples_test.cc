@@ -1,0 +1,147 @@
+// The numbered examples as a user runs them (examples/README.md): 01_checkpoint alone; the others
+// under `mpirun --enable-recovery dp-launch --spares 1`, with the process of slot 1 made to fail
+// at a named phase through the job's RTFT_FAULT ("1/point@n:action": slot 1's first process only)
+// and, for a lost slot, its dp-launch SIGKILLed while that process stands at the point. Each run
+// must end as a run without the failure: every rank's digest equal to the reference's.
+#include <signal.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "launcher/launch_job.h"
+
+namespace rtft::launch::test {
+namespace {
+
+using std::chrono::seconds;
+
+class ExamplesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rtft-examples-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+  }
+
+  struct Run {
+    int exit_code = -1;
+    std::string output;
+    std::map<int, std::string> digests;  // rank -> digest
+  };
+
+  // `program` on 3 active slots and a spare; with `fault`, slot 1's process fails there, and
+  // `lose` SIGKILLs slot 1's dp-launch once it stands at the point.
+  Run Start(const std::string& name, const std::string& program, std::vector<std::string> args,
+            const std::string& fault = "", bool lose = false) {
+    const std::string dir = root_ + "/" + name;
+    EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+    Job job(dir);
+    JobSpec spec;
+    spec.slots = 4;
+    spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
+    spec.app = {std::string(RTFT_EXAMPLES_DIR) + "/" + program};
+    spec.app.insert(spec.app.end(), args.begin(), args.end());
+    spec.env = {{"RTFT_FAULT_LOG", dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
+    if (!fault.empty()) spec.env["RTFT_FAULT"] = fault;
+    job.Start(spec);
+    if (lose) {
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            std::ifstream in(dir + "/faults.log");
+            return in.peek() != std::ifstream::traits_type::eof();
+          },
+          seconds(60)))
+          << job.Output();
+      const pid_t agent = job.AgentOf(1);
+      EXPECT_GT(agent, 0);
+      if (agent > 0) kill(agent, SIGKILL);
+    }
+    Run run;
+    EXPECT_TRUE(job.Wait(seconds(120)).has_value()) << "the job did not end\n" << job.Output();
+    run.exit_code = job.JobExitCode();
+    run.output = job.Output();
+    static const std::regex done(R"(\[\w+ (\d+)\] done .*digest=([0-9a-f]+))");
+    for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
+         it != std::sregex_iterator(); ++it)
+      run.digests[std::stoi((*it)[1])] = (*it)[2];
+    if (!fault.empty()) {
+      std::ifstream in(dir + "/faults.log");
+      std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_NE(log.find("slot=1"), std::string::npos) << "the fault never fired\n" << run.output;
+    }
+    return run;
+  }
+
+  void ExpectLikeTheReference(const Run& run, const Run& ref) {
+    EXPECT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(ref.digests.size(), 3u) << ref.output;
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    for (const auto& [rank, digest] : run.digests)
+      EXPECT_EQ(digest, ref.digests.begin()->second) << "rank " << rank << "\n" << run.output;
+  }
+
+  std::string root_;
+};
+
+TEST_F(ExamplesTest, Checkpoint) {
+  const std::string out = root_ + "/01.out";
+  const std::string cmd = std::string(RTFT_EXAMPLES_DIR) + "/example-01-checkpoint --dir " + root_ +
+                          "/ckpt --layers 2 --params-per-layer 65536 --steps 8 --every 2 > " + out +
+                          " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("IDENTICAL to the uninterrupted run"), std::string::npos) << text;
+}
+
+TEST_F(ExamplesTest, CommunicatorAbortedByADeadPeerGoesOnInTheNextEpoch) {
+  // Slot 1's process dies in the middle of an all-reduce; the survivors' calls return kAborted,
+  // and the next epoch (with the process restarted on slot 1) finishes every iteration.
+  Run run = Start("02", "example-02-communicator", {"--iterations", "30"},
+                  "1/comm.gloo.ring_segment@12:kill");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("aborted at iteration"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("[comm 0] iteration 29 sum"), std::string::npos) << run.output;
+  std::set<std::string> done;
+  for (size_t at = run.output.find("] done iterations=30"); at != std::string::npos;
+       at = run.output.find("] done iterations=30", at + 1))
+    done.insert(run.output.substr(at - 1, 1));
+  EXPECT_EQ(done.size(), 3u) << run.output;
+}
+
+TEST_F(ExamplesTest, HotSwapEndsLikeARunWithoutTheLostSlot) {
+  const Run ref = Start("03-ref", "example-03-hot-swap", {"--steps", "30"});
+  const Run run = Start("03-lost", "example-03-hot-swap", {"--steps", "30"},
+                        "1/protect.update@12:hang", /*lose=*/true);
+  ExpectLikeTheReference(run, ref);
+}
+
+TEST_F(ExamplesTest, OffloadEndsLikeARunWithoutTheLostSlot) {
+  const Run ref = Start("04-ref", "example-04-offload", {"--steps", "24"});
+  const Run run = Start("04-lost", "example-04-offload", {"--steps", "24"},
+                        "1/protect.update@9:hang", /*lose=*/true);
+  ExpectLikeTheReference(run, ref);
+  // Every rank's optimizer took every step once: the spare's step count came with its state.
+  for (const char* line : {"[offload 0] done steps=24 optimizer_steps=24",
+                           "[offload 1] done steps=24 optimizer_steps=24",
+                           "[offload 2] done steps=24 optimizer_steps=24"})
+    EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
+}
+
+TEST_F(ExamplesTest, OffloadEndsLikeARunWithoutTheCrash) {
+  const Run ref = Start("04-ref", "example-04-offload", {"--steps", "24"});
+  const Run run =
+      Start("04-crash", "example-04-offload", {"--steps", "24"}, "1/protect.capture@9:kill");
+  ExpectLikeTheReference(run, ref);
+}
+
+}  // namespace
+}  // namespace rtft::launch::test

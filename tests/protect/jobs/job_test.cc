@@ -1,0 +1,357 @@
+// The hot swap end to end: `mpirun --enable-recovery dp-launch --spares S -- rtft-train` with a
+// rank failing at a named phase of a step (docs/testing.md): the application crashed (restarted
+// on its slot, restoring its own L1 snapshot), or its whole slot lost (a spare fed from the
+// neighbours' L1 and L2), during the capture, the L2 replication, a collective, the update, the
+// recovery itself. Every run must end with the digest of the same run without a failure, bit for
+// bit, on every rank.
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "launcher/launch_job.h"
+
+namespace rtft::launch::test {
+namespace {
+
+using std::chrono::seconds;
+
+// A small model: the matrix of runs stays within CI's budget.
+const std::vector<std::string> kTrain = {"--steps", "16", "--hidden",    "192",
+                                         "--batch", "8",  "--log-every", "100"};
+
+class ProtectJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rtft-protect-job-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+  }
+
+  struct Run {
+    std::string dir;
+    std::string output;
+    int exit_code = -1;
+    std::map<int, std::string> digests;  // rank -> digest
+    int recoveries = 0;
+  };
+
+  // One job of `active` ranks and `spares` spares. `faults` arms named points per rank (rank:
+  // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
+  // all, as lost nodes.
+  Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
+            const std::vector<std::string>& train_extra = {},
+            const std::vector<std::string>& dp_extra = {}) {
+    Run run;
+    run.dir = root_ + "/" + name;
+    EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
+    Job job(run.dir);
+    JobSpec spec;
+    spec.slots = active + spares;
+    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
+                    "50",       "--heartbeat-timeout-ms", "500"};
+    spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
+    spec.app = {RTFT_TEST_APP};
+    // kTrain's options, unless train_extra gives them another value.
+    for (size_t i = 0; i + 1 < kTrain.size(); i += 2)
+      if (std::find(train_extra.begin(), train_extra.end(), kTrain[i]) == train_extra.end())
+        spec.app.insert(spec.app.end(), {kTrain[i], kTrain[i + 1]});
+    if (!faults.empty()) spec.app.insert(spec.app.end(), {"--fault", faults});
+    spec.app.insert(spec.app.end(), train_extra.begin(), train_extra.end());
+    spec.env = {{"RTFT_FAULT_LOG", run.dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
+    job.Start(spec);
+    if (lose > 0) {
+      std::set<int> slots;
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            std::ifstream in(run.dir + "/faults.log");
+            std::string word;
+            while (in >> word)
+              if (word.rfind("slot=", 0) == 0) slots.insert(std::atoi(word.c_str() + 5));
+            return static_cast<int>(slots.size()) >= lose;
+          },
+          seconds(60)))
+          << job.Output();
+      for (int slot : slots) {
+        const pid_t agent = job.AgentOf(slot);
+        EXPECT_GT(agent, 0) << "slot " << slot;
+        if (agent > 0) kill(agent, SIGKILL);
+      }
+    }
+    auto rc = job.Wait(seconds(120));
+    EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job.Output();
+    run.exit_code = job.JobExitCode();
+    run.output = job.Output();
+    static const std::regex done(R"(\[train (\d+)\] done .* digest=([0-9a-f]+))");
+    static const std::regex recovered(R"(\[train \d+\] recovered )");
+    for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
+         it != std::sregex_iterator(); ++it)
+      run.digests[std::stoi((*it)[1])] = (*it)[2];
+    run.recoveries = static_cast<int>(
+        std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
+                      std::sregex_iterator()));
+    return run;
+  }
+
+  // The digest of the failure-free run of `active` ranks with `extra` options (computed once).
+  const std::string& Reference(int active, const std::vector<std::string>& extra = {}) {
+    std::string key = std::to_string(active);
+    for (const std::string& e : extra) key += " " + e;
+    auto it = reference_.find(key);
+    if (it != reference_.end()) return it->second;
+    Run ok = Start("reference" + std::to_string(reference_.size()), active, 0, "", 0, extra);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_EQ(ok.digests.size(), static_cast<size_t>(active)) << ok.output;
+    std::set<std::string> distinct;
+    for (const auto& [r, d] : ok.digests) distinct.insert(d);
+    EXPECT_EQ(distinct.size(), 1u) << ok.output;
+    return reference_[key] = ok.digests.empty() ? "" : ok.digests.begin()->second;
+  }
+
+  void ExpectIdentical(const Run& run, int active, const std::string& what,
+                       const std::vector<std::string>& extra = {}) {
+    const std::string& want = Reference(active, extra);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(run.exit_code, 0) << what << "\n" << run.output;
+    EXPECT_EQ(run.digests.size(), static_cast<size_t>(active)) << what << "\n" << run.output;
+    for (const auto& [rank, digest] : run.digests)
+      EXPECT_EQ(digest, want) << what << ": rank " << rank << "\n" << run.output;
+    EXPECT_GE(run.recoveries, active - 1) << what << ": no recovery happened\n" << run.output;
+  }
+
+  // A run that shrank from 4 ranks to 3 (with L1 and L2) ends with the digest of a run of four
+  // ranks told to shrink at the step recovery rolled back to: four ranks to that step (its L3
+  // version), then three from there.
+  void ExpectShrunkLikeARunToldToShrink(const Run& run, const std::string& name,
+                                        const std::vector<std::string>& extra = {}) {
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        run.output, m, std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 source=l1 )")))
+        << run.output;
+    const std::string step = m[1];
+    ASSERT_GT(std::stoi(step), 0) << run.output;
+    const std::string ckpt = root_ + "/" + name + "-reference";
+    std::vector<std::string> first = {
+        "--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt};
+    first.insert(first.end(), extra.begin(), extra.end());
+    Run before = Start(name + "-ref-4", 4, 0, "", 0, first);
+    EXPECT_EQ(before.exit_code, 0) << before.output;
+    std::vector<std::string> second = {"--ckpt-dir", ckpt};
+    second.insert(second.end(), extra.begin(), extra.end());
+    Run after = Start(name + "-ref-3", 3, 0, "", 0, second);
+    EXPECT_EQ(after.exit_code, 0) << after.output;
+    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
+              std::string::npos)
+        << after.output;
+    ASSERT_EQ(after.digests.size(), 3u) << after.output;
+    const std::string want = after.digests.begin()->second;
+    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
+    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
+    EXPECT_NE(want, Reference(4, extra));
+  }
+
+  std::string root_;
+  std::map<std::string, std::string> reference_;
+};
+
+TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase) {
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6", "train.backward@6",
+                                   "comm.gloo.ring_segment@25", "protect.update@6"}) {
+    SCOPED_TRACE(point);
+    Run run = Start("crash-" + point, 4, 1, "1:" + point + ":kill", 0);
+    ExpectIdentical(run, 4, "crash at " + point);
+    EXPECT_NE(run.output.find("role=restarted"), std::string::npos) << run.output;
+  }
+}
+
+TEST_F(ProtectJobTest, ALostSlotIsReplacedByASpareAtEveryPhase) {
+  for (const std::string& point : {"protect.capture@6", "protect.l2.send@6", "train.backward@6",
+                                   "comm.gloo.ring_segment@25", "protect.update@6"}) {
+    SCOPED_TRACE(point);
+    Run run = Start("slot-" + point, 4, 1, "2:" + point + ":hang", 1);
+    ExpectIdentical(run, 4, "slot lost at " + point);
+    EXPECT_NE(run.output.find("role=spare-activated rank=2"), std::string::npos) << run.output;
+  }
+}
+
+TEST_F(ProtectJobTest, AFailureDuringRecoveryRestartsRecoveryInTheNextEpoch) {
+  // Rank 2 crashes in step 5; rank 1 crashes in the middle of that recovery, then rank 3 in the
+  // next one, after the epoch's communicators were built.
+  Run run = Start("during-recovery", 4, 1,
+                  "2:protect.update@6:kill,1:protect.recover@1:kill,3:protect.transfer@1:kill", 0);
+  ExpectIdentical(run, 4, "failures during recovery");
+}
+
+TEST_F(ProtectJobTest, ASlotLostWhileProtectionIsPausedRollsBackToTheLastProtectedStep) {
+  // Blocks of 3 steps, protected and paused in turn (what rtft-bench protect measures): steps 6
+  // to 8 are protected, 9 to 11 paused. Rank 2's slot is lost in step 10, so every rank goes back
+  // to step 8, the newest snapshot, and runs two steps again; the digest is the failure-free
+  // run's.
+  Run run = Start("paused", 4, 1, "2:protect.update@11:hang", 1, {"--protect-blocks", "3"});
+  ExpectIdentical(run, 4, "slot lost while paused");
+  EXPECT_NE(run.output.find("role=spare-activated rank=2"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" step=8 world=4 source=l1"), std::string::npos) << run.output;
+}
+
+TEST_F(ProtectJobTest, TwoSlotsLostThatAreNotNeighboursAreBothReplaced) {
+  // Ranks 1 and 3 of 4 hang in the same step; their slots are lost together. Each one's replica
+  // is on a survivor (2 and 0).
+  Run run = Start("two-slots", 4, 2, "1:protect.update@6:hang,3:protect.update@6:hang", 2);
+  ExpectIdentical(run, 4, "two slots lost");
+}
+
+TEST_F(ProtectJobTest, NeighboursLostTogetherFallBackToTheNewestL3Checkpoint) {
+  // Ranks 1 and 2 hang in step 8 and their slots are lost: rank 1's replica was on rank 2. Every
+  // rank restores the L3 checkpoint of step 5 and the run ends with the failure-free digest.
+  const std::string ckpt = root_ + "/l3-neighbours";
+  Run run = Start("neighbours", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
+                  {"--l3-every", "5", "--ckpt-dir", ckpt});
+  ExpectIdentical(run, 4, "neighbours lost, L3 fallback");
+  EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)
+      << run.output;
+}
+
+TEST_F(ProtectJobTest, AFailureWhileAnL3VersionIsWrittenLeavesTheNextVersionsWhole) {
+  // Rank 2 fails in the flush of its L3 file of step 10 (crashed: restarted in place; or its
+  // slot lost: a spare): the version of step 10 never completes; its commit is abandoned with
+  // the epoch. The run ends identical, and the next version (step 15) is whole: a job started
+  // from it ends identical too.
+  for (const auto& [action, lose] :
+       std::vector<std::pair<std::string, int>>{{"kill", 0}, {"hang", 1}}) {
+    SCOPED_TRACE(action);
+    const std::string ckpt = root_ + "/l3-flush-" + action;
+    Run run = Start("l3-flush-" + action, 4, 1, "2:ckpt.flush@2:" + action, lose,
+                    {"--l3-every", "5", "--ckpt-dir", ckpt});
+    ExpectIdentical(run, 4, "failure in an L3 flush (" + action + ")");
+    Run again = Start("l3-flush-again-" + action, 4, 0, "", 0, {"--ckpt-dir", ckpt});
+    EXPECT_NE(again.output.find("restored step 15 from the L3 checkpoint"), std::string::npos)
+        << again.output;
+    ASSERT_EQ(again.digests.size(), 4u) << again.output;
+    for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+  }
+}
+
+TEST_F(ProtectJobTest, NeighboursLostWithoutL3EndTheJobWithAClearError) {
+  Run run = Start("neighbours-no-l3", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("rank 1's state of step"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("no L3 checkpoint directory to fall back to"), std::string::npos)
+      << run.output;
+}
+
+TEST_F(ProtectJobTest, AJobStartedAgainResumesFromItsNewestL3Checkpoint) {
+  const std::string ckpt = root_ + "/l3-resume";
+  // 12 of the 16 steps, with L3 at steps 5 and 10; then the whole job again, to 16.
+  Run first =
+      Start("resume-1", 4, 0, "", 0, {"--l3-every", "5", "--ckpt-dir", ckpt, "--steps", "12"});
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  Run again = Start("resume-2", 4, 0, "", 0, {"--l3-every", "5", "--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 10 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedCheckpointAndExitThenTheRelaunchEndsIdentical) {
+  // No spare: rank 2's slot is lost in step 8; under checkpoint-and-exit the survivors write one
+  // complete version (rank 3 writes rank 2's file from its replica) and the job exits 0. Started
+  // again, it resumes there and ends with the failure-free digest.
+  const std::string ckpt = root_ + "/l3-exit";
+  Run run = Start("exhausted-checkpoint", 4, 0, "2:protect.update@9:hang", 1, {"--ckpt-dir", ckpt},
+                  {"--on-spares-exhausted", "checkpoint-and-exit"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("checkpoint-and-exit: step 8 written"), std::string::npos)
+      << run.output;
+  Run again = Start("exhausted-relaunch", 4, 0, "", 0, {"--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 8 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedUnderFailEndsTheJobWithAnError) {
+  Run fail = Start("exhausted-fail", 4, 0, "2:protect.update@9:hang", 1, {},
+                   {"--on-spares-exhausted", "fail"});
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_TRUE(fail.digests.empty()) << fail.output;
+}
+
+TEST_F(ProtectJobTest, SparesExhaustedUnderShrinkGoOnWithFewerRanksAsARunToldToShrink) {
+  // No spare: a slot is lost and the three survivors go on, renumbered, the optimizer shards
+  // redistributed from their snapshots and the lost rank's replica.
+  for (const auto& [lost, point] : std::vector<std::pair<int, std::string>>{
+           {2, "protect.update@9"}, {3, "comm.gloo.ring_segment@40"}}) {
+    SCOPED_TRACE(point);
+    const std::string name = "shrink-" + std::to_string(lost);
+    Run run = Start(name, 4, 0, std::to_string(lost) + ":" + point + ":hang", 1, {},
+                    {"--on-spares-exhausted", "shrink"});
+    ExpectShrunkLikeARunToldToShrink(run, name);
+  }
+}
+
+TEST_F(ProtectJobTest, AnOffloadOptimizersStateSurvivesALostSlotACrashAndAShrink) {
+  // rtft-train --offload: each rank's shard updated by rt-ft's OffloadOptimizer, its master
+  // weights and moments protected through the optimizer's state provider. The spare receives its
+  // rank's optimizer state from the ring neighbour; the crashed process its own from L1; in a
+  // shrink every survivor creates a new optimizer for its new shard (ResizeState) and gets the
+  // rows of the old shards.
+  const std::vector<std::string> offload = {"--offload"};
+  Run lost = Start("offload-slot", 4, 1, "2:protect.update@6:hang", 1, offload);
+  ExpectIdentical(lost, 4, "offload, slot lost", offload);
+  Run crash = Start("offload-crash", 4, 1, "1:train.backward@7:kill", 0, offload);
+  ExpectIdentical(crash, 4, "offload, crash", offload);
+  Run shrink = Start("offload-shrink", 4, 0, "3:protect.update@9:hang", 1, offload,
+                     {"--on-spares-exhausted", "shrink"});
+  ExpectShrunkLikeARunToldToShrink(shrink, "offload-shrink", offload);
+}
+
+TEST_F(ProtectJobTest, AProcessCrashedDuringAShrinkTakesPartInItFromItsOwnSnapshot) {
+  // Rank 2's slot is lost (no spare); in the middle of the shrink that follows, rank 1's process
+  // crashes and is restarted on its slot. Its snapshot is still laid out for the old world: it is
+  // kept, and the shrink completes from L1 and L2 (no L3 here), identical to a run told to shrink.
+  const std::string name = "shrink-crash";
+  Run run = Start(name, 4, 0, "2:protect.update@9:hang,1:protect.transfer@1:kill", 1, {},
+                  {"--on-spares-exhausted", "shrink"});
+  EXPECT_NE(run.output.find("role=restarted rank=1 world=3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("kept for the shrink"), std::string::npos) << run.output;
+  ExpectShrunkLikeARunToldToShrink(run, name);
+}
+
+TEST_F(ProtectJobTest, AShrinkThatLostNeighboursFallsBackToL3WithFewerRanks) {
+  // Ranks 1 and 2 are lost together without a spare: rank 1's replica was on rank 2. The two
+  // survivors restore the L3 version of step 5, resharded for two ranks, and end as a run of
+  // four ranks to step 5 and of two from there.
+  const std::string ckpt = root_ + "/shrink-l3";
+  Run run = Start("shrink-l3", 4, 0, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
+                  {"--l3-every", "5", "--ckpt-dir", ckpt}, {"--on-spares-exhausted", "shrink"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 2u) << run.output;
+  EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)
+      << run.output;
+  const std::string ref = root_ + "/shrink-l3-reference";
+  Run before =
+      Start("shrink-l3-ref-4", 4, 0, "", 0, {"--steps", "6", "--l3-every", "5", "--ckpt-dir", ref});
+  EXPECT_EQ(before.exit_code, 0) << before.output;
+  Run after = Start("shrink-l3-ref-2", 2, 0, "", 0, {"--ckpt-dir", ref});
+  ASSERT_EQ(after.digests.size(), 2u) << after.output;
+  for (const auto& [rank, digest] : run.digests)
+    EXPECT_EQ(digest, after.digests.begin()->second) << "rank " << rank;
+}
+
+}  // namespace
+}  // namespace rtft::launch::test
