@@ -94,6 +94,7 @@ StatusOr<IntervalSearch> SearchRestartInterval(const SimParams& p,
 
 Spread SpreadOf(const std::vector<double>& values) {
   Spread s;
+  s.count = static_cast<int>(values.size());
   if (values.empty()) return s;
   s.min = *std::min_element(values.begin(), values.end());
   s.max = *std::max_element(values.begin(), values.end());

@@ -28,6 +28,7 @@ StatusOr<IntervalSearch> SearchRestartInterval(const SimParams& p,
                                                const std::vector<uint64_t>& seeds);
 
 struct Spread {
+  int count = 0;                              // values summarized; none: all zero
   double mean = 0, sd = 0, min = 0, max = 0;  // sd: sample standard deviation
 };
 Spread SpreadOf(const std::vector<double>& values);
@@ -36,7 +37,9 @@ struct PointResult {
   IntervalSearch search;
   std::vector<JobResult> rtft, restart;  // one per seed, the same seeds for both
   Spread rtft_ettr, restart_ettr;
-  Spread lost_ratio;  // per job: rt-ft's failure-induced lost time over checkpoint-restart's
+  // Per job: rt-ft's failure-induced lost time over checkpoint-restart's (jobs that met a
+  // failure only: count says how many).
+  Spread lost_ratio;
   Spread rtft_lost_s, restart_lost_s;
   bool all_finished = false;
 };
