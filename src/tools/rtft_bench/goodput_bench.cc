@@ -1,6 +1,7 @@
 #include "tools/rtft_bench/goodput_bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -103,7 +104,7 @@ class GoodputCommand final : public BenchCommand {
   std::vector<CLI::Option*> flag_options_;
   std::string protect_json_, recovery_json_, ckpt_json_, plot_;
   std::string gpus_ = "1024,4096,16384";
-  int gpus_per_node_ = 8, jobs_ = 10, search_jobs_ = 4, sweep_gpus_ = 0;
+  int gpus_per_node_ = 8, jobs_ = 20, search_jobs_ = 8, sweep_gpus_ = 0;
   uint64_t seed_ = 1;
   bool no_sweep_ = false;
 };
@@ -163,6 +164,8 @@ json GoodputCommand::PointLine(int gpus, const SimParams& p, const json& derived
   json j = {{"name", "goodput"}, {"gpus", gpus}, {"gpus_per_node", gpus_per_node_}};
   j["mtbf_h"] = goodput::JobMtbfSeconds(p) / 3600;
   AddSpread(&j, "rtft_ettr", r.rtft_ettr);
+  // The spares' GPUs train nothing: ETTR over every GPU the job holds.
+  j["rtft_ettr_spares_counted"] = r.rtft_ettr.mean * p.nodes / (p.nodes + p.spares);
   AddSpread(&j, "restart_ettr", r.restart_ettr);
   AddSpread(&j, "lost_ratio", r.lost_ratio);
   j["rtft_lost_h"] = r.rtft_lost_s.mean / 3600;
@@ -219,6 +222,38 @@ Status GoodputCommand::RunSizes(const std::vector<uint64_t>& gpus, JsonLines* ou
   return Status::Ok();
 }
 
+// The sweep's ranking, printed on stderr as it is put in the summary line.
+json SummaryLine(const goodput::SweepResult& r, int gpus) {
+  json ranking = json::array();
+  // The largest change over the range swept, and the steepest slope at the base (they differ
+  // for a threshold: spares below the auto count run out, above it they sit idle).
+  std::string most_elastic;
+  double steepest = 0;
+  for (const goodput::Sensitivity& s : r.ranking) {
+    ranking.push_back({{"input", s.input},
+                       {"low_value", s.low_value},
+                       {"low_lost_ratio", s.low_ratio},
+                       {"high_value", s.high_value},
+                       {"high_lost_ratio", s.high_ratio},
+                       {"max_abs_delta", s.max_abs_delta},
+                       {"elasticity", s.elasticity}});
+    Progress("  " + s.input + ": lost_ratio " + Fixed(s.low_ratio, 4) + " at " +
+             Fixed(s.low_value, 4) + ", " + Fixed(s.high_ratio, 4) + " at " +
+             Fixed(s.high_value, 4) + " (base " + Fixed(r.base.lost_ratio.mean, 4) +
+             ", elasticity " + Fixed(s.elasticity, 2) + ")");
+    if (std::fabs(s.elasticity) > steepest) {
+      steepest = std::fabs(s.elasticity);
+      most_elastic = s.input;
+    }
+  }
+  return {{"name", "goodput_sensitivity_summary"},
+          {"gpus", gpus},
+          {"base_lost_ratio", r.base.lost_ratio.mean},
+          {"most_sensitive", r.ranking.empty() ? "" : r.ranking.front().input},
+          {"most_elastic", most_elastic},
+          {"ranking", ranking}};
+}
+
 Status GoodputCommand::RunSweep(int gpus, JsonLines* out) {
   goodput::SweepOptions o{gpus, gpus_per_node_, seed_, jobs_, search_jobs_};
   Progress("goodput: sensitivity at " + std::to_string(gpus) +
@@ -238,27 +273,10 @@ Status GoodputCommand::RunSweep(int gpus, JsonLines* out) {
                {"jobs", jobs_}});
   };
   RTFT_ASSIGN_OR_RETURN(goodput::SweepResult r, goodput::Sweep(inputs_, o, each));
-  json ranking = json::array();
-  for (const goodput::Sensitivity& s : r.ranking) {
-    ranking.push_back({{"input", s.input},
-                       {"low_value", s.low_value},
-                       {"low_lost_ratio", s.low_ratio},
-                       {"high_value", s.high_value},
-                       {"high_lost_ratio", s.high_ratio},
-                       {"max_abs_delta", s.max_abs_delta},
-                       {"elasticity", s.elasticity}});
-    Progress("  " + s.input + ": lost_ratio " + Fixed(s.low_ratio, 4) + " at " +
-             Fixed(s.low_value, 4) + ", " + Fixed(s.high_ratio, 4) + " at " +
-             Fixed(s.high_value, 4) + " (base " + Fixed(r.base.lost_ratio.mean, 4) +
-             ", elasticity " + Fixed(s.elasticity, 2) + ")");
-  }
-  out->Emit({{"name", "goodput_sensitivity_summary"},
-             {"gpus", gpus},
-             {"base_lost_ratio", r.base.lost_ratio.mean},
-             {"most_sensitive", r.ranking.empty() ? "" : r.ranking.front().input},
-             {"ranking", ranking},
-             {"seed", seed_},
-             {"jobs", jobs_}});
+  json summary = SummaryLine(r, gpus);
+  summary["seed"] = seed_;
+  summary["jobs"] = jobs_;
+  out->Emit(summary);
   return Status::Ok();
 }
 
