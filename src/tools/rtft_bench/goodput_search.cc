@@ -72,12 +72,13 @@ double DalyInterval(const SimParams& p) {
 }
 
 StatusOr<IntervalSearch> SearchRestartInterval(const SimParams& p,
-                                               const std::vector<uint64_t>& seeds) {
+                                               const std::vector<uint64_t>& seeds,
+                                               double center_s) {
   if (seeds.empty()) return Status::InvalidArgument("the interval search needs a seed");
   IntervalSearch s;
   s.lower_bound_s = std::max(p.step_s, p.ckpt_write_s);
   const double ceiling = std::max(s.lower_bound_s, p.work_s);
-  double center = DalyInterval(p);
+  double center = center_s > 0 ? center_s : DalyInterval(p);
   if (!(center > s.lower_bound_s) || !std::isfinite(center)) center = 4 * s.lower_bound_s;
   center = std::min(center, ceiling);
   std::vector<uint64_t> search_seeds;

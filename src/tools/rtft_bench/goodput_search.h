@@ -22,10 +22,12 @@ struct IntervalSearch {
   int candidates = 0;
 };
 
-// A log grid around Daly's interval (1/16x to 16x), then a finer one around its best point.
-// Every candidate runs the same seeds, so their differences are the interval's, not luck's.
+// A log grid around `center_s` (1/16x to 16x; 0: Daly's interval), then a finer one around its
+// best point. Every candidate runs the same seeds, so their differences are the interval's, not
+// luck's.
 StatusOr<IntervalSearch> SearchRestartInterval(const SimParams& p,
-                                               const std::vector<uint64_t>& seeds);
+                                               const std::vector<uint64_t>& seeds,
+                                               double center_s = 0);
 
 struct Spread {
   int count = 0;                              // values summarized; none: all zero
