@@ -22,7 +22,7 @@ using goodput::SimParams;
 using goodput::Spread;
 using nlohmann::json;
 
-// The target of docs/benchmarks.md ("Goodput") and the figure DEADPOOL reports.
+// The target of docs/benchmarks.md ("rtft-bench goodput") and the figure DEADPOOL reports.
 constexpr double kTargetLostRatio = 0.05;
 constexpr double kDeadpoolLostRatio = 0.053;
 
@@ -132,8 +132,11 @@ void GoodputCommand::AddFlags(CLI::App* cmd) {
   flag_values_.resize(inputs_.all().size());
   for (size_t i = 0; i < inputs_.all().size(); ++i) {
     const Input& in = inputs_.all()[i];
-    const std::string unit = in.unit.empty() ? "" : " [" + in.unit + "]";
-    flag_options_.push_back(cmd->add_option(FlagOf(in.name), flag_values_[i], in.help + unit));
+    char value[32];
+    std::snprintf(value, sizeof(value), "%.6g", in.value);
+    const std::string unit = in.unit.empty() ? "" : " " + in.unit;
+    flag_options_.push_back(cmd->add_option(FlagOf(in.name), flag_values_[i],
+                                            in.help + " (default " + value + unit + ")"));
   }
 }
 
