@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Draws the JSON lines of `rtft-bench` as a bar chart.
+"""Draws the JSON lines of `rtft-bench` as a chart.
 
 usage: plot-bench.py RESULTS.jsonl OUT.png
 
 For `ckpt` results: persist bandwidth of raw / naive / rt-ft per configuration (bytes, tensors,
-state), with rt-ft's capture bandwidth and the blocking times annotated. Exits 3 without
-matplotlib, so the caller can print a note instead of failing.
+state), with rt-ft's capture bandwidth and the blocking times annotated. For `goodput` results:
+ETTR against GPU count for rt-ft and checkpoint-restart (mean and standard deviation over the
+simulated jobs), lost_ratio annotated. Exits 3 without matplotlib, so the caller can print a note
+instead of failing.
 """
 import json
 import sys
@@ -21,6 +23,31 @@ def label(r):
     return f'{gib:.3g} GiB / {r["tensors"]} t ({r["state"]})'
 
 
+def plot_goodput(plt, rows, out):
+    rows = sorted(rows, key=lambda r: r["gpus"])
+    gpus = [r["gpus"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for key, label in (("rtft_ettr", "rt-ft"), ("restart_ettr", "checkpoint-restart")):
+        ax.errorbar(gpus, [r[key] for r in rows], yerr=[r[key + "_sd"] for r in rows],
+                    marker="o", capsize=3, label=label)
+    for r in rows:
+        if r.get("lost_ratio") is not None:
+            ax.annotate(f'lost ratio {r["lost_ratio"]:.3f}', (r["gpus"], r["rtft_ettr"]),
+                        textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.margins(x=0.15, y=0.15)
+    ax.set_xticks(gpus)
+    ax.set_xticklabels([str(g) for g in gpus])
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("ETTR (useful training time / wall time)")
+    first = rows[0]
+    ax.set_title(f'rtft-bench goodput: {first["jobs"]} jobs per point, seed {first["seed"]}')
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return 0
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -33,7 +60,11 @@ def main():
     except ImportError:
         print("plot-bench.py: matplotlib is not installed", file=sys.stderr)
         return 3
-    rows = [r for r in load(sys.argv[1]) if r.get("name") == "ckpt"]
+    results = load(sys.argv[1])
+    goodput = [r for r in results if r.get("name") == "goodput"]
+    if goodput:
+        return plot_goodput(plt, goodput, sys.argv[2])
+    rows = [r for r in results if r.get("name") == "ckpt"]
     configs = []
     for r in rows:
         key = (r["bytes"], r["tensors"], r["state"])

@@ -11,6 +11,7 @@
 #include "tools/rtft_bench/bench_command.h"
 #include "tools/rtft_bench/comm_bench.h"
 #include "tools/rtft_bench/detect_sim.h"
+#include "tools/rtft_bench/goodput_bench.h"
 #include "tools/rtft_bench/offload_bench.h"
 #include "tools/rtft_bench/protect_bench.h"
 #include "tools/rtft_bench/recovery_bench.h"
@@ -27,6 +28,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewCommCommand());
   commands.push_back(rtft::bench::NewProtectCommand());
   commands.push_back(rtft::bench::NewRecoveryCommand());
+  commands.push_back(rtft::bench::NewGoodputCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);
