@@ -45,6 +45,17 @@ class CudaCopier : public DeviceCopier {
     return RecordTicket();
   }
 
+  Status After(const void* stream) override {
+    RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
+    cudaEvent_t event;
+    RTFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event"));
+    cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(stream)));
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(stream_, event, 0);
+    cudaEventDestroy(event);  // released once the wait is done with it
+    return CudaStatus(err, "ordering a copy after the application's stream");
+  }
+
   Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
     RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
     RTFT_RETURN_IF_ERROR(
