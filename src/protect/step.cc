@@ -76,8 +76,10 @@ Status ProtectorImpl::EndStep() {
 Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
   if (!l1_->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
-  const AreaView view = OwnAreaView(layout_, l1_->payload(step), l1_->header(step)->object_bytes,
-                                    train_->rank(), train_->world_size());
+  // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
+  const GridPlace me = grid_.of(train_->rank());
+  const AreaView view =
+      OwnAreaView(layout_, l1_->payload(step), l1_->header(step)->object_bytes, me.d, me.data);
   return l3_->Write(step, view);
 }
 

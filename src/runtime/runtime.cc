@@ -296,6 +296,25 @@ StatusOr<std::unique_ptr<Communicator>> Runtime::CreateCommunicator(const std::s
   return Communicator::Create(options);
 }
 
+StatusOr<std::unique_ptr<Communicator>> Runtime::CreateGroupCommunicator(const std::string& name,
+                                                                         int group_rank,
+                                                                         int group_size,
+                                                                         CommOptions options) {
+  const RuntimeInfo now = current();
+  if (group_size < 1 || group_size > now.world_size || group_rank < 0 || group_rank >= group_size)
+    return Status::InvalidArgument("a group communicator '" + name + "' of " +
+                                   std::to_string(group_size) + " ranks with this one at " +
+                                   std::to_string(group_rank) + " in a world of " +
+                                   std::to_string(now.world_size));
+  options.rank = group_rank;
+  options.world_size = group_size;
+  options.epoch = now.epoch;
+  options.name = name;
+  options.store = comm_store();
+  options.aborts = abort_registry();
+  return Communicator::Create(options);
+}
+
 namespace {
 
 // RTFT_DEVICE, checked: a negative or malformed value is device 0, with a warning.
