@@ -46,8 +46,26 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   app.add_flag("--offload", o.offload,
                "update the shard with rt-ft's OffloadOptimizer (CPU AdamW) instead of the "
-               "trainer's own loop; its state is protected through its state provider");
+               "trainer's own loop (with --device cuda: the optimizer's state in pinned host "
+               "memory, subgroups updated on the GPU and the CPU interleaved); its state is "
+               "protected through its state provider");
+  std::string device = "cpu";
+  app.add_option("--device", device,
+                 "where the model runs: cpu, or cuda (the runtime's device, RTFT_DEVICE; bf16 "
+                 "parameters, fp32 master weights and AdamW state in rt-ft's OffloadOptimizer)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  auto* comm =
+      app.add_option(
+             "--comm", o.comm,
+             "--device cuda: the collectives' backend, nccl (device buffers) or gloo (staged "
+             "through pinned host buffers; ranks sharing one GPU)")
+          ->check(CLI::IsMember({"nccl", "gloo"}));
   CLI11_PARSE(app, argc, argv);
+  o.cuda = device == "cuda";
+  if (comm->count() > 0 && !o.cuda) {
+    std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
+    return 2;
+  }
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {
     std::fprintf(stderr, "rtft-train: %s\n", rt.status().ToString().c_str());

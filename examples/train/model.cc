@@ -20,12 +20,10 @@ float Uniform(uint64_t key) {
   return static_cast<float>(static_cast<int64_t>(Mix(key) >> 40) - (1 << 23)) / (1 << 23);
 }
 
-struct Offsets {
-  size_t w1, b1, w2, b2, w3, b3, end;
-};
+}  // namespace
 
-Offsets Layout(const ModelShape& s) {
-  Offsets o;
+ParamOffsets Offsets(const ModelShape& s) {
+  ParamOffsets o;
   o.w1 = 0;
   o.b1 = o.w1 + size_t(s.inputs) * s.hidden;
   o.w2 = o.b1 + s.hidden;
@@ -35,6 +33,8 @@ Offsets Layout(const ModelShape& s) {
   o.end = o.b3 + s.classes;
   return o;
 }
+
+namespace {
 
 // out[b][j] = bias[j] + sum_i in[b][i] * w[i][j]  (w is in x out, row major).
 void Dense(const float* in, const float* w, const float* bias, int batch, int n_in, int n_out,
@@ -73,10 +73,10 @@ void DenseBackward(const float* in, const float* w, const float* d_out, int batc
 
 }  // namespace
 
-size_t ModelShape::params() const { return Layout(*this).end; }
+size_t ModelShape::params() const { return Offsets(*this).end; }
 
 void InitParams(const ModelShape& shape, uint64_t seed, float* p) {
-  const Offsets o = Layout(shape);
+  const ParamOffsets o = Offsets(shape);
   auto fill = [&](size_t begin, size_t end, float scale, uint64_t tag) {
     for (size_t i = begin; i < end; ++i) p[i] = scale * Uniform((seed << 32) ^ (tag << 56) ^ i);
   };
@@ -114,7 +114,7 @@ void MakeBatch(const ModelShape& s, uint64_t seed, uint64_t step, int rank, int 
 
 float LossAndGradient(const ModelShape& s, const float* p, const std::vector<float>& x,
                       const std::vector<int>& y, int batch, float* g) {
-  const Offsets o = Layout(s);
+  const ParamOffsets o = Offsets(s);
   std::memset(g, 0, o.end * sizeof(float));
   std::vector<float> h1(size_t(batch) * s.hidden), h2(size_t(batch) * s.hidden),
       logits(size_t(batch) * s.classes);

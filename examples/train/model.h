@@ -16,6 +16,12 @@ struct ModelShape {
   size_t params() const;
 };
 
+// Where each matrix (inputs x outputs, row major) and bias sits in the flat parameter vector.
+struct ParamOffsets {
+  size_t w1, b1, w2, b2, w3, b3, end;
+};
+ParamOffsets Offsets(const ModelShape& shape);
+
 // Deterministic initial parameters.
 void InitParams(const ModelShape& shape, uint64_t seed, float* params);
 

@@ -131,8 +131,14 @@ rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world
   shard_ = rtft::SplitEvenly(int64_t(n_), world, rank);
   grad_shard_.assign(shard_.count, 0.0f);
   auto state = std::make_shared<rtft::CompositeProvider>();
-  state->AddTensor({prefix + "params", DType::kFloat32, {int64_t(n_)}, Params()});
-  if (o_.offload) {
+  if (gpu_) {
+    RTFT_RETURN_IF_ERROR(DescribeGpu(state.get(), world, rank));
+  } else {
+    state->AddTensor({prefix + "params", DType::kFloat32, {int64_t(n_)}, Params()});
+  }
+  if (gpu_) {
+    // DescribeGpu added the optimizer.
+  } else if (o_.offload) {
     rtft::OffloadParam p;
     p.name = "params";
     p.data = params_.data() + shard_.offset;
@@ -198,15 +204,19 @@ Status Trainer::Failed(const rtft::StepContext& ctx, const Status& s) {
 
 Status Trainer::Compute(rtft::StepContext& ctx) {
   if (!started_) {
-    char line[256];
+    const std::string device =
+        gpu_ ? "cuda:" + std::to_string(gpu_->device()) + "/" + o_.comm : std::string("cpu");
+    char line[320];
     std::snprintf(line, sizeof(line),
-                  "start role=%s rank=%d world=%d epoch=%" PRIu64 " step=%" PRIu64 " params=%zu",
+                  "start role=%s rank=%d world=%d epoch=%" PRIu64 " step=%" PRIu64
+                  " params=%zu device=%s",
                   rtft::RuntimeRoleName(rt_->info().role), ctx.rank, ctx.world_size, ctx.epoch,
-                  ctx.step, n_);
+                  ctx.step, n_, device.c_str());
     Say(line);
   }
   if (ctx.recovered) Report(*ctx.recovered);
   Time(ctx);
+  if (gpu_) return Failed(ctx, ComputeGpu(ctx));
   float loss = 0;
   Status s;
   if (block_) {
@@ -234,16 +244,20 @@ rtft::Communicator* Trainer::DataGroup(rtft::StepContext& ctx) const {
 }
 
 Status Trainer::Update(rtft::StepContext& ctx) {
-  float* mine = Params() + shard_.offset;
-  if (optimizer_) {
-    Status s = optimizer_->Step({grad_shard_.data()});
-    if (!s.ok()) return s;
+  Status s;
+  if (gpu_) {
+    s = UpdateGpu(ctx);
   } else {
-    AdamW(mine, m_.data(), v_.data(), grad_shard_.data(), shard_.count, ctx.step);
+    float* mine = Params() + shard_.offset;
+    if (optimizer_) {
+      s = optimizer_->Step({grad_shard_.data()});
+      if (!s.ok()) return s;
+    } else {
+      AdamW(mine, m_.data(), v_.data(), grad_shard_.data(), shard_.count, ctx.step);
+    }
+    rtft::Communicator* data = DataGroup(ctx);
+    if (data) s = data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32);
   }
-  rtft::Communicator* data = DataGroup(ctx);
-  Status s = data ? data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32)
-                  : Status::Ok();
   if (!s.ok()) return Failed(ctx, s);
   loss_ema_ = ctx.step == 0 ? mean_loss_ : 0.9 * loss_ema_ + 0.1 * mean_loss_;
   if (ctx.rank == 0 && (ctx.step % o_.log_every == 0 || ctx.step + 1 == o_.steps)) {
@@ -262,9 +276,30 @@ Status Trainer::Digest(rtft::Communicator* c, uint64_t* digest) const {
   rtft::StateDescription d;
   RTFT_RETURN_IF_ERROR(state_->Describe(&d));
   std::vector<uint64_t> mine;
-  for (const rtft::TensorDesc& t : d.tensors) mine.push_back(XXH3_64bits(t.data, t.bytes()));
+  std::vector<char> host;
+  for (const rtft::TensorDesc& t : d.tensors) {
+    const void* data = t.data;
+    if (t.memory == rtft::MemoryKind::kDevice) {
+      host.resize(t.bytes());
+      RTFT_RETURN_IF_ERROR(gpu_->Copy(host.data(), t.data, t.bytes()));
+      data = host.data();
+    }
+    mine.push_back(XXH3_64bits(data, t.bytes()));
+  }
   std::vector<uint64_t> all(mine.size() * c->world_size());
-  RTFT_RETURN_IF_ERROR(c->AllGather(mine.data(), all.data(), mine.size(), DType::kInt64));
+  if (c->memory() == rtft::MemoryKind::kDevice) {
+    // NCCL gathers device memory.
+    RTFT_ASSIGN_OR_RETURN(void* send, gpu_->Alloc(mine.size() * 8));
+    RTFT_ASSIGN_OR_RETURN(void* recv, gpu_->Alloc(all.size() * 8));
+    RTFT_RETURN_IF_ERROR(gpu_->Copy(send, mine.data(), mine.size() * 8));
+    rtft::CallOptions call;
+    call.stream = gpu_->stream();
+    RTFT_RETURN_IF_ERROR(c->AllGather(send, recv, mine.size(), DType::kInt64, call));
+    RTFT_RETURN_IF_ERROR(c->Wait(call.stream));
+    RTFT_RETURN_IF_ERROR(gpu_->Copy(all.data(), recv, all.size() * 8));
+  } else {
+    RTFT_RETURN_IF_ERROR(c->AllGather(mine.data(), all.data(), mine.size(), DType::kInt64));
+  }
   all.push_back(XXH3_64bits(&loss_ema_, 8));
   *digest = XXH3_64bits(all.data(), all.size() * 8);
   return Status::Ok();
@@ -278,11 +313,15 @@ int Trainer::Run() {
   if (o_.grid()) {
     const rtft::Status bad =
         o_.offload ? Status::InvalidArgument("--offload is not built for --tp/--pp")
+        : o_.cuda  ? Status::InvalidArgument("--device cuda is not built for --tp/--pp")
         : (2 * o_.hidden) % o_.tp != 0
             ? Status::InvalidArgument("--tp must divide the blocks' inner width 2 x --hidden")
         : o_.batch % o_.micro != 0 ? Status::InvalidArgument("--micro-batches must divide --batch")
                                    : Status::Ok();
     if (!bad.ok()) return Fail("the layout", bad);
+  } else if (o_.cuda) {
+    const Status made = CreateGpu(me.device);
+    if (!made.ok()) return Fail("making the model on the GPU", made);
   } else {
     n_ = shape_.params();
     params_.resize(n_);
@@ -292,6 +331,11 @@ int Trainer::Run() {
 
   rtft::ProtectOptions po;
   po.enabled = o_.protect;
+  if (gpu_) {
+    po.backend = o_.comm == "nccl" ? rtft::CommBackend::kNccl : rtft::CommBackend::kGloo;
+    po.device = gpu_->device();
+    po.stream = gpu_->stream();
+  }
   po.grid = {o_.tp, o_.pp, {}};
   po.l3_every = o_.l3_every;
   po.ckpt_dir = o_.ckpt_dir;
@@ -331,7 +375,13 @@ int Trainer::Run() {
   if (o_.protect_blocks > 0)
     times += " paused_step_s=" + timing_[0].Mean(timing_[0].wall_s) +
              " paused_cpu_step_s=" + timing_[0].Mean(timing_[0].cpu_s);
-  char line[256];
+  const rtft::ProtectStats& ps = p_->stats();
+  const double per = ps.protected_steps ? 1.0 / ps.protected_steps : 0.0;
+  char waits[160];
+  std::snprintf(waits, sizeof(waits), " fence_wait_s=%.6f replica_wait_s=%.6f state_bytes=%" PRIu64,
+                ps.fence_wait_s * per, ps.replica_wait_s * per, ps.state_bytes);
+  times += waits;
+  char line[512];
   std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " %s",
                 o_.steps, loss_ema_, digest, times.c_str());
   Say(line);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_model.h"
 #include "grid_model.h"
 #include "model.h"
 #include "rtft/offload.h"
@@ -34,6 +35,12 @@ struct Options {
   // the micro-batches of the pipeline's schedule.
   int tp = 1, pp = 1, micro = 2;
   bool grid() const { return tp > 1 || pp > 1; }
+  // --device cuda: the model on the GPU (gpu_model.h), bf16 parameters with the fp32 master
+  // weights and moments in rt-ft's OffloadOptimizer (resident on the GPU; with --offload in
+  // pinned host memory, interleaved); its collectives over NCCL, or over Gloo staged through
+  // pinned host buffers (`comm`: "nccl" or "gloo").
+  bool cuda = false;
+  std::string comm = "nccl";
 };
 
 // Sums of the step times of one kind of step.
@@ -62,6 +69,11 @@ class Trainer {
   // The counts of every rank's shard, for the collectives of `world` ranks.
   std::vector<size_t> Counts(int world) const;
   rtft::Status Digest(rtft::Communicator* c, uint64_t* digest) const;
+  // --device cuda: the model and its buffers; this rank's state; the steps' collectives.
+  rtft::Status CreateGpu(int device);
+  rtft::Status DescribeGpu(rtft::CompositeProvider* state, int world, int rank);
+  rtft::Status ComputeGpu(rtft::StepContext& ctx);
+  rtft::Status UpdateGpu(rtft::StepContext& ctx);
   void ArmFaults(int rank) const;
   void Time(const rtft::StepContext& ctx);
   rtft::Status Failed(const rtft::StepContext& ctx, const rtft::Status& s);
@@ -79,6 +91,14 @@ class Trainer {
   std::vector<float> params_, m_, v_, grad_, grad_shard_;
   std::unique_ptr<rtft::OffloadOptimizer> optimizer_;  // --offload
   std::unique_ptr<GridBlock> block_;                   // --tp / --pp: this rank's block
+  // --device cuda: the model; the gradients' shard and the loss in device memory; the pinned
+  // host buffers the Gloo communicator is staged through (whole gradients, their shard, the
+  // bf16 parameters).
+  std::unique_ptr<GpuModel> gpu_;
+  float* grad_shard_dev_ = nullptr;
+  float* loss_dev_ = nullptr;
+  float *grad_host_ = nullptr, *grad_shard_host_ = nullptr;
+  uint16_t* params_host_ = nullptr;
   std::shared_ptr<rtft::StateProvider> state_;
   double loss_ema_ = 0;
   float mean_loss_ = 0;  // this step's, from compute to update

@@ -107,6 +107,16 @@ struct RecoveryInfo {
   bool final_checkpoint = false;
 };
 
+// What protection cost the training thread, summed over the steps that took a snapshot (since the
+// Protector was made): its waits at the step's begin for the last step's replica (L2) and at the
+// fence before the update for the step's own capture (L1).
+struct ProtectStats {
+  uint64_t protected_steps = 0;
+  double replica_wait_s = 0;
+  double fence_wait_s = 0;
+  uint64_t state_bytes = 0;  // one version of this rank's protected state (tensors)
+};
+
 // What each step function sees.
 struct StepContext {
   uint64_t step = 0;
@@ -212,6 +222,7 @@ class RTFT_EXPORT Protector {
   // (after the checkpoint it asked for); a failure during recovery restarts it in the next epoch.
   virtual StatusOr<uint64_t> Recover() = 0;
   virtual const RecoveryInfo& last_recovery() const = 0;
+  virtual const ProtectStats& stats() const = 0;
   // Paused, the steps that begin take no snapshot (as ProtectOptions::protect_step, by hand).
   virtual void Pause(bool paused) = 0;
   // Writes the current step's snapshot to L3 now and waits until it is committed.

@@ -10,10 +10,12 @@
 #include <xxh_x86dispatch.h>
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 
 namespace rtft {
 
@@ -34,6 +36,44 @@ void Xxh3Hasher::Update(const void* data, size_t bytes) {
   XXH3_64bits_update(state_->s, data, bytes);
 }
 uint64_t Xxh3Hasher::Digest() const { return XXH3_64bits_digest(state_->s); }
+
+uint64_t ChunkedXxh3(const void* data, size_t bytes, ThreadPool* pool) {
+  const char* p = static_cast<const char*>(data);
+  const size_t chunks = (bytes + kChecksumChunk - 1) / kChecksumChunk;
+  std::vector<uint64_t> digests(chunks);
+  auto one = [&](size_t i) {
+    const size_t at = i * kChecksumChunk;
+    digests[i] = XXH3_64bits(p + at, std::min(kChecksumChunk, bytes - at));
+  };
+  if (pool != nullptr && chunks > 1) {
+    pool->ParallelFor(chunks, one);
+  } else {
+    for (size_t i = 0; i < chunks; ++i) one(i);
+  }
+  return XXH3_64bits(digests.data(), digests.size() * sizeof(uint64_t));
+}
+
+void ChunkedXxh3Hasher::Update(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const size_t n = std::min(bytes, kChecksumChunk - in_chunk_);
+    chunk_->Update(p, n);
+    in_chunk_ += n;
+    p += n;
+    bytes -= n;
+    if (in_chunk_ == kChecksumChunk) {
+      digests_.push_back(chunk_->Digest());
+      chunk_ = std::make_unique<Xxh3Hasher>();
+      in_chunk_ = 0;
+    }
+  }
+}
+
+uint64_t ChunkedXxh3Hasher::Digest() const {
+  std::vector<uint64_t> all = digests_;
+  if (in_chunk_ > 0) all.push_back(chunk_->Digest());
+  return XXH3_64bits(all.data(), all.size() * sizeof(uint64_t));
+}
 
 std::string ChecksumToHex(uint64_t checksum) {
   char buf[17];

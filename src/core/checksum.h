@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rtft {
 
@@ -22,6 +23,24 @@ class Xxh3Hasher {
  private:
   struct State;
   std::unique_ptr<State> state_;
+};
+
+// A checksum that can be computed in parallel: the XXH3 of the XXH3s of the data's consecutive
+// kChecksumChunk-byte chunks (the last one shorter), the same value whether computed at once
+// (ChunkedXxh3, its chunks spread over `pool` when one is given) or piece by piece as the data
+// arrives (ChunkedXxh3Hasher). The L1 snapshot's checksums (docs/protect.md, "Levels").
+constexpr size_t kChecksumChunk = size_t{64} << 20;
+class ThreadPool;
+uint64_t ChunkedXxh3(const void* data, size_t bytes, ThreadPool* pool = nullptr);
+class ChunkedXxh3Hasher {
+ public:
+  void Update(const void* data, size_t bytes);
+  uint64_t Digest() const;
+
+ private:
+  std::unique_ptr<Xxh3Hasher> chunk_ = std::make_unique<Xxh3Hasher>();
+  size_t in_chunk_ = 0;  // bytes hashed into chunk_
+  std::vector<uint64_t> digests_;
 };
 
 std::string ChecksumToHex(uint64_t checksum);

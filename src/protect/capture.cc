@@ -23,6 +23,7 @@ Status Capturer::Begin(Job job) {
   if (busy_) return Status::Internal("an L1 capture was begun before the last one was waited for");
   job_ = std::move(job);
   busy_ = true;
+  copied_ = false;
   status_ = Status::Ok();
   cv_.notify_all();
   return Status::Ok();
@@ -32,6 +33,12 @@ Status Capturer::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !busy_; });
   return status_;
+}
+
+Status Capturer::WaitCopied() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !busy_ || copied_; });
+  return busy_ ? Status::Ok() : status_;
 }
 
 void Capturer::Run() {
@@ -45,7 +52,11 @@ void Capturer::Run() {
       job_.reset();
     }
     Status s = RunGuarded("the L1 capture", [&] {
-      return l1_->Capture(job.step, job.epoch, job.rank, job.world, job.objects, job.stream);
+      return l1_->Capture(job.step, job.epoch, job.rank, job.world, job.objects, job.stream, [&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        copied_ = true;
+        cv_.notify_all();
+      });
     });
     if (s.ok() && job.done)
       s = RunGuarded("the L1 capture's hand-off", [&] { job.done(job.step); });

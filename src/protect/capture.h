@@ -1,6 +1,7 @@
 // The L1 capture worker: one named thread for the Protector's whole life, on which each step's
 // copy of the state into its snapshot area runs while forward and backward run on the training
-// thread (docs/protect.md, "Levels"). The fence before the update waits for it.
+// thread (docs/protect.md, "Levels"). The fence before the update waits for the copy; the next
+// step's begin for the whole capture (its checksums computed after the copy of device state).
 #pragma once
 
 #include <condition_variable>
@@ -36,6 +37,10 @@ class Capturer {
   Status Begin(Job job);
   // Until the capture in flight is over: its status (Ok when none was begun since the last wait).
   Status Wait();
+  // Until the capture in flight has copied the state (it may change from there on: the fence
+  // before the update), or is over: Ok, or the status it failed with. Its checksums may still be
+  // in the making: Wait() before the snapshot is read or the next capture begun.
+  Status WaitCopied();
 
  private:
   explicit Capturer(Snapshot* l1) : l1_(l1) {}
@@ -46,6 +51,7 @@ class Capturer {
   std::condition_variable cv_;
   std::optional<Job> job_;  // the capture to run
   bool busy_ = false;       // begun and not yet over
+  bool copied_ = false;     // the state of the capture in flight is in the snapshot
   bool stop_ = false;
   Status status_;
   Thread thread_;

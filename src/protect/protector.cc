@@ -98,6 +98,7 @@ Status ProtectorImpl::Open() {
   }
   RTFT_ASSIGN_OR_RETURN(l2_, ReplicaStore::Open(dir_));
   RTFT_ASSIGN_OR_RETURN(capture_, Capturer::Start(l1_.get()));
+  stats_.state_bytes = layout_.objects_begin;
   RTFT_LOG(kInfo, kLogRuntime) << "protect: " << layout_.replicated.size() << " replicated, "
                                << layout_.sharded.size() << " sharded tensors, "
                                << layout_.objects.size() << " objects; snapshot of "

@@ -44,6 +44,7 @@ class ProtectorImpl final : public Protector {
   Status EndStep() override;
   StatusOr<uint64_t> Recover() override;
   const RecoveryInfo& last_recovery() const override { return info_; }
+  const ProtectStats& stats() const override { return stats_; }
   void Pause(bool paused) override { paused_ = paused; }
   Status CheckpointNow() override;
 
@@ -146,6 +147,7 @@ class ProtectorImpl final : public Protector {
   std::optional<FailureEvent> shutdown_event_;  // the last shutdown event (under event_mu_)
 
   RecoveryInfo info_;
+  ProtectStats stats_;
 };
 
 }  // namespace rtft::protect

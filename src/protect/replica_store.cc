@@ -39,7 +39,7 @@ std::vector<ReplicaStore::Held> ReplicaStore::Complete() const {
     if (h->magic != kReplicaMagic || h->state != kComplete ||
         h->step % 2 != static_cast<uint64_t>(k) || h->bytes > area_[k]->size() - kAlign)
       continue;
-    if (Xxh3(area_[k]->data() + kAlign, h->bytes) != h->checksum) continue;
+    if (ChunkedXxh3(area_[k]->data() + kAlign, h->bytes) != h->checksum) continue;
     held.push_back({h->owner, h->step, h->bytes});
   }
   std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.step > b.step; });

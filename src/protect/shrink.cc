@@ -194,6 +194,7 @@ Status ProtectorImpl::CheckRowSplit() const {
 
 Status ProtectorImpl::Relayout(ResizedState resized) {
   layout_ = std::move(resized.layout);
+  stats_.state_bytes = layout_.objects_begin;
   state_ = std::move(resized.state);
   shards_ = Shards::kApplication;
   RTFT_RETURN_IF_ERROR(l1_->Relayout(dir_, layout_));

@@ -8,13 +8,16 @@
 #include <cstring>
 
 #include "core/checksum.h"
+#include "core/logging.h"
+#include "core/params.h"
+#include "core/thread_pool.h"
 
 namespace rtft::protect {
 namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 4;
+constexpr uint32_t kFormat = 5;                         // 5: chunked checksums
 // Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
 constexpr size_t kPiece = 64 * 1024;
 
@@ -109,8 +112,21 @@ bool Snapshot::Verify(uint64_t step) const {
     return false;
   const char* p = payload(step);
   const size_t end = layout_.objects_begin + h->object_bytes;
-  return Xxh3(p, layout_.shard_begin) == h->checksum &&
-         Xxh3(p + layout_.shard_begin, end - layout_.shard_begin) == h->replica_checksum;
+  ThreadPool* pool = HashPool();
+  return ChunkedXxh3(p, layout_.shard_begin, pool) == h->checksum &&
+         ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool) ==
+             h->replica_checksum;
+}
+
+ThreadPool* Snapshot::HashPool() const {
+  std::call_once(hash_pool_once_, [this] {
+    auto n = ParamInt(Param::kProtectHashThreads);
+    const int64_t threads = n.ok() ? std::clamp<int64_t>(*n, 1, 64) : 4;
+    if (!n.ok()) RTFT_LOG(kWarn, kLogRuntime) << n.status() << "; checksumming with 4 threads";
+    if (threads > 1)
+      hash_pool_ = std::make_unique<ThreadPool>(static_cast<int>(threads - 1), "rtft-l1-hash");
+  });
+  return hash_pool_.get();
 }
 
 std::vector<uint64_t> Snapshot::CompleteSteps() const {
@@ -147,11 +163,12 @@ class AreaHasher {
  private:
   const size_t replica_begin_;
   size_t at_ = 0;
-  Xxh3Hasher head_, replica_;
+  ChunkedXxh3Hasher head_, replica_;
 };
 
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
-                         const std::string& objects, const void* stream) {
+                         const std::string& objects, const void* stream,
+                         const std::function<void()>& copied) {
   if (objects.size() > layout_.object_capacity)
     return Status::ResourceExhausted(
         "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
@@ -161,6 +178,22 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
   char* p = payload(step);
   AreaHasher hash(layout_.shard_begin);
+  if (!device.empty()) {
+    // The device copies run while the host tensors are copied; the whole area is hashed once
+    // everything landed and `copied` has let the application go on, its chunks in parallel.
+    for (const auto* list : {&layout_.replicated, &layout_.sharded})
+      for (const Entry& e : *list)
+        if (e.tensor.memory != MemoryKind::kDevice && e.bytes > 0)
+          std::memcpy(p + e.offset, e.tensor.data, e.bytes);
+    if (!objects.empty()) std::memcpy(p + layout_.objects_begin, objects.data(), objects.size());
+    for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
+    if (copied) copied();
+    const size_t end = layout_.objects_begin + objects.size();
+    ThreadPool* pool = HashPool();
+    Close(step, epoch, rank, world, objects.size(), ChunkedXxh3(p, layout_.shard_begin, pool),
+          ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool));
+    return Status::Ok();
+  }
   size_t at = 0;  // what is hashed so far: payload [0, at)
   // Copies `bytes` from `src` to payload offset `offset` (at or after `at`), hashing the padding
   // before it and then each piece right after it is copied.
@@ -173,34 +206,20 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     }
     at = offset + bytes;
   };
-  // A device tensor's bytes are in the area once its device's copies are done: hashed in place.
-  auto landed = [&](const Entry& e) -> Status {
-    for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
-    device.clear();
-    hash.Update(p + at, e.offset - at);
-    for (size_t done = 0; done < e.bytes; done += kPiece)
-      hash.Update(p + e.offset + done, std::min(kPiece, e.bytes - done));
-    at = e.offset + e.bytes;
-    return Status::Ok();
-  };
-  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
-    for (const Entry& e : *list) {
-      if (e.tensor.memory == MemoryKind::kDevice) {
-        RTFT_RETURN_IF_ERROR(landed(e));
-      } else {
-        put(e.offset, e.tensor.data, e.bytes);
-      }
-    }
-  }
+  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+    for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
   put(layout_.objects_begin, objects.data(), objects.size());
+  if (copied) copied();
   Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
   return Status::Ok();
 }
 
 void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
-  AreaHasher hash(layout_.shard_begin);
-  hash.Update(payload(step), layout_.objects_begin + object_bytes);
-  Close(step, epoch, rank, world, object_bytes, hash.head(), hash.replica());
+  const char* p = payload(step);
+  ThreadPool* pool = HashPool();
+  Close(step, epoch, rank, world, object_bytes, ChunkedXxh3(p, layout_.shard_begin, pool),
+        ChunkedXxh3(p + layout_.shard_begin,
+                    layout_.objects_begin + object_bytes - layout_.shard_begin, pool));
 }
 
 void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,

@@ -5,13 +5,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/capture/device_copy.h"
+#include "core/thread_pool.h"
 #include "protect/layout.h"
 #include "protect/shm_file.h"
 
@@ -63,9 +66,12 @@ class Snapshot {
   // copied in pieces that stay in cache and each piece is hashed as it lands: one pass over the
   // state. Device tensors are copied to the area on a copy stream of their device's, once the
   // work queued on `stream` (the application's cudaStream_t; null: the default stream) is done,
-  // all at once while the host tensors are copied, and hashed on the host after they land.
+  // all at once while the host tensors are copied; then `copied` runs (the state may change from
+  // there on) and the area is hashed on the host, off the application's path (host tensors are
+  // then copied without hashing: one pass to copy, one to hash, after the copies). Without
+  // device tensors `copied` runs at the end.
   Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects,
-                 const void* stream = nullptr);
+                 const void* stream = nullptr, const std::function<void()>& copied = nullptr);
   // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
   void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
   // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors
@@ -100,8 +106,14 @@ class Snapshot {
   void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
              uint64_t checksum, uint64_t replica_checksum);
 
+  // The threads that checksum large areas (RTFT_PROTECT_HASH_THREADS, the caller one of them;
+  // null when that is 1), made on first use.
+  ThreadPool* HashPool() const;
+
   Layout layout_;
   std::unique_ptr<ShmFile> file_;
+  mutable std::once_flag hash_pool_once_;
+  mutable std::unique_ptr<ThreadPool> hash_pool_;
   bool pinned_ = false;
   mutable std::map<int, std::unique_ptr<DeviceCopier>> copiers_;  // by device ordinal
 };

@@ -2,6 +2,7 @@
 // tensors are copied into the memory file on a copy stream of their device's, ordered after the
 // application's stream, and back with host-to-device copies; the file's mapping is registered
 // with CUDA once per mapping so that those copies run at the link's speed.
+#include <algorithm>
 #include <cstring>
 
 #include "protect/snapshot.h"
@@ -11,6 +12,20 @@ namespace {
 
 // Registered in pieces: drivers refuse very large single registrations.
 constexpr size_t kPinPiece = size_t{1} << 30;
+
+// A copy must not cross from one registered piece into the next (CUDA refuses it with
+// cudaErrorInvalidValue): `f(offset, bytes)` for each part of the `bytes` at `host` (inside the
+// file mapped at `base`) that stays within one piece.
+template <typename F>
+Status ForEachPiece(const char* base, const char* host, size_t bytes, F f) {
+  for (size_t done = 0; done < bytes;) {
+    const size_t at = static_cast<size_t>(host + done - base);
+    const size_t n = std::min(bytes - done, kPinPiece - at % kPinPiece);
+    RTFT_RETURN_IF_ERROR(f(done, n));
+    done += n;
+  }
+  return Status::Ok();
+}
 
 bool HasDeviceTensors(const Layout& l) {
   for (const auto* list : {&l.replicated, &l.sharded})
@@ -51,8 +66,15 @@ Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
   char* p = payload(step);
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
     for (const Entry& e : *list)
-      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0)
-        pieces[e.tensor.device].push_back({p + e.offset, e.tensor.data, e.bytes});
+      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0) {
+        char* host = p + e.offset;
+        const char* device = static_cast<const char*>(e.tensor.data);
+        std::vector<CopyPiece>& mine = pieces[e.tensor.device];
+        (void)ForEachPiece(file_->data(), host, e.bytes, [&](size_t at, size_t n) {
+          mine.push_back({host + at, device + at, n});
+          return Status::Ok();
+        });
+      }
   for (const auto& [device, list] : pieces) {
     RTFT_ASSIGN_OR_RETURN(DeviceCopier * c, Copier(device));
     RTFT_RETURN_IF_ERROR(c->After(stream));
@@ -69,8 +91,12 @@ Status Snapshot::Write(const Entry& e, const char* src) const {
     return Status::Ok();
   }
   RTFT_ASSIGN_OR_RETURN(DeviceCopier * c, Copier(e.tensor.device));
-  return c->CopyToDevice(e.tensor.data, src, e.bytes)
-      .Annotate("restoring '" + e.tensor.name + "' to device " + std::to_string(e.tensor.device));
+  char* device = static_cast<char*>(e.tensor.data);
+  // `src` is in the file: the entry of some version.
+  return ForEachPiece(file_->data(), src, e.bytes, [&](size_t at, size_t n) {
+    return c->CopyToDevice(device + at, src + at, n)
+        .Annotate("restoring '" + e.tensor.name + "' to device " + std::to_string(e.tensor.device));
+  });
 }
 
 }  // namespace rtft::protect

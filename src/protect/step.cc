@@ -1,11 +1,18 @@
 // The step bracket: BeginStep hands the L1 capture to the capture worker, which hands the step to
-// the L2 replicator once it is complete; BeforeUpdate waits for the capture; EndStep reports
+// the L2 replicator once it is complete; BeforeUpdate waits for the capture's copy; EndStep reports
 // progress, writes L3 when it is due, and says whether a failure event came.
 #include "core/fault_point.h"
 #include "protect/l3_views.h"
 #include "protect/protector.h"
 
 namespace rtft::protect {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
 
 Status ProtectorImpl::BeginStep(uint64_t step) {
   if (phase_ == Phase::kDescribing) return Status::FailedPrecondition("Protector::Start() first");
@@ -19,11 +26,17 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   // sealed (the replicator's barrier) is step - 1 a step that recovery can always fall back to.
   // The first step that is not protected waits too: the replica of the last protected step is
   // then sealed before the state changes, and its cost stays with the protected steps.
+  const auto begin = std::chrono::steady_clock::now();
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
+  // The last capture's checksums (the fence let the step go on once its state was copied).
+  RTFT_RETURN_IF_ERROR(capture_->Wait());
+  const double replica_wait = Seconds(std::chrono::steady_clock::now() - begin);
   step_ = step;
   phase_ = Phase::kInStep;
   step_protected_ = Protected(step);
   if (!step_protected_) return Status::Ok();
+  ++stats_.protected_steps;
+  stats_.replica_wait_s += replica_wait;
   l3_->BeforeCapture(step);
   FaultPoint("protect.capture");
   // Right after a recovery the snapshot of this step is the state itself: capturing it again
@@ -56,7 +69,9 @@ Status ProtectorImpl::StartCapture(uint64_t step) {
 Status ProtectorImpl::BeforeUpdate() {
   if (phase_ != Phase::kInStep)
     return Status::FailedPrecondition("BeforeUpdate() outside a step: BeginStep() first");
-  RTFT_RETURN_IF_ERROR(capture_->Wait());
+  const auto begin = std::chrono::steady_clock::now();
+  RTFT_RETURN_IF_ERROR(capture_->WaitCopied());
+  if (step_protected_) stats_.fence_wait_s += Seconds(std::chrono::steady_clock::now() - begin);
   FaultPoint("protect.update");
   phase_ = Phase::kUpdating;
   return Aborted();
@@ -65,7 +80,8 @@ Status ProtectorImpl::BeforeUpdate() {
 Status ProtectorImpl::EndStep() {
   if (phase_ != Phase::kInStep && phase_ != Phase::kUpdating)
     return Status::FailedPrecondition("EndStep() outside a step: BeginStep() first");
-  RTFT_RETURN_IF_ERROR(capture_->Wait());
+  // The capture may still be hashing: the next BeginStep (or an L3 write) waits for it.
+  RTFT_RETURN_IF_ERROR(capture_->WaitCopied());
   phase_ = Phase::kReady;
   next_step_ = step_ + 1;
   (void)rt_->ReportStep(step_);
@@ -75,6 +91,7 @@ Status ProtectorImpl::EndStep() {
 
 Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
+  RTFT_RETURN_IF_ERROR(capture_->Wait());       // its checksums
   if (!l1_->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
   // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
   const GridPlace me = grid_.of(train_->rank());

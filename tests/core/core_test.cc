@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -111,6 +112,31 @@ TEST(Checksum, MatchesStreamingAndHex) {
   ASSERT_TRUE(ChecksumFromHex(ChecksumToHex(whole), &back));
   EXPECT_EQ(back, whole);
   EXPECT_FALSE(ChecksumFromHex("xyz", &back));
+}
+
+// The chunked checksum: the same value at once, in parallel and piece by piece with pieces that
+// straddle its chunks' boundaries, for sizes around a chunk's; another value for one flipped bit.
+TEST(Checksum, ChunkedIsTheSameSeriallyInParallelAndPieceByPiece) {
+  ThreadPool pool(3);
+  for (size_t n :
+       {size_t{0}, size_t{1}, kChecksumChunk - 1, kChecksumChunk, 2 * kChecksumChunk + 12345}) {
+    SCOPED_TRACE(n);
+    std::vector<unsigned char> data(n);
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+    const uint64_t serial = ChunkedXxh3(data.data(), n);
+    EXPECT_EQ(ChunkedXxh3(data.data(), n, &pool), serial);
+    ChunkedXxh3Hasher h;
+    for (size_t at = 0, piece = 1; at < n; piece = piece * 3 + 7) {
+      const size_t k = std::min(piece % (3 << 20), n - at);
+      h.Update(data.data() + at, k);
+      at += k;
+    }
+    EXPECT_EQ(h.Digest(), serial);
+    if (n > 0) {
+      data[n / 2] ^= 1;
+      EXPECT_NE(ChunkedXxh3(data.data(), n, &pool), serial);
+    }
+  }
 }
 
 TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {

@@ -209,8 +209,8 @@ TEST_F(SnapshotTest, TheChecksumsHashedWhileCopyingAreThoseOfTheWholeRanges) {
     const AreaHeader* h = (*snap)->header(step);
     const char* p = (*snap)->payload(step);
     const size_t end = layout.objects_begin + h->object_bytes;
-    EXPECT_EQ(h->checksum, Xxh3(p, layout.shard_begin));
-    EXPECT_EQ(h->replica_checksum, Xxh3(p + layout.shard_begin, end - layout.shard_begin));
+    EXPECT_EQ(h->checksum, ChunkedXxh3(p, layout.shard_begin));
+    EXPECT_EQ(h->replica_checksum, ChunkedXxh3(p + layout.shard_begin, end - layout.shard_begin));
     const uint64_t captured[2] = {h->checksum, h->replica_checksum};
     (*snap)->Seal(step, 1, 0, 1, h->object_bytes);  // what recovery does after a transfer
     EXPECT_EQ(h->checksum, captured[0]);
@@ -227,9 +227,9 @@ TEST_F(SnapshotTest, ReplicasAreUsedOnlyWhenTheyCheckOut) {
   ASSERT_TRUE(dst.ok());
   std::memcpy(*dst, data.data(), data.size());
   // A replica damaged on the way (the checksum is the sender's) is sealed but never held.
-  (*store)->Seal(6, 2, 1, data.size(), Xxh3(data.data(), data.size()) + 1);
+  (*store)->Seal(6, 2, 1, data.size(), ChunkedXxh3(data.data(), data.size()) + 1);
   EXPECT_TRUE((*store)->Complete().empty());
-  (*store)->Seal(6, 2, 1, data.size(), Xxh3(data.data(), data.size()));
+  (*store)->Seal(6, 2, 1, data.size(), ChunkedXxh3(data.data(), data.size()));
   auto held = (*store)->Complete();
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].owner, 2);

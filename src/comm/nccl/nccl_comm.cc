@@ -1,6 +1,7 @@
 #include "comm/nccl/nccl_comm.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +70,26 @@ Status CheckAlgorithms() {
   return checked;
 }
 
+// Two NCCLs may sit on one machine (a system one and a Python environment's): the one actually
+// loaded, its version and file, logged once per process (docs/comm.md, "NCCL").
+void LogLoadedNccl() {
+  static const bool logged = [] {
+    int version = 0;
+    const ncclResult_t rc = ncclGetVersion(&version);
+    Dl_info info{};
+    const bool found =
+        dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) != 0 && info.dli_fname != nullptr;
+    RTFT_LOG(kInfo, kLogComm) << "NCCL "
+                              << (rc == ncclSuccess ? std::to_string(version / 10000) + "." +
+                                                          std::to_string(version / 100 % 100) +
+                                                          "." + std::to_string(version % 100)
+                                                    : std::string("(version unknown)"))
+                              << " from " << (found ? info.dli_fname : "(unknown file)");
+    return true;
+  }();
+  (void)logged;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> NcclComm::Create(const ResolvedOptions& options) {
@@ -117,6 +138,7 @@ StatusOr<std::string> NcclComm::UniqueId() {
 
 Status NcclComm::Init() {
   RTFT_RETURN_IF_ERROR(CheckAlgorithms());
+  LogLoadedNccl();
   RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(opts_.o.device),
                                   "selecting CUDA device " + std::to_string(opts_.o.device)));
   RTFT_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&barrier_word_, sizeof(int32_t)), "cudaMalloc"));

@@ -231,25 +231,46 @@ std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
   return a;
 }
 
-StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s) {
-  constexpr int kProbe = 32;
-  RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-  BenchJob job(dir, ranks + 1);
-  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(
-      ranks, hidden, kProbe, {}, {"--steps", "10", "--log-every", "1000000", "--no-protect"})));
-  RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(600000)));
-  const std::string out = job.Output();
-  static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+))");
-  std::smatch m;
-  if (!std::regex_search(out, m, done))
-    return Status::Internal("the calibration run did not finish (see " + dir + "/mpirun.out)");
-  const double probe_s = std::stod(m[1]);
-  (void)RemoveTree(dir);
-  if (!(probe_s > 0)) return Status::Internal("the calibration run timed no step");
-  // The step is mostly the batch's compute; the collectives' share does not grow with it, so
-  // scaling up from a shorter probe step errs on the short side (0.26-0.29 s for 0.3 s here).
-  const double batch = kProbe * step_s / probe_s;
-  return static_cast<int>(std::clamp(std::lround(batch), 1L, 65536L));
+std::vector<std::string> TrainDevice::Args() const {
+  if (!cuda()) return {};
+  std::vector<std::string> a = {"--device", "cuda", "--comm", comm};
+  if (offload) a.push_back("--offload");
+  return a;
+}
+
+std::string TrainDevice::Name() const {
+  if (!cuda()) return device;
+  return device + "/" + comm + (offload ? "/offload" : "");
+}
+
+StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s,
+                             const std::vector<std::string>& train_extra) {
+  // A probe's step is mostly its batch's compute, but a fixed share (collectives, a GPU's
+  // launches) does not grow with the batch: scaling from a small probe errs on the short side,
+  // by far on a GPU. So probe again at the estimate while it moved by more than a quarter.
+  int batch = 32;
+  for (int probe = 0; probe < 4; ++probe) {
+    RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
+    BenchJob job(dir, ranks + 1);
+    std::vector<std::string> extra = {"--steps", "10", "--log-every", "1000000", "--no-protect"};
+    extra.insert(extra.end(), train_extra.begin(), train_extra.end());
+    RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(ranks, hidden, batch, {}, extra)));
+    RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(600000)));
+    const std::string out = job.Output();
+    static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+))");
+    std::smatch m;
+    if (!std::regex_search(out, m, done))
+      return Status::Internal("the calibration run did not finish (see " + dir + "/mpirun.out)");
+    const double probe_s = std::stod(m[1]);
+    (void)RemoveTree(dir);
+    if (!(probe_s > 0)) return Status::Internal("the calibration run timed no step");
+    const int next =
+        static_cast<int>(std::clamp(std::lround(batch * step_s / probe_s), 1L, 65536L));
+    const bool settled = std::abs(next - batch) <= batch / 4;
+    batch = next;
+    if (settled || batch == 65536) break;
+  }
+  return batch;
 }
 
 }  // namespace rtft::bench

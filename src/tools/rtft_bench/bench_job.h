@@ -51,9 +51,24 @@ std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra);
 // The batch for which an unprotected step of `ranks` ranks takes about `step_s` on this machine:
-// a short run at a probe batch, scaled (the figures mean nothing for a step chosen to flatter
-// them: docs/benchmarks.md asks for 0.2 to 0.5 s).
-StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s);
+// short runs at probe batches, each scaled from the last until the batch settles (the figures
+// mean nothing for a step chosen to flatter them: docs/benchmarks.md asks for 0.2 to 0.5 s).
+StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s,
+                             const std::vector<std::string>& train_extra = {});
+
+// Where the protect and recovery benchmarks' trainer runs: `--device cpu|cuda`, and on the GPU
+// `--comm nccl|gloo` (gloo where ranks share one GPU: NCCL refuses two ranks on one device) and
+// `--offload` (the optimizer's state in host memory).
+struct TrainDevice {
+  std::string device = "cpu";
+  std::string comm = "gloo";
+  bool offload = false;
+  bool cuda() const { return device == "cuda"; }
+  // The trainer's options for it (none on the CPU).
+  std::vector<std::string> Args() const;
+  // "cpu", "cuda/gloo", "cuda/nccl/offload", ...: the benchmarks' `device` field.
+  std::string Name() const;
+};
 
 class BenchJob {
  public:

@@ -35,6 +35,15 @@ class ProtectCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--step-s", step_s_, "the step time --batch 0 aims at (0.2 to 0.5 s)")
         ->capture_default_str();
+    cmd->add_option("--device", dev_.device, "where the trainer runs: cpu or cuda")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+    cmd->add_option("--comm", dev_.comm,
+                    "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
+        ->check(CLI::IsMember({"nccl", "gloo"}))
+        ->capture_default_str();
+    cmd->add_flag("--offload", dev_.offload,
+                  "--device cuda: the optimizer's state in pinned host memory (interleaved)");
     cmd->add_option("--repeats", repeats_,
                     "runs (each about 40 s; single runs spread by several points)")
         ->capture_default_str();
@@ -45,11 +54,21 @@ class ProtectCommand final : public BenchCommand {
   struct RunTimes {
     double on_s = 0, off_s = 0;          // rank 0's mean step time, protected and paused
     double cpu_on_s = 0, cpu_off_s = 0;  // CPU time per step, every thread, mean of the ranks
+    // Rank 0's waits per protected step (the fence before the update, the last step's replica)
+    // and the bytes of its protected state.
+    double fence_wait_s = 0, replica_wait_s = 0;
+    uint64_t state_bytes = 0;
   };
   StatusOr<RunTimes> OneRun(int batch, uint64_t* params);
+  std::vector<std::string> Extra(std::vector<std::string> a) const {
+    const std::vector<std::string> d = dev_.Args();
+    a.insert(a.end(), d.begin(), d.end());
+    return a;
+  }
 
   int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 7;
   double step_s_ = 0.3;
+  TrainDevice dev_;
 };
 
 StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* params) {
@@ -57,12 +76,14 @@ StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* p
   BenchJob job(dir, ranks_ + 1);
   RTFT_RETURN_IF_ERROR(
       job.Start(TrainJobArgs(ranks_, hidden_, batch, {},
-                             {"--steps", std::to_string(steps_), "--protect-blocks",
-                              std::to_string(blocks_), "--log-every", "1000000"})));
+                             Extra({"--steps", std::to_string(steps_), "--protect-blocks",
+                                    std::to_string(blocks_), "--log-every", "1000000"}))));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
   const std::string out = job.Output();
   static const std::regex done(R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+) )"
-                               R"(paused_step_s=([0-9.]+) paused_cpu_step_s=([0-9.]+))");
+                               R"(paused_step_s=([0-9.]+) paused_cpu_step_s=([0-9.]+) )"
+                               R"(fence_wait_s=([0-9.]+) replica_wait_s=([0-9.]+) )"
+                               R"(state_bytes=(\d+))");
   static const std::regex start(R"(\[train 0\] start .* params=(\d+))");
   RunTimes t;
   int ranks = 0;
@@ -72,6 +93,9 @@ StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* p
     if ((*it)[1] == "0") {
       t.on_s = std::stod((*it)[2]);
       t.off_s = std::stod((*it)[4]);
+      t.fence_wait_s = std::stod((*it)[6]);
+      t.replica_wait_s = std::stod((*it)[7]);
+      t.state_bytes = std::stoull((*it)[8]);
       rank0 = true;
     }
     t.cpu_on_s += std::stod((*it)[3]);
@@ -103,7 +127,7 @@ int ProtectCommand::Run() {
   }
   int batch = batch_;
   if (batch == 0) {
-    auto b = CalibrateBatch(ranks_, hidden_, step_s_);
+    auto b = CalibrateBatch(ranks_, hidden_, step_s_, dev_.Args());
     if (!b.ok()) {
       Progress("protect: " + b.status().ToString());
       return kExitFailed;
@@ -112,7 +136,8 @@ int ProtectCommand::Run() {
     Progress("protect: batch " + std::to_string(batch) + " for a step of about " +
              std::to_string(step_s_) + " s");
   }
-  std::vector<double> on, off, ratios, cpu_on, cpu_off, cpu_ratios;
+  std::vector<double> on, off, ratios, cpu_on, cpu_off, cpu_ratios, fence, replica;
+  uint64_t state_bytes = 0;
   uint64_t params = 0;
   for (int r = 0; r < repeats_; ++r) {
     Progress("protect: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) + ", " +
@@ -128,6 +153,9 @@ int ProtectCommand::Run() {
     cpu_on.push_back(t->cpu_on_s);
     cpu_off.push_back(t->cpu_off_s);
     cpu_ratios.push_back(t->cpu_on_s / t->cpu_off_s);
+    fence.push_back(t->fence_wait_s);
+    replica.push_back(t->replica_wait_s);
+    state_bytes = t->state_bytes;
   }
   // Each run's ratio compares steps of the same minutes of the same machine: their median is the
   // estimate.
@@ -146,7 +174,11 @@ int ProtectCommand::Run() {
   JsonLines out;
   out.Emit({{"name", "protect"},
             {"ranks", ranks_},
+            {"device", dev_.Name()},
+            // Ranks on one GPU share it: say so next to the figures.
+            {"ranks_share_gpu", dev_.cuda() && ranks_ > 1},
             {"params", params},
+            {"state_bytes_per_rank", state_bytes},
             {"batch", batch},
             {"steps", steps_},
             {"blocks", blocks_},
@@ -162,6 +194,9 @@ int ProtectCommand::Run() {
             {"cpu_step_s_off", Median(cpu_off)},
             {"cpu_step_s_on", Median(cpu_on)},
             {"cpu_overhead_pct", (Median(cpu_ratios) - 1.0) * 100.0},
+            {"fence_wait_s", Median(fence)},
+            {"fence_wait_pct_of_step", Median(fence) / step_off * 100.0},
+            {"replica_wait_s", Median(replica)},
             {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
             {"target_pct", 3.0},
             {"met", overhead <= 3.0}});

@@ -52,6 +52,13 @@ class RecoveryCommand final : public BenchCommand {
                     "multiple of tp x pp)")
         ->capture_default_str();
     cmd->add_option("--pp", pp_, "pipeline-parallel degree of rtft-train")->capture_default_str();
+    cmd->add_option("--device", dev_.device, "where the trainer runs: cpu or cuda")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+    cmd->add_option("--comm", dev_.comm,
+                    "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
+        ->check(CLI::IsMember({"nccl", "gloo"}))
+        ->capture_default_str();
   }
   int Run() override;
 
@@ -67,6 +74,7 @@ class RecoveryCommand final : public BenchCommand {
   int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 0;
   int heartbeat_timeout_ms_ = 1000;
   int tp_ = 1, pp_ = 1;
+  TrainDevice dev_;
   double restart_s_ = -1;
 };
 
@@ -79,6 +87,8 @@ std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
        std::to_string(l3_every_), "--ckpt-dir", ckpt, "--tp", std::to_string(tp_), "--pp",
        std::to_string(pp_)});
   if (!fault.empty()) a.insert(a.end(), {"--fault", fault});
+  const std::vector<std::string> d = dev_.Args();
+  a.insert(a.end(), d.begin(), d.end());
   return a;
 }
 
@@ -184,13 +194,16 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
     transfer_s = std::max(transfer_s, std::stod((*it)[4]));
   }
   const double hb = heartbeat_timeout_ms_ / 1000.0;
-  const double detect_target = slot ? 1.5 * hb : 0.05;
+  // A process holding a CUDA context takes about 60 ms to be reaped (docs/protect.md).
+  const double detect_target = slot ? 1.5 * hb : dev_.cuda() ? 0.1 : 0.05;
   const double resumed_target = slot ? detect_s + 1.5 : 1.5;
   const double speedup_target = slot ? 5 : 10;
   const double speedup = restart_s_ / resumed_s;
   out->Emit({{"name", "recovery"},
              {"failure", slot ? "slot" : "process"},
              {"slots", ranks_ + 1},
+             {"device", dev_.Name()},
+             {"ranks_share_gpu", dev_.cuda()},
              {"step", step_},
              {"batch", batch_},
              {"layout", std::to_string(tp_) + "x" + std::to_string(pp_) + "x" +
@@ -228,6 +241,10 @@ int RecoveryCommand::Run() {
     Progress("recovery: --tp x --pp must divide --ranks with two data-parallel replicas or more");
     return kExitUsage;
   }
+  if (dev_.cuda() && (tp_ > 1 || pp_ > 1)) {
+    Progress("recovery: --device cuda runs the flat trainer only (no --tp/--pp)");
+    return kExitUsage;
+  }
   if ((tp_ > 1 || pp_ > 1) && batch_ == 0) {
     Progress("recovery: give --batch with --tp/--pp (the calibration runs the flat trainer)");
     return kExitUsage;
@@ -241,7 +258,7 @@ int RecoveryCommand::Run() {
     return kExitUsage;
   }
   if (batch_ == 0) {
-    auto b = CalibrateBatch(ranks_, hidden_, 0.3);
+    auto b = CalibrateBatch(ranks_, hidden_, 0.3, dev_.Args());
     if (!b.ok()) {
       Progress("recovery: " + b.status().ToString());
       return kExitFailed;

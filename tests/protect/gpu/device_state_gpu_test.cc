@@ -101,6 +101,42 @@ TEST_F(DirTest, TheSnapshotCopiesDeviceTensorsAfterTheApplicationsStreamAndResto
   cudaStreamDestroy(app);
 }
 
+// The file's mapping is registered with CUDA in pieces of 1 GiB, and CUDA refuses a copy that
+// crosses from one registered piece into the next: a device tensor laid out across that boundary
+// (after 1 GiB - 8 MiB of host state) is copied and restored in parts.
+TEST_F(DirTest, ADeviceTensorAcrossTheFilesRegisteredPiecesIsCopiedAndRestored) {
+  RTFT_REQUIRE_GPU();
+  const int64_t host_n = ((int64_t{1} << 30) - (8 << 20)) / 4, n = 16 << 20;  // 64 MiB on the GPU
+  std::vector<float> host(host_n, 1.0f);
+  DeviceBuffer d(n);
+  StateDescription desc;
+  desc.tensors.push_back({"host", DType::kFloat32, {host_n}, host.data()});
+  TensorDesc t{"weights", DType::kFloat32, {n}, d.p};
+  t.memory = MemoryKind::kDevice;
+  desc.tensors.push_back(t);
+  auto layout = Layout::Build(desc, 4096);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const Entry& w = layout->replicated[1];
+  ASSERT_EQ(w.tensor.name, "weights");
+  // Step 2's version starts two pages into the file (its header's page, then its payload).
+  const size_t in_file = 2 * kAlign + w.offset;
+  ASSERT_LT(in_file, size_t{1} << 30);
+  ASSERT_GT(in_file + w.bytes, size_t{1} << 30) << "the tensor must cross the piece boundary";
+  auto l1 = Snapshot::Open(Dir("l1-pieces"), *layout);
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 9973);
+  d.Set(values);
+  const std::string objects = *SerializeObjects(layout->objects);
+  const Status captured = (*l1)->Capture(2, 1, 0, 1, objects, nullptr);
+  ASSERT_TRUE(captured.ok()) << captured;
+  EXPECT_EQ(std::memcmp((*l1)->payload(2) + w.offset, values.data(), w.bytes), 0);
+  ASSERT_EQ(cudaMemset(d.p, 0, n * 4), 0);
+  const Status restored = (*l1)->Restore(2);
+  ASSERT_TRUE(restored.ok()) << restored;
+  EXPECT_EQ(d.Get(n), values);
+}
+
 // A collective of host buffers on `c`: as it is on Gloo, staged through device buffers on NCCL
 // (enqueued on the step's stream and waited for).
 Status Staged(StepContext& c, const float* send, float* recv, size_t send_n, size_t recv_n,

@@ -58,7 +58,8 @@ TEST_F(GridJobTest, BothRanksOfADataParallelRingLostFallBackToL3) {
   Run run = Start("ring", 8, 2,
                   std::to_string(kRank110) + ":protect.update@8:hang," + std::to_string(kRank111) +
                       ":protect.update@8:hang",
-                  2, {"--l3-every", "3", "--ckpt-dir", ckpt});
+                  2, {"--l3-every", "3", "--ckpt-dir", ckpt}, {},
+                  [&] { return CommittedAtLeast(ckpt, 3); });
   ExpectIdentical(run, 8, "a whole ring lost, L3 fallback");
   // Step 6's version, or step 3's when step 6's commit was still under way at the failure.
   EXPECT_NE(run.output.find("from the L3 checkpoint"), std::string::npos) << run.output;

@@ -101,8 +101,10 @@ TEST_F(ProtectJobTest, NeighboursLostTogetherFallBackToTheNewestL3Checkpoint) {
   // Ranks 1 and 2 hang in step 8 and their slots are lost: rank 1's replica was on rank 2. Every
   // rank restores the L3 checkpoint of step 5 and the run ends with the failure-free digest.
   const std::string ckpt = root_ + "/l3-neighbours";
-  Run run = Start("neighbours", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
-                  {"--l3-every", "5", "--ckpt-dir", ckpt});
+  // Killed once step 5's version is committed (its files are written while the ranks hang).
+  Run run =
+      Start("neighbours", 4, 2, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
+            {"--l3-every", "5", "--ckpt-dir", ckpt}, {}, [&] { return CommittedAtLeast(ckpt, 5); });
   ExpectIdentical(run, 4, "neighbours lost, L3 fallback");
   EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)
@@ -225,7 +227,8 @@ TEST_F(ProtectJobTest, AShrinkThatLostNeighboursFallsBackToL3WithFewerRanks) {
   // four ranks to step 5 and of two from there.
   const std::string ckpt = root_ + "/shrink-l3";
   Run run = Start("shrink-l3", 4, 0, "1:protect.update@9:hang,2:protect.update@9:hang", 2,
-                  {"--l3-every", "5", "--ckpt-dir", ckpt}, {"--on-spares-exhausted", "shrink"});
+                  {"--l3-every", "5", "--ckpt-dir", ckpt}, {"--on-spares-exhausted", "shrink"},
+                  [&] { return CommittedAtLeast(ckpt, 5); });
   EXPECT_EQ(run.exit_code, 0) << run.output;
   ASSERT_EQ(run.digests.size(), 2u) << run.output;
   EXPECT_NE(run.output.find("restored step 5 from the L3 checkpoint"), std::string::npos)

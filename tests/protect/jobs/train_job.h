@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -46,10 +47,12 @@ class TrainJobTest : public ::testing::Test {
 
   // One job of `active` ranks and `spares` spares. `faults` arms named points per rank (rank:
   // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
-  // all, as lost nodes.
+  // all, as lost nodes, once `ready_to_kill` holds too (a condition of the job's files: an L3
+  // version committed in the background while the ranks hang, say).
   Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
             const std::vector<std::string>& train_extra = {},
-            const std::vector<std::string>& dp_extra = {}) {
+            const std::vector<std::string>& dp_extra = {},
+            const std::function<bool()>& ready_to_kill = nullptr) {
     Run run;
     run.dir = root_ + "/" + name;
     EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
@@ -63,7 +66,9 @@ class TrainJobTest : public ::testing::Test {
                     "--heartbeat-timeout-ms",
                     std::to_string(heartbeat_timeout_ms_)};
     spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
-    spec.app = {RTFT_TEST_APP};
+    // RTFT_TEST_APP overrides the built trainer's path (a bundle on another machine).
+    const char* app = std::getenv("RTFT_TEST_APP");
+    spec.app = {app && *app ? app : RTFT_TEST_APP};
     // The fixture's options, unless train_extra gives them another value.
     for (size_t i = 0; i + 1 < train_.size(); i += 2)
       if (std::find(train_extra.begin(), train_extra.end(), train_[i]) == train_extra.end())
@@ -84,6 +89,7 @@ class TrainJobTest : public ::testing::Test {
           },
           seconds(60)))
           << job.Output();
+      if (ready_to_kill) EXPECT_TRUE(WaitFor(ready_to_kill, seconds(60))) << job.Output();
       for (int slot : slots) {
         const pid_t agent = job.AgentOf(slot);
         EXPECT_GT(agent, 0) << "slot " << slot;
@@ -103,6 +109,13 @@ class TrainJobTest : public ::testing::Test {
         std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
                       std::sregex_iterator()));
     return run;
+  }
+
+  // Whether the checkpoint directory's LATEST names version `version` or a newer one.
+  static bool CommittedAtLeast(const std::string& ckpt, uint64_t version) {
+    std::ifstream in(ckpt + "/LATEST");
+    uint64_t v = 0;
+    return static_cast<bool>(in >> v) && v >= version;
   }
 
   // The digest of the failure-free run of `active` ranks with `extra` options (computed once).
