@@ -377,9 +377,12 @@ int Trainer::Run() {
              " paused_cpu_step_s=" + timing_[0].Mean(timing_[0].cpu_s);
   const rtft::ProtectStats& ps = p_->stats();
   const double per = ps.protected_steps ? 1.0 / ps.protected_steps : 0.0;
-  char waits[160];
-  std::snprintf(waits, sizeof(waits), " fence_wait_s=%.6f replica_wait_s=%.6f state_bytes=%" PRIu64,
-                ps.fence_wait_s * per, ps.replica_wait_s * per, ps.state_bytes);
+  char waits[224];
+  std::snprintf(waits, sizeof(waits),
+                " fence_wait_s=%.6f replica_wait_s=%.6f state_bytes=%" PRIu64 " l2_bytes=%" PRIu64
+                " l2_s=%.6f",
+                ps.fence_wait_s * per, ps.replica_wait_s * per, ps.state_bytes, ps.replica_bytes,
+                ps.replica_s);
   times += waits;
   char line[512];
   std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " %s",

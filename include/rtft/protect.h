@@ -115,6 +115,10 @@ struct ProtectStats {
   double replica_wait_s = 0;
   double fence_wait_s = 0;
   uint64_t state_bytes = 0;  // one version of this rank's protected state (tensors)
+  // L2: the replica bytes this rank sent and received, and the time its exchanges took (on the
+  // replicator's threads, from the first header to the barrier): their quotient is L2's speed.
+  uint64_t replica_bytes = 0;
+  double replica_s = 0;
 };
 
 // What each step function sees.
@@ -200,7 +204,9 @@ class RTFT_EXPORT Protector {
   // from a step function or from protection recovers inside the call and runs on from the agreed
   // step; a shutdown is an outcome, not an error. Other errors come back as the status
   // (kDataLoss: no state to resume from; kDeviceLost, reported to dp-launch first so that a
-  // spare takes the rank).
+  // spare takes the rank). Once it has returned, nothing reads the protected state until the
+  // next call; between steps of the bracket below the state is read in the background, so it
+  // must outlive the Protector.
   virtual StatusOr<RunResult> Run(uint64_t end_step, const StepFns& fns) = 0;
 
   // ---- The step bracket, for codes that drive their own loop (the C API, solvers) ----------

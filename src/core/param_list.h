@@ -24,6 +24,7 @@ RTFT_PARAM(kCommSegmentBytes, "RTFT_COMM_SEGMENT_BYTES", kBytes, "1M", "Gloo bac
 RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "0", "NCCL backend: refuse to create a communicator unless NCCL_ALGO=Ring and NCCL_PROTO=Simple (what dp-launch exports when they are unset, for bitwise-reproducible reductions); 0 only warns")
 RTFT_PARAM(kProtectL3Every, "RTFT_PROTECT_L3_EVERY", kInt, "0", "per-step protection: write a persistent (L3) checkpoint every N steps (0: never; needs RTFT_PROTECT_CKPT_DIR)")
 RTFT_PARAM(kProtectHashThreads, "RTFT_PROTECT_HASH_THREADS", kInt, "4", "per-step protection: threads that checksum an L1 snapshot of device state and verify one at recovery (1: the capture worker alone)")
+RTFT_PARAM(kProtectL2Streams, "RTFT_PROTECT_L2_STREAMS", kInt, "2", "per-step protection: connections to each ring neighbour that carry the L2 replica, each a stripe of it on a thread of its own (1 to 16; from 2, sending and receiving overlap); each is one more communicator per epoch")
 RTFT_PARAM(kProtectCkptDir, "RTFT_PROTECT_CKPT_DIR", kString, "", "per-step protection: directory of the L3 checkpoints (shared by every rank); a job started with one resumes from its newest version")
 RTFT_PARAM(kOffloadSubgroupElements, "RTFT_OFFLOAD_SUBGROUP_ELEMENTS", kInt, "8388608", "optimizer-offload subgroup size in parameters: the unit moved to the GPU or updated by one CPU task")
 RTFT_PARAM(kOffloadCpuThreads, "RTFT_OFFLOAD_CPU_THREADS", kInt, "0", "CPU threads of the offloaded AdamW update (0: one per hardware thread)")

@@ -53,7 +53,12 @@ StatusOr<RunResult> ProtectorImpl::Run(uint64_t end_step, const StepFns& fns) {
       continue;
     }
     if (s.code() == StatusCode::kDeviceLost) (void)rt_->ReportDeviceError(s.message());
-    if (s.code() != StatusCode::kAborted) return s;
+    if (s.code() != StatusCode::kAborted) {
+      // Nothing reads the application's state once Run has returned: the capture in flight
+      // (begun by this step's BeginStep) is over first. Its status is the step's error's to give.
+      (void)capture_->Wait();
+      return s;
+    }
     StatusOr<uint64_t> resumed = Recover();
     if (!resumed.ok() && resumed.status().code() == StatusCode::kShutdown)
       return RunResult{RunOutcome::kShutdown, step, info_.final_checkpoint};

@@ -81,6 +81,11 @@ Status ProtectorImpl::Open() {
   }
   recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
   device_ = o_.device >= 0 ? o_.device : rt_->info().device;
+  RTFT_ASSIGN_OR_RETURN(int64_t streams, ParamInt(Param::kProtectL2Streams));
+  if (streams < 1 || streams > 16)
+    return Status::InvalidArgument("RTFT_PROTECT_L2_STREAMS=" + std::to_string(streams) +
+                                   ": 1 to 16 connections per neighbour");
+  l2_streams_ = static_cast<int>(streams);
   const std::string ckpt = o_.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o_.ckpt_dir;
   int64_t every = o_.l3_every;
   if (every == 0) {
@@ -213,10 +218,13 @@ Status ProtectorImpl::BuildComms(uint64_t epoch) {
     RTFT_RETURN_IF_ERROR(group(".data" + at, me.d, me.data, &data_, o_.backend));
   }
   if (me.data > 1 && o_.enabled) {
-    std::unique_ptr<Communicator> comm;
-    RTFT_RETURN_IF_ERROR(group(grid_.flat() ? ".replica" : ".replica" + at, me.d, me.data, &comm,
-                               CommBackend::kGloo));
-    RTFT_ASSIGN_OR_RETURN(replicator_, Replicator::Start(std::move(comm), l1_.get(), l2_.get()));
+    std::vector<std::unique_ptr<Communicator>> streams(l2_streams_);
+    const std::string name = grid_.flat() ? ".replica" : ".replica" + at;
+    for (int j = 0; j < l2_streams_; ++j)
+      RTFT_RETURN_IF_ERROR(group(j == 0 ? name : name + ".s" + std::to_string(j), me.d, me.data,
+                                 &streams[j], CommBackend::kGloo));
+    RTFT_ASSIGN_OR_RETURN(replicator_, Replicator::Start(std::move(streams), l1_.get(), l2_.get(),
+                                                         replica_counters_));
   }
   return Status::Ok();
 }

@@ -44,7 +44,11 @@ class ProtectorImpl final : public Protector {
   Status EndStep() override;
   StatusOr<uint64_t> Recover() override;
   const RecoveryInfo& last_recovery() const override { return info_; }
-  const ProtectStats& stats() const override { return stats_; }
+  const ProtectStats& stats() const override {
+    stats_.replica_bytes = replica_counters_->bytes;
+    stats_.replica_s = replica_counters_->micros * 1e-6;
+    return stats_;
+  }
   void Pause(bool paused) override { paused_ = paused; }
   Status CheckpointNow() override;
 
@@ -108,7 +112,8 @@ class ProtectorImpl final : public Protector {
   Runtime* rt_;
   ProtectOptions o_;
   milliseconds recovery_timeout_{0};
-  int device_ = 0;  // the CUDA device of the training communicator and step
+  int device_ = 0;      // the CUDA device of the training communicator and step
+  int l2_streams_ = 2;  // RTFT_PROTECT_L2_STREAMS: the replicator's communicators
   std::shared_ptr<StateProvider> state_;
   ResizeState resize_;
   Layout layout_;
@@ -147,7 +152,8 @@ class ProtectorImpl final : public Protector {
   std::optional<FailureEvent> shutdown_event_;  // the last shutdown event (under event_mu_)
 
   RecoveryInfo info_;
-  ProtectStats stats_;
+  mutable ProtectStats stats_;
+  std::shared_ptr<ReplicaCounters> replica_counters_ = std::make_shared<ReplicaCounters>();
 };
 
 }  // namespace rtft::protect

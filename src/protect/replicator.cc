@@ -1,6 +1,7 @@
 #include "protect/replicator.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/fault_point.h"
 
@@ -24,12 +25,27 @@ void Remember(std::vector<uint64_t>* v, uint64_t x) {
 
 }  // namespace
 
-Replicator::Replicator(std::unique_ptr<Communicator> comm, Snapshot* l1, ReplicaStore* l2)
-    : comm_(std::move(comm)), rank_(comm_->rank()), world_(comm_->world_size()), l1_(l1), l2_(l2) {}
+Replicator::Replicator(std::vector<std::unique_ptr<Communicator>> streams, Snapshot* l1,
+                       ReplicaStore* l2)
+    : streams_(std::move(streams)),
+      comm_(streams_[0].get()),
+      rank_(comm_->rank()),
+      world_(comm_->world_size()),
+      l1_(l1),
+      l2_(l2) {}
 
-StatusOr<std::unique_ptr<Replicator>> Replicator::Start(std::unique_ptr<Communicator> comm,
-                                                        Snapshot* l1, ReplicaStore* l2) {
-  std::unique_ptr<Replicator> r(new Replicator(std::move(comm), l1, l2));
+StatusOr<std::unique_ptr<Replicator>> Replicator::Start(
+    std::vector<std::unique_ptr<Communicator>> streams, Snapshot* l1, ReplicaStore* l2,
+    std::shared_ptr<ReplicaCounters> counters) {
+  if (streams.empty() || std::find(streams.begin(), streams.end(), nullptr) != streams.end())
+    return Status::InvalidArgument("the replicator needs at least one communicator");
+  for (const auto& c : streams)
+    if (c->rank() != streams[0]->rank() || c->world_size() != streams[0]->world_size())
+      return Status::InvalidArgument("the replicator's communicators span different ranks");
+  std::unique_ptr<Replicator> r(new Replicator(std::move(streams), l1, l2));
+  r->counters_ = counters ? std::move(counters) : std::make_shared<ReplicaCounters>();
+  if (r->streams_.size() > 1)
+    r->pool_ = std::make_unique<ThreadPool>(static_cast<int>(r->streams_.size() - 1), "rtft-l2");
   RTFT_ASSIGN_OR_RETURN(r->thread_, Thread::Start("rtft-replicator", [p = r.get()] { p->Run(); }));
   return r;
 }
@@ -40,8 +56,12 @@ Replicator::~Replicator() {
     stop_ = true;
   }
   cv_.notify_all();
-  comm_->Abort();
+  AbortAll();
   thread_.Join();
+}
+
+void Replicator::AbortAll() {
+  for (auto& c : streams_) c->Abort();
 }
 
 void Replicator::Expect(uint64_t max_replica_bytes) {
@@ -54,15 +74,19 @@ void Replicator::Submit(uint64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back({step, nullptr, nullptr});
     Remember(&submitted_, step);
+    ++steps_submitted_;
   }
   cv_.notify_all();
 }
 
 Status Replicator::Wait(uint64_t step) {
   std::unique_lock<std::mutex> lock(mu_);
-  // A step this replicator was never given (one of an earlier epoch) has nothing to wait for.
-  if (std::find(submitted_.begin(), submitted_.end(), step) == submitted_.end()) return error_;
+  // A step this replicator was never given (one of an earlier epoch) has no replica of its own
+  // to wait for, but the replicas still in flight read L1 areas the caller may overwrite next:
+  // it waits for every step given so far.
+  const bool given = std::find(submitted_.begin(), submitted_.end(), step) != submitted_.end();
   auto done = [&] {
+    if (!given) return steps_finished_ == steps_submitted_;
     return std::find(done_.begin(), done_.end(), step) != done_.end() ||
            (!done_.empty() && done_.back() > step);
   };
@@ -88,8 +112,9 @@ void Replicator::Finish(const Item& item, const Status& s) {
   if (item.work) {
     *item.result = s;
     ++calls_done_;
-  } else if (s.ok()) {
-    Remember(&done_, item.step);
+  } else {
+    ++steps_finished_;
+    if (s.ok()) Remember(&done_, item.step);
   }
   // A failed exchange leaves the epoch's communicator unusable: the replicator stops there.
   if (!s.ok() && !item.work) error_ = s;
@@ -108,30 +133,32 @@ void Replicator::Run() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status s = RunGuarded(
-        "the replicator", [&] { return item.work ? item.work(comm_.get()) : Exchange(item.step); });
+    const Status s = RunGuarded("the replicator",
+                                [&] { return item.work ? item.work(comm_) : Exchange(item.step); });
     Finish(item, s);
     if (!s.ok() && !item.work) return;
   }
 }
 
-// Rank r sends its replica range of `step` to r + 1 and receives r - 1's. A send completes when
-// its receiver takes it, so even ranks send first and odd ranks receive first: the ring never
-// waits on itself.
+// Rank r sends its replica range of `step` to r + 1 and receives r - 1's: the headers on the first
+// stream, then one stripe on each. A send completes when its receiver takes it, so on each stream
+// one side of every link sends first and the other receives first (even ranks send first on even
+// streams, odd ranks on odd ones): no stream's ring waits on itself, and with two streams or more
+// both directions of a link are busy at once.
 Status Replicator::Exchange(uint64_t step) {
+  const auto begin = std::chrono::steady_clock::now();
   const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
   const Layout& layout = l1_->layout();
   const AreaHeader* area = l1_->header(step);
   const char* mine = l1_->payload(step) + layout.shard_begin;
   // The capture computed the range's checksum as it copied it.
   WireHeader out{step, layout.replica_bytes(area->object_bytes), area->replica_checksum};
+  WireHeader in{};
   auto send = [&]() -> Status {
     FaultPoint("protect.l2.send");
-    RTFT_RETURN_IF_ERROR(comm_->Send(&out, sizeof(out), DType::kUInt8, right));
-    return comm_->Send(mine, out.bytes, DType::kUInt8, right);
+    return comm_->Send(&out, sizeof(out), DType::kUInt8, right);
   };
   auto recv = [&]() -> Status {
-    WireHeader in{};
     RTFT_RETURN_IF_ERROR(comm_->Recv(&in, sizeof(in), DType::kUInt8, left));
     if (in.step != step)
       return Status::DataLoss("rank " + std::to_string(left) + " replicated step " +
@@ -146,16 +173,58 @@ Status Replicator::Exchange(uint64_t step) {
       return Status::DataLoss("rank " + std::to_string(left) + " sent a replica of " +
                               std::to_string(in.bytes) + " bytes, more than its state's " +
                               std::to_string(max_in));
-    RTFT_ASSIGN_OR_RETURN(char* dst, l2_->Prepare(step, in.bytes));
-    RTFT_RETURN_IF_ERROR(comm_->Recv(dst, in.bytes, DType::kUInt8, left));
-    l2_->Seal(step, left, comm_->epoch(), in.bytes, in.checksum);
     return Status::Ok();
   };
   RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? send() : recv());
   RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? recv() : send());
+  RTFT_ASSIGN_OR_RETURN(char* dst, l2_->Prepare(step, in.bytes));
+  std::mutex mu;
+  Status failed;
+  auto stripe = [&](size_t j) {
+    const Status s =
+        RunGuarded("an L2 stripe", [&] { return Stripe(j, mine, out.bytes, dst, in.bytes); });
+    if (s.ok()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failed.ok()) failed = s;
+    }
+    AbortAll();  // the other stripes wait for peers that will not come: they return
+  };
+  if (pool_) {
+    pool_->ParallelFor(streams_.size(), stripe);
+  } else {
+    stripe(0);
+  }
+  RTFT_RETURN_IF_ERROR(failed);
+  l2_->Seal(step, left, comm_->epoch(), in.bytes, in.checksum);
   // Every rank has now sealed its neighbour's replica of `step`: only from here on may a rank's
   // next capture drop step - 1 from its snapshot (docs/protect.md, "Why the barrier").
-  return comm_->Barrier();
+  RTFT_RETURN_IF_ERROR(comm_->Barrier());
+  counters_->bytes += out.bytes + in.bytes;
+  counters_->micros += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - begin)
+                                                 .count());
+  return Status::Ok();
+}
+
+Status Replicator::Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv,
+                          uint64_t recv_bytes) {
+  const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
+  const size_t k = streams_.size();
+  // Stripe j of n bytes: [j * per, (j + 1) * per), per rounded up to whole pages.
+  auto cut = [&](uint64_t n) {
+    const uint64_t per = ((n + k - 1) / k + kAlign - 1) / kAlign * kAlign;
+    const uint64_t begin = std::min<uint64_t>(n, j * per);
+    return std::make_pair(begin, std::min<uint64_t>(n, begin + per) - begin);
+  };
+  const auto [out_at, out_n] = cut(send_bytes);
+  const auto [in_at, in_n] = cut(recv_bytes);
+  Communicator* c = streams_[j].get();
+  auto tx = [&] { return c->Send(send + out_at, out_n, DType::kUInt8, right); };
+  auto rx = [&] { return c->Recv(recv + in_at, in_n, DType::kUInt8, left); };
+  const bool send_first = (rank_ % 2 == 0) == (j % 2 == 0);
+  RTFT_RETURN_IF_ERROR(send_first ? tx() : rx());
+  return send_first ? rx() : tx();
 }
 
 }  // namespace rtft::protect

@@ -1,11 +1,14 @@
 // L2's sender and receiver for one epoch (docs/protect.md, "Levels"): after the L1 capture of a
-// step, its replica range goes to rank + 1 over a communicator of the replicator's own, and rank
+// step, its replica range goes to rank + 1 over communicators of the replicator's own, and rank
 // - 1's comes into the ReplicaStore; then every rank meets in a barrier, so that once Wait(step)
-// returns every rank's replica of `step` is sealed at its holder. The communicator belongs to the
-// replicator's thread alone: recovery and the shrink run their transfers through Call(), in the
-// same queue.
+// returns every rank's replica of `step` is sealed at its holder. With several communicators
+// (streams) the range is cut into one stripe per stream, each sent and received on a thread of
+// its own, half of them sending first and half receiving first, so that both directions of every
+// link carry data at once. The communicators belong to the replicator's threads alone: recovery
+// and the shrink run their transfers through Call(), on the first, in the same queue.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -14,18 +17,27 @@
 #include <vector>
 
 #include "core/thread.h"
+#include "core/thread_pool.h"
 #include "protect/replica_store.h"
 #include "protect/snapshot.h"
 #include "rtft/comm.h"
 
 namespace rtft::protect {
 
+// What the exchanges moved and how long they took, summed over the replicators of every epoch.
+struct ReplicaCounters {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> micros{0};
+};
+
 class Replicator {
  public:
   using Work = std::function<Status(Communicator*)>;
-  static StatusOr<std::unique_ptr<Replicator>> Start(std::unique_ptr<Communicator> comm,
-                                                     Snapshot* l1, ReplicaStore* l2);
-  // Aborts the communicator (a transfer in flight waits for a peer) and joins the thread.
+  // One communicator per stream, all over the same ranks (at least one).
+  static StatusOr<std::unique_ptr<Replicator>> Start(
+      std::vector<std::unique_ptr<Communicator>> streams, Snapshot* l1, ReplicaStore* l2,
+      std::shared_ptr<ReplicaCounters> counters = nullptr);
+  // Aborts the communicators (a transfer in flight waits for a peer) and joins the threads.
   ~Replicator();
 
   // The most bytes a replica from the left neighbour may hold (its shards, from the shard table,
@@ -33,8 +45,8 @@ class Replicator {
   void Expect(uint64_t max_replica_bytes);
   // Replicates the snapshot of `step` (once its capture is complete).
   void Submit(uint64_t step);
-  // Until the exchange of `step` is over (or the replicator failed); at once for a step it was
-  // never given.
+  // Until the exchange of `step` is over (or the replicator failed); for a step it was never
+  // given, until every exchange given so far is over (they read L1 areas the caller may reuse).
   Status Wait(uint64_t step);
   // Runs `work` on the replicator's thread after everything queued before it, and returns its
   // status; the replicator's error instead once it failed.
@@ -49,12 +61,19 @@ class Replicator {
     Work work;  // empty: replicate `step`
     std::shared_ptr<Status> result;
   };
-  Replicator(std::unique_ptr<Communicator> comm, Snapshot* l1, ReplicaStore* l2);
+  Replicator(std::vector<std::unique_ptr<Communicator>> streams, Snapshot* l1, ReplicaStore* l2);
   void Run();
   void Finish(const Item& item, const Status& s);
   Status Exchange(uint64_t step);
+  // Stripe `j` of the `send_bytes` at `send` to the right and of the `recv_bytes` into `recv` from
+  // the left, on stream j.
+  Status Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv, uint64_t recv_bytes);
+  void AbortAll();
 
-  std::unique_ptr<Communicator> comm_;
+  std::vector<std::unique_ptr<Communicator>> streams_;
+  Communicator* comm_;                // streams_[0]: headers, the barrier, Call()
+  std::unique_ptr<ThreadPool> pool_;  // the other streams' threads
+  std::shared_ptr<ReplicaCounters> counters_;
   const int rank_, world_;
   Snapshot* l1_;
   ReplicaStore* l2_;
@@ -63,6 +82,7 @@ class Replicator {
   std::deque<Item> queue_;
   std::vector<uint64_t> done_, submitted_;
   size_t calls_done_ = 0, calls_queued_ = 0;
+  size_t steps_submitted_ = 0, steps_finished_ = 0;  // replicas given, and ended either way
   uint64_t max_in_ = 0;
   Status error_;
   bool stop_ = false;

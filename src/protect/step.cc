@@ -27,9 +27,11 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   // The first step that is not protected waits too: the replica of the last protected step is
   // then sealed before the state changes, and its cost stays with the protected steps.
   const auto begin = std::chrono::steady_clock::now();
-  if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
-  // The last capture's checksums (the fence let the step go on once its state was copied).
+  // The last capture's checksums first (the fence let the step go on once its state was
+  // copied): the capture hands its step to the replicator only when it is sealed, and waiting
+  // for a replica the replicator was not yet given would not wait at all.
   RTFT_RETURN_IF_ERROR(capture_->Wait());
+  if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
   const double replica_wait = Seconds(std::chrono::steady_clock::now() - begin);
   step_ = step;
   phase_ = Phase::kInStep;

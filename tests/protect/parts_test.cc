@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -121,9 +122,13 @@ TEST_F(DirTest, TheCaptureWorkerCapturesOnItsThreadAndHandsTheStepOn) {
   EXPECT_TRUE((*c)->Wait().code() == StatusCode::kInternal);  // kept until the next Begin
 }
 
-// Three ranks replicating one step around the ring: each holds its left neighbour's replica.
-TEST_F(DirTest, TheReplicatorSendsEachReplicaToTheRightNeighbourAndRunsCallsInOrder) {
-  const int n = 3;
+// Three ranks replicating one step around the ring, over `streams` connections per neighbour (the
+// replica cut into stripes, one per stream): each holds its left neighbour's replica, byte for
+// byte.
+class ReplicatorTest : public DirTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ReplicatorTest, EachReplicaReachesTheRightNeighbourAndCallsRunInOrder) {
+  const int n = 3, streams = GetParam();
   auto store = NewLocalCommStore();
   std::vector<std::vector<float>> params(n, std::vector<float>(777)), shards(n);
   std::vector<Layout> layouts(n);
@@ -132,36 +137,36 @@ TEST_F(DirTest, TheReplicatorSendsEachReplicaToTheRightNeighbourAndRunsCallsInOr
   std::vector<std::unique_ptr<Replicator>> reps(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
-    layouts[r] = *Layout::Build(State(&params[r], &shards[r], n, r), 4096);
+    // A shard of a few pages, its values distinct per rank and element: stripes end mid-shard.
+    layouts[r] = *Layout::Build(State(&params[r], &shards[r], n, r, 12345), 4096);
+    for (size_t i = 0; i < shards[r].size(); ++i) shards[r][i] = float(r * 100000 + i);
     l1[r] = std::move(*Snapshot::Open(Dir(r), layouts[r]));
     l2[r] = std::move(*ReplicaStore::Open(Dir(r)));
     ASSERT_TRUE(l1[r]->Capture(3, 1, r, n, "objects").ok());
   }
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      CommOptions o;
-      o.rank = r;
-      o.world_size = n;
-      o.epoch = 1;
-      o.name = "replica-test";
-      o.store = store.get();
-      o.host = "127.0.0.1";
-      auto comm = Communicator::Create(o);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      reps[r] = std::move(*Replicator::Start(std::move(*comm), l1[r].get(), l2[r].get()));
-    });
-  for (auto& t : threads) t.join();
-  threads.clear();
-  for (int r = 0; r < n; ++r) {
-    reps[r]->Expect(layouts[(r + n - 1) % n].replica_bytes(layouts[0].object_capacity));
-    reps[r]->Submit(3);
-  }
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      EXPECT_TRUE(reps[r]->Wait(3).ok());
+      std::vector<std::unique_ptr<Communicator>> comms;
+      for (int j = 0; j < streams; ++j) {
+        CommOptions o;
+        o.rank = r;
+        o.world_size = n;
+        o.epoch = 1;
+        o.name = "replica-test.s" + std::to_string(j);
+        o.store = store.get();
+        o.host = "127.0.0.1";
+        auto comm = Communicator::Create(o);
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        comms.push_back(std::move(*comm));
+      }
+      reps[r] = std::move(*Replicator::Start(std::move(comms), l1[r].get(), l2[r].get()));
+      const int left = (r + n - 1) % n;
+      reps[r]->Expect(layouts[left].replica_bytes(layouts[left].object_capacity));
+      reps[r]->Submit(3);
+      ASSERT_TRUE(reps[r]->Wait(3).ok());
       // A call runs on the replicator's thread, after the exchange.
       std::thread::id ran;
-      EXPECT_TRUE(reps[r]
+      ASSERT_TRUE(reps[r]
                       ->Call([&](Communicator* c) {
                         ran = std::this_thread::get_id();
                         return c->Barrier();
@@ -174,11 +179,19 @@ TEST_F(DirTest, TheReplicatorSendsEachReplicaToTheRightNeighbourAndRunsCallsInOr
     const int left = (r + n - 1) % n;
     auto held = l2[r]->Find(left, 3);
     ASSERT_TRUE(held.has_value()) << "rank " << r;
-    EXPECT_EQ(held->bytes, layouts[left].replica_bytes(7));
-    const float* first = reinterpret_cast<const float*>(l2[r]->Data(3));
-    EXPECT_EQ(first[0], float(left + 1));  // the left neighbour's shard
+    const size_t bytes = layouts[left].replica_bytes(7);
+    ASSERT_EQ(held->bytes, bytes);
+    EXPECT_EQ(std::memcmp(l2[r]->Data(3), l1[left]->payload(3) + layouts[left].shard_begin, bytes),
+              0)
+        << "rank " << r;
   }
   reps.clear();  // aborts and joins
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, ReplicatorTest, ::testing::Values(1, 2, 3));
+
+TEST(ReplicatorStart, RefusesNoCommunicator) {
+  EXPECT_EQ(Replicator::Start({}, nullptr, nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(DirTest, AReplicaLargerThanTheNeighboursStateIsRefusedBeforeItIsReceived) {
@@ -201,8 +214,9 @@ TEST_F(DirTest, AReplicaLargerThanTheNeighboursStateIsRefusedBeforeItIsReceived)
       o.name = "replica-limit";
       o.store = store.get();
       o.host = "127.0.0.1";
-      reps[r] = std::move(
-          *Replicator::Start(std::move(*Communicator::Create(o)), l1[r].get(), l2[r].get()));
+      std::vector<std::unique_ptr<Communicator>> comms;
+      comms.push_back(std::move(*Communicator::Create(o)));
+      reps[r] = std::move(*Replicator::Start(std::move(comms), l1[r].get(), l2[r].get()));
       // Rank 1 expects far less than rank 0 sends.
       reps[r]->Expect(r == 1 ? 16 : layout.replica_bytes(layout.object_capacity));
       reps[r]->Submit(1);
