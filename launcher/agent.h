@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "control/agent_client.h"
-#include "control/local_link.h"
+#include "control/agent/agent_client.h"
+#include "control/link/local_link.h"
 #include "core/thread.h"
 #include "launcher/bootstrap.h"
 #include "launcher/child_process.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "control/coordinator.h"
-#include "control/keys.h"
+#include "control/coordinator/coordinator.h"
+#include "control/wire/keys.h"
 #include "launcher/launch_env.h"
 #include "launcher/launch_options.h"
 #include "rtft/status.h"

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "control/types.h"
+#include "control/wire/types.h"
 #include "launcher/child_process.h"
 #include "rtft/status.h"
 

@@ -15,7 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "control/keys.h"
+#include "control/wire/keys.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "launcher/agent.h"

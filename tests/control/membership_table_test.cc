@@ -1,7 +1,7 @@
 // The coordinator's decisions without sockets: classification, spares, policies, job end.
 #include <gtest/gtest.h>
 
-#include "control/membership_table.h"
+#include "control/coordinator/membership_table.h"
 
 namespace rtft::control {
 namespace {

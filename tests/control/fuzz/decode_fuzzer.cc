@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string>
 
-#include "control/codec.h"
-#include "control/messages.h"
+#include "control/wire/codec.h"
+#include "control/wire/messages.h"
 
 namespace {
 

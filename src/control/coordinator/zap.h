@@ -2,17 +2,19 @@
 // the job's client key, and a socket monitor whose events feed the connection guard
 // (connection_guard.h): it caps connections still in their handshake and logs failed handshakes
 // (wrong server key, garbage on the port) with the peer's address. Both run on the coordinator's
-// thread; it polls them with its router. Refusals are logged at most ten lines a second.
+// event loop, beside its router. Refusals are logged at most ten lines a second.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <zmq.hpp>
 
-#include "control/connection_guard.h"
+#include "control/coordinator/connection_guard.h"
+#include "control/net/event_loop.h"
 #include "rtft/status.h"
 
 namespace rtft::control {
@@ -25,10 +27,9 @@ class ZapHandler {
                                                       const ConnectionGuardOptions& guard);
   // Watches `socket`'s handshakes; call before it binds.
   Status Monitor(zmq::socket_t& socket);
-  void AddPollItems(std::vector<zmq::pollitem_t>* items);
-  // Answers the ZAP requests and monitor events flagged in items[first..]; returns how many
-  // peers were refused.
-  uint64_t Service(const std::vector<zmq::pollitem_t>& items, size_t first);
+  // Polls the ZAP socket and the monitor on `loop`, whose thread then answers the ZAP requests
+  // and reads the monitor's events; `on_refused` gets the number of peers each batch refused.
+  void Attach(EventLoop* loop, std::function<void(uint64_t refused)> on_refused);
   // Connections closed because too many were in their handshake.
   uint64_t closed_over_cap() const { return guard_.closed_over_cap(); }
 

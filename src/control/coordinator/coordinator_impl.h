@@ -14,12 +14,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "control/coordinator.h"
-#include "control/kv_store.h"
-#include "control/membership_table.h"
-#include "control/messages.h"
-#include "control/zap.h"
-#include "control/zmq_util.h"
+#include "control/coordinator/coordinator.h"
+#include "control/coordinator/kv_store.h"
+#include "control/coordinator/membership_table.h"
+#include "control/coordinator/zap.h"
+#include "control/net/event_loop.h"
+#include "control/net/zmq_util.h"
+#include "control/wire/messages.h"
 #include "core/thread.h"
 
 namespace rtft::control {
@@ -45,11 +46,7 @@ class CoordinatorImpl final : public Coordinator {
         table_({o.slots, o.spares, o.max_restarts_per_slot, o.on_spares_exhausted}),
         slots_(o.slots) {}
 
-  ~CoordinatorImpl() override {
-    stop_ = true;
-    waker_.Notify();
-    thread_.Join();
-  }
+  ~CoordinatorImpl() override { loop_.reset(); }
 
   Status Init();
   std::string endpoint() const override { return endpoint_; }
@@ -77,10 +74,12 @@ class CoordinatorImpl final : public Coordinator {
   }
 
  private:
-  void Run();
+  // On the loop's thread.
+  SteadyClock::time_point OnTimer(SteadyClock::time_point now);
   void Tick(SteadyClock::time_point now);
-  bool HandleRouter();  // false when nothing was waiting
+  void OnRejected(const std::string& peer, const std::string& why);
   void Reject(const std::string& why);
+  bool Send(const std::string& peer, MsgType type, const nlohmann::json& body);
   void Dispatch(const std::string& peer, const Message& msg);
   void OnHello(const std::string& peer, const nlohmann::json& b);
   void OnHeartbeat(SlotId slot, const std::string& peer, const nlohmann::json& b);
@@ -104,13 +103,12 @@ class CoordinatorImpl final : public Coordinator {
   std::string heartbeat_ack_;  // encoded once per epoch
   LogLimiter log_limit_;
 
+  SteadyClock::time_point next_tick_{};
+  std::chrono::milliseconds tick_{100};
+
   zmq::context_t ctx_;
-  zmq::socket_t router_;
   std::unique_ptr<ZapHandler> zap_;
   std::string endpoint_;
-  Waker waker_;
-  std::atomic<bool> stop_{false};
-  Thread thread_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -118,6 +116,9 @@ class CoordinatorImpl final : public Coordinator {
   CoordinatorStats stats_;
   std::optional<int> job_code_;
   Status error_;  // what ended the thread
+
+  EventLoop::SocketId router_ = 0;
+  std::unique_ptr<EventLoop> loop_;  // last: its thread uses every member above
 };
 
 }  // namespace rtft::control

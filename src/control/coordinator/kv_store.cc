@@ -1,4 +1,4 @@
-#include "control/kv_store.h"
+#include "control/coordinator/kv_store.h"
 
 namespace rtft::control {
 

@@ -1,11 +1,11 @@
-#include "control/codec.h"
+#include "control/wire/codec.h"
 
 #include <cstring>
 #include <exception>
 #include <limits>
 #include <set>
 
-#include "control/messages.h"
+#include "control/wire/messages.h"
 
 namespace rtft::control {
 namespace {

@@ -1,6 +1,6 @@
 // The coordinator's handlers of incoming messages (docs/control-protocol.md); they run on the
 // coordinator's thread.
-#include "control/coordinator_impl.h"
+#include "control/coordinator/coordinator_impl.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -22,23 +22,9 @@ void CoordinatorImpl::Reject(const std::string& why) {
   }
 }
 
-bool CoordinatorImpl::HandleRouter() {
-  auto frames = RecvFrames(router_);
-  if (!frames) return false;
-  if (frames->size() != 2) {
-    Reject(std::to_string(frames->size()) + " frames instead of 2");
-    return true;
-  }
-  const std::string peer = (*frames)[0].to_string();
-  auto msg = DecodeMessage((*frames)[1].data(), (*frames)[1].size());
-  if (!msg.ok()) {
-    auto it = by_peer_.find(peer);
-    Reject(msg.status().message() +
-           (it != by_peer_.end() ? " (from slot " + std::to_string(it->second) + ")" : ""));
-    return true;
-  }
-  Dispatch(peer, *msg);
-  return true;
+void CoordinatorImpl::OnRejected(const std::string& peer, const std::string& why) {
+  auto it = by_peer_.find(peer);
+  Reject(why + (it != by_peer_.end() ? " (from slot " + std::to_string(it->second) + ")" : ""));
 }
 
 void CoordinatorImpl::Dispatch(const std::string& peer, const Message& msg) {
@@ -127,8 +113,7 @@ void CoordinatorImpl::OnHeartbeat(SlotId slot, const std::string& peer, const js
   }
   // Acks only when asked (a few times per coordinator timeout): they are half the traffic.
   if (b.contains("ack") && b["ack"].get<bool>()) {
-    std::string copy = peer;
-    SendRaw(router_, &copy, heartbeat_ack_);
+    loop_->SendNow(router_, peer, heartbeat_ack_);
   }
 }
 
@@ -138,7 +123,7 @@ void CoordinatorImpl::OnKvPut(const std::string& peer, const json& b) {
   if (!ready.ok()) return Ack(peer, b, ready.status());
   Ack(peer, b, Status::Ok());
   const std::string value = BytesFrom(b["value"]);
-  for (auto& w : *ready) SendTo(router_, &w.peer, MsgType::kKvValue, KvValueBody(w.req, value));
+  for (auto& w : *ready) Send(w.peer, MsgType::kKvValue, KvValueBody(w.req, value));
 }
 
 void CoordinatorImpl::OnKvGet(const std::string& peer, const json& b) {
@@ -146,17 +131,15 @@ void CoordinatorImpl::OnKvGet(const std::string& peer, const json& b) {
   KvWaiter w{peer, b["req"].get<uint64_t>(), b["key"].get<std::string>(),
              SteadyClock::now() + milliseconds(b["tmo"].get<int64_t>())};
   auto got = kv_.Get(w);
-  std::string copy = peer;
   if (!got.ok()) {
-    SendTo(router_, &copy, MsgType::kKvValue, KvValueBody(w.req, got.status()));
+    Send(peer, MsgType::kKvValue, KvValueBody(w.req, got.status()));
   } else if (got->has_value()) {
-    SendTo(router_, &copy, MsgType::kKvValue, KvValueBody(w.req, **got));
+    Send(peer, MsgType::kKvValue, KvValueBody(w.req, **got));
   }
 }
 
 void CoordinatorImpl::Ack(const std::string& peer, const json& b, const Status& status) {
-  std::string copy = peer;
-  SendTo(router_, &copy, MsgType::kAck, AckBody(b["req"].get<uint64_t>(), status));
+  Send(peer, MsgType::kAck, AckBody(b["req"].get<uint64_t>(), status));
 }
 
 void CoordinatorImpl::SendCurrent(SlotId slot) {
@@ -166,7 +149,7 @@ void CoordinatorImpl::SendCurrent(SlotId slot) {
     e.type = ControlEvent::Type::kShutdown;
     e.reason = "slot " + std::to_string(slot) + " was retired";
   }
-  SendTo(router_, &slots_[slot].peer, MsgType::kEvent, EventBody(e));
+  Send(slots_[slot].peer, MsgType::kEvent, EventBody(e));
 }
 
 }  // namespace rtft::control

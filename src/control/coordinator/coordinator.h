@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "control/keys.h"
-#include "control/types.h"
+#include "control/wire/keys.h"
+#include "control/wire/types.h"
 #include "rtft/status.h"
 
 namespace rtft::control {

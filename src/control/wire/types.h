@@ -68,6 +68,49 @@ struct Membership {
 LogicalRank RankOfSlot(const Membership& m, SlotId slot);
 Role RoleOfSlot(const Membership& m, SlotId slot);
 
+struct AgentInfo {
+  SlotId slot = -1;
+  std::string host;
+  int32_t pid = 0;
+};
+
+struct Assignment {
+  Role role = Role::kSpare;
+  LogicalRank rank = kNoRank;
+  uint64_t epoch = 0;
+  int32_t world_size = 0;
+};
+
+struct ControlEvent {
+  enum class Type : uint8_t {
+    kEpochChange = 0,  // membership changed; this slot's assignment may have changed too
+    kShutdown = 1,     // the job is over (or must checkpoint and exit): stop the application
+  };
+  Type type = Type::kEpochChange;
+  Membership membership;
+  std::vector<LogicalRank> failed_ranks;
+  std::string reason;
+  Assignment assignment;          // this slot's assignment in the new epoch
+  bool checkpoint_first = false;  // kShutdown under checkpoint-and-exit
+  int32_t exit_code = 0;          // kShutdown: the job's exit code
+};
+
+// Runtime → agent.
+struct RuntimeReport {
+  enum class Type : uint8_t {
+    kProgress = 0,
+    kDeviceError = 1,
+    kDetach = 2,
+    kKvPut = 3,
+    kKvGet = 4
+  };
+  Type type = Type::kProgress;
+  uint64_t step = 0;
+  std::string detail;      // device error text
+  std::string key, value;  // KV requests
+  int64_t timeout_ms = 0;  // kKvGet
+};
+
 // Wire limits (docs/control-protocol.md).
 constexpr int32_t kMaxSlots = 65536;
 

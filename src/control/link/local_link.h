@@ -10,26 +10,10 @@
 #include <optional>
 #include <string>
 
-#include "control/agent_client.h"
+#include "control/wire/types.h"
 #include "rtft/status.h"
 
 namespace rtft::control {
-
-// Runtime → agent.
-struct RuntimeReport {
-  enum class Type : uint8_t {
-    kProgress = 0,
-    kDeviceError = 1,
-    kDetach = 2,
-    kKvPut = 3,
-    kKvGet = 4
-  };
-  Type type = Type::kProgress;
-  uint64_t step = 0;
-  std::string detail;      // device error text
-  std::string key, value;  // KV requests
-  int64_t timeout_ms = 0;  // kKvGet
-};
 
 // A fresh private directory for the link's socket: mkdtemp under $TMPDIR (or /tmp), mode 0700,
 // named rtft-agent-<pid>-XXXXXX; directories left there by agents whose pid is gone are removed.

@@ -1,4 +1,4 @@
-#include "control/local_link.h"
+#include "control/link/local_link.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -13,8 +13,8 @@
 #include <map>
 #include <mutex>
 
-#include "control/messages.h"
-#include "control/socket_pump.h"
+#include "control/net/event_loop.h"
+#include "control/wire/messages.h"
 #include "core/host_env.h"
 #include "core/logging.h"
 
@@ -45,11 +45,19 @@ zmq::socket_t MakeSocket(zmq::context_t& ctx, zmq::socket_type type) {
   return s;
 }
 
+// Each end of the link runs one event loop (net/event_loop.h) with its one socket.
+EventLoop::Options LinkLoopOptions() {
+  EventLoop::Options o;
+  o.thread_name = "rtft-link";
+  o.what = "the local link's thread";
+  return o;
+}
+
 class LocalServerImpl final : public LocalServer {
  public:
   explicit LocalServerImpl(std::string path) : path_(std::move(path)), ctx_(1) {}
   ~LocalServerImpl() override {
-    pump_.reset();
+    loop_.reset();
     ::unlink(path_.c_str());
   }
 
@@ -58,19 +66,20 @@ class LocalServerImpl final : public LocalServer {
       ::unlink(path_.c_str());  // a stale socket of a previous agent
       zmq::socket_t s = MakeSocket(ctx_, zmq::socket_type::router);
       s.bind("ipc://" + path_);
-      pump_ = std::make_unique<SocketPump>(
-          &ctx_, std::move(s), true,
+      loop_ = std::make_unique<EventLoop>(LinkLoopOptions());
+      socket_ = loop_->AddSocket(
+          std::move(s), true, "local link",
           [this](const std::string& peer, Message m) { OnMessage(peer, std::move(m)); });
     } catch (const zmq::error_t& e) {
       return Status::Unavailable("binding ipc://" + path_ + ": " + e.what());
     }
-    return Status::Ok();
+    return loop_->Start();
   }
 
   const std::string& path() const override { return path_; }
 
   StatusOr<int32_t> WaitAttach(milliseconds timeout) override {
-    RTFT_RETURN_IF_ERROR(pump_->error());
+    RTFT_RETURN_IF_ERROR(loop_->error());
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !attaches_.empty(); }))
       return Status::DeadlineExceeded("no application attached to " + path_ + " within " +
@@ -91,7 +100,7 @@ class LocalServerImpl final : public LocalServer {
   }
 
   StatusOr<std::optional<RuntimeReport>> PollReport(milliseconds timeout) override {
-    RTFT_RETURN_IF_ERROR(pump_->error());
+    RTFT_RETURN_IF_ERROR(loop_->error());
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, timeout, [&] { return !reports_.empty(); });
     if (reports_.empty()) return std::optional<RuntimeReport>();
@@ -108,7 +117,7 @@ class LocalServerImpl final : public LocalServer {
       if (peer_.empty()) return Status::FailedPrecondition("no application attached to " + path_);
       peer = peer_;
     }
-    return pump_->Send(peer, type, body);
+    return loop_->Post(socket_, peer, type, body);
   }
 
   void OnMessage(const std::string& peer, Message m) {
@@ -134,31 +143,35 @@ class LocalServerImpl final : public LocalServer {
   std::string peer_;
   std::deque<int32_t> attaches_;
   std::deque<RuntimeReport> reports_;
-  std::unique_ptr<SocketPump> pump_;  // last: its thread calls OnMessage
+  EventLoop::SocketId socket_ = 0;
+  std::unique_ptr<EventLoop> loop_;  // last: its thread calls OnMessage
 };
 
 class LocalClientImpl final : public LocalClient {
  public:
   explicit LocalClientImpl(std::string path) : path_(std::move(path)), ctx_(1) {}
-  ~LocalClientImpl() override { pump_.reset(); }
+  ~LocalClientImpl() override { loop_.reset(); }
 
   Status Init() {
     try {
       zmq::socket_t s = MakeSocket(ctx_, zmq::socket_type::dealer);
       s.connect("ipc://" + path_);
-      pump_ = std::make_unique<SocketPump>(
-          &ctx_, std::move(s), false,
-          [this](const std::string&, Message m) { OnMessage(std::move(m)); });
+      loop_ = std::make_unique<EventLoop>(LinkLoopOptions());
+      socket_ =
+          loop_->AddSocket(std::move(s), false, "local link",
+                           [this](const std::string&, Message m) { OnMessage(std::move(m)); });
     } catch (const zmq::error_t& e) {
       return Status::Unavailable("connecting ipc://" + path_ + ": " + e.what());
     }
-    return Status::Ok();
+    return loop_->Start();
   }
 
-  Status Attach(int32_t pid) override { return pump_->Send("", MsgType::kAttach, AttachBody(pid)); }
+  Status Attach(int32_t pid) override {
+    return loop_->Post(socket_, "", MsgType::kAttach, AttachBody(pid));
+  }
 
   StatusOr<Assignment> WaitAssignment(milliseconds timeout) override {
-    RTFT_RETURN_IF_ERROR(pump_->error());
+    RTFT_RETURN_IF_ERROR(loop_->error());
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !assignments_.empty(); }))
       return Status::DeadlineExceeded("no assignment from the agent within " +
@@ -169,7 +182,7 @@ class LocalClientImpl final : public LocalClient {
   }
 
   StatusOr<std::optional<ControlEvent>> PollEvent(milliseconds timeout) override {
-    RTFT_RETURN_IF_ERROR(pump_->error());
+    RTFT_RETURN_IF_ERROR(loop_->error());
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
     if (events_.empty()) return std::optional<ControlEvent>();
@@ -179,7 +192,7 @@ class LocalClientImpl final : public LocalClient {
   }
 
   Status Report(const RuntimeReport& report) override {
-    return pump_->Send("", MsgType::kReport, ReportBody(report));
+    return loop_->Post(socket_, "", MsgType::kReport, ReportBody(report));
   }
 
   Status KvPut(const std::string& key, const std::string& value) override {
@@ -242,7 +255,8 @@ class LocalClientImpl final : public LocalClient {
   std::deque<Assignment> assignments_;
   std::deque<ControlEvent> events_;
   std::map<std::string, std::deque<StatusOr<std::string>>> kv_replies_;
-  std::unique_ptr<SocketPump> pump_;
+  EventLoop::SocketId socket_ = 0;
+  std::unique_ptr<EventLoop> loop_;  // last: its thread calls OnMessage
 };
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "control/agent_client.h"
-#include "control/types.h"
+#include "control/agent/agent_client.h"
+#include "control/wire/types.h"
 
 namespace rtft::control {
 

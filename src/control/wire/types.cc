@@ -1,4 +1,4 @@
-#include "control/types.h"
+#include "control/wire/types.h"
 
 #include <algorithm>
 

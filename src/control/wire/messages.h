@@ -1,5 +1,5 @@
 // The control-plane messages (docs/control-protocol.md): their types, schemas, and conversions
-// between the domain structs (types.h, agent_client.h, local_link.h) and message bodies.
+// between the domain structs (types.h) and message bodies.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "control/agent_client.h"
-#include "control/codec.h"
-#include "control/local_link.h"
-#include "control/types.h"
+#include "control/wire/codec.h"
+#include "control/wire/types.h"
 
 namespace rtft::control {
 

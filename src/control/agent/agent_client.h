@@ -11,38 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "control/keys.h"
-#include "control/types.h"
+#include "control/wire/keys.h"
+#include "control/wire/types.h"
 #include "rtft/status.h"
 
 namespace rtft::control {
-
-struct AgentInfo {
-  SlotId slot = -1;
-  std::string host;
-  int32_t pid = 0;
-};
-
-struct Assignment {
-  Role role = Role::kSpare;
-  LogicalRank rank = kNoRank;
-  uint64_t epoch = 0;
-  int32_t world_size = 0;
-};
-
-struct ControlEvent {
-  enum class Type : uint8_t {
-    kEpochChange = 0,  // membership changed; this slot's assignment may have changed too
-    kShutdown = 1,     // the job is over (or must checkpoint and exit): stop the application
-  };
-  Type type = Type::kEpochChange;
-  Membership membership;
-  std::vector<LogicalRank> failed_ranks;
-  std::string reason;
-  Assignment assignment;          // this slot's assignment in the new epoch
-  bool checkpoint_first = false;  // kShutdown under checkpoint-and-exit
-  int32_t exit_code = 0;          // kShutdown: the job's exit code
-};
 
 // Defaults of AgentClientOptions from RTFT_CTRL_REQUEST_TIMEOUT_MS and
 // RTFT_CTRL_COORDINATOR_TIMEOUT_MS (malformed values fall back to 5 s, with a warning).

@@ -1,4 +1,4 @@
-#include "control/agent_client.h"
+#include "control/agent/agent_client.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -7,8 +7,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "control/messages.h"
-#include "control/zmq_util.h"
+#include "control/net/event_loop.h"
+#include "control/net/zmq_util.h"
+#include "control/wire/messages.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/thread.h"
@@ -22,34 +23,37 @@ using std::chrono::milliseconds;
 class AgentClientImpl final : public AgentClient {
  public:
   explicit AgentClientImpl(const AgentClientOptions& o) : options_(o), ctx_(1) {}
-  ~AgentClientImpl() override {
-    stop_ = true;
-    waker_.Notify();
-    thread_.Join();
-    socket_.set(zmq::sockopt::linger, 0);
-  }
+  ~AgentClientImpl() override { loop_.reset(); }
 
   Status Init() {
+    EventLoop::Options lo;
+    lo.thread_name = "rtft-agent-ctl";
+    lo.what = "the agent client's thread";
+    lo.max_wait = milliseconds(100);
+    lo.fault_point = options_.fault_point;
+    // Nothing reaches the coordinator any more: every call says why from now on.
+    lo.on_error = [this](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lost_.ok()) lost_ = s;
+      cv_.notify_all();
+    };
+    loop_ = std::make_unique<EventLoop>(std::move(lo));
     try {
       ctx_.set(zmq::ctxopt::max_sockets, 16);
-      socket_ = zmq::socket_t(ctx_, zmq::socket_type::dealer);
-      ConfigureSocket(socket_);
-      MakeCurveClient(socket_, options_.keys);
-      socket_.connect(options_.endpoint);
+      zmq::socket_t socket(ctx_, zmq::socket_type::dealer);
+      ConfigureSocket(socket);
+      MakeCurveClient(socket, options_.keys);
+      socket.connect(options_.endpoint);
+      socket_ = loop_->AddSocket(
+          std::move(socket), false, "coordinator connection",
+          [this](const std::string&, Message m) { OnMessage(std::move(m)); },
+          [this](const std::string&, const std::string& why) { OnReject(why); });
     } catch (const zmq::error_t& e) {
       return Status::InvalidArgument("connecting to coordinator " + options_.endpoint + ": " +
                                      e.what());
     }
-    RTFT_ASSIGN_OR_RETURN(thread_, Thread::Start("rtft-agent-ctl", [this] {
-                            Status s = RunGuarded("the agent client's thread", [this] { Run(); });
-                            if (s.ok()) return;
-                            // Nothing reaches the coordinator any more: every call says why from
-                            // now on.
-                            std::lock_guard<std::mutex> lock(mu_);
-                            if (lost_.ok()) lost_ = s;
-                            cv_.notify_all();
-                          }));
-    return Status::Ok();
+    loop_->SetTimer([this](SteadyClock::time_point now) { return OnTimer(now); });
+    return loop_->Start();
   }
 
   StatusOr<Assignment> Join(milliseconds timeout) override;
@@ -97,29 +101,33 @@ class AgentClientImpl final : public AgentClient {
   }
 
  private:
-  void Run();
+  // On the loop's thread.
+  void OnMessage(Message msg);
+  void OnReject(const std::string& why);
+  SteadyClock::time_point OnTimer(SteadyClock::time_point now);
   void Post(MsgType type, const json& body);
   StatusOr<json> Request(uint64_t req, MsgType type, const json& body, milliseconds timeout);
 
   const AgentClientOptions options_;
   zmq::context_t ctx_;
-  zmq::socket_t socket_;
-  Waker waker_;
-  Thread thread_;
-  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> step_{0};
   std::atomic<uint64_t> next_req_{1};
+  // The loop's own state.
   LogLimiter log_limit_;
+  SteadyClock::time_point next_beat_{}, last_heard_{}, last_ack_request_{};
+  uint64_t seq_ = 0;
+  bool beating_ = false;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> outbox_;
   bool hello_sent_ = false;
   std::optional<Assignment> first_;
   std::deque<ControlEvent> events_;
   std::unordered_map<uint64_t, std::optional<json>> pending_;
   Status lost_;                                      // set once the coordinator is gone
   std::optional<SteadyClock::time_point> deadline_;  // SetDeadline
+  EventLoop::SocketId socket_ = 0;
+  std::unique_ptr<EventLoop> loop_;  // last: its thread uses the members above
 };
 
 void AgentClientImpl::Post(MsgType type, const json& body) {
@@ -128,11 +136,7 @@ void AgentClientImpl::Post(MsgType type, const json& body) {
     RTFT_LOG(kError, kLogCtrl) << "not sending " << MsgTypeName(type) << ": " << bytes.status();
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    outbox_.push_back(std::move(*bytes));
-  }
-  waker_.Notify();
+  (void)loop_->Post(socket_, "", std::move(*bytes));
 }
 
 StatusOr<json> AgentClientImpl::Request(uint64_t req, MsgType type, const json& body,
@@ -193,91 +197,63 @@ StatusOr<std::optional<ControlEvent>> AgentClientImpl::WaitEvent(milliseconds ti
   return std::optional<ControlEvent>();
 }
 
-void AgentClientImpl::Run() {
-  auto next_beat = SteadyClock::now();
-  auto last_heard = SteadyClock::now();
-  uint64_t seq = 0;
-  bool beating = false;
-  auto last_ack_request = SteadyClock::time_point{};
-  while (!stop_) {
-    if (options_.fault_point) options_.fault_point();
-    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, milliseconds(beating ? MsUntil(next_beat, 100) : 100));
-    } catch (const zmq::error_t&) {
+void AgentClientImpl::OnReject(const std::string& why) {
+  last_heard_ = SteadyClock::now();
+  uint64_t suppressed = 0;
+  if (log_limit_.Allow(&suppressed))
+    RTFT_LOG(kWarn, kLogCtrl) << "rejected message from the coordinator: " << why;
+}
+
+void AgentClientImpl::OnMessage(Message msg) {
+  last_heard_ = SteadyClock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (msg.type == MsgType::kEvent) {
+    ControlEvent e = EventFrom(msg.body, options_.me.slot);
+    if (!first_) {
+      first_ = e.assignment;
+      // A first event that already ends the job must still reach WaitEvent.
+      if (e.type == ControlEvent::Type::kShutdown) events_.push_back(std::move(e));
+    } else {
+      events_.push_back(std::move(e));
     }
-    if (items[1].revents & ZMQ_POLLIN) waker_.Drain();
-    std::deque<std::string> out;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      out.swap(outbox_);
-      if (!beating && hello_sent_) {
-        beating = true;
-        last_heard = SteadyClock::now();
-      }
+    cv_.notify_all();
+  } else if (msg.type == MsgType::kAck || msg.type == MsgType::kKvValue) {
+    auto it = pending_.find(msg.body["req"].get<uint64_t>());
+    if (it != pending_.end()) {
+      it->second = std::move(msg.body);
+      cv_.notify_all();
     }
-    for (const auto& bytes : out) SendRaw(socket_, nullptr, bytes);
-    if (items[0].revents & ZMQ_POLLIN) {
-      while (true) {
-        auto frames = RecvFrames(socket_);
-        if (!frames) break;
-        last_heard = SteadyClock::now();
-        uint64_t suppressed = 0;
-        if (frames->size() != 1) {
-          if (log_limit_.Allow(&suppressed))
-            RTFT_LOG(kWarn, kLogCtrl) << "rejected a " << frames->size() << "-part message";
-          continue;
-        }
-        auto msg = DecodeMessage((*frames)[0].data(), (*frames)[0].size());
-        if (!msg.ok()) {
-          if (log_limit_.Allow(&suppressed))
-            RTFT_LOG(kWarn, kLogCtrl) << "rejected message from the coordinator: " << msg.status();
-          continue;
-        }
-        std::lock_guard<std::mutex> lock(mu_);
-        if (msg->type == MsgType::kEvent) {
-          ControlEvent e = EventFrom(msg->body, options_.me.slot);
-          if (!first_) {
-            first_ = e.assignment;
-            // A first event that already ends the job must still reach WaitEvent.
-            if (e.type == ControlEvent::Type::kShutdown) events_.push_back(std::move(e));
-          } else {
-            events_.push_back(std::move(e));
-          }
-          cv_.notify_all();
-        } else if (msg->type == MsgType::kAck || msg->type == MsgType::kKvValue) {
-          auto it = pending_.find(msg->body["req"].get<uint64_t>());
-          if (it != pending_.end()) {
-            it->second = std::move(msg->body);
-            cv_.notify_all();
-          }
-        } else if (msg->type != MsgType::kHeartbeatAck) {
-          RTFT_LOG(kWarn, kLogCtrl)
-              << "unexpected " << MsgTypeName(msg->type) << " from the coordinator";
-        }
-      }
-    }
-    const auto now = SteadyClock::now();
-    if (beating && now >= next_beat) {
-      // Ask for an ack four times per coordinator timeout.
-      const bool want_ack = now - last_ack_request >= options_.coordinator_timeout / 4;
-      if (want_ack) last_ack_request = now;
-      SendTo(socket_, nullptr, MsgType::kHeartbeat,
-             HeartbeatBody(options_.me.slot, step_.load(), seq++, want_ack));
-      next_beat = now + options_.heartbeat_period;
-    }
-    if (beating && now - last_heard > options_.coordinator_timeout) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (lost_.ok()) {
-        lost_ = Status::Unavailable("coordinator " + options_.endpoint + " silent for " +
-                                    std::to_string(options_.coordinator_timeout.count()) +
-                                    " ms: slot 0 lost?");
-        RTFT_LOG(kError, kLogCtrl) << lost_.message();
-        cv_.notify_all();
-      }
+  } else if (msg.type != MsgType::kHeartbeatAck) {
+    RTFT_LOG(kWarn, kLogCtrl) << "unexpected " << MsgTypeName(msg.type) << " from the coordinator";
+  }
+}
+
+SteadyClock::time_point AgentClientImpl::OnTimer(SteadyClock::time_point now) {
+  if (!beating_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!hello_sent_) return now + milliseconds(20);
+    beating_ = true;
+    last_heard_ = now;
+  }
+  if (now >= next_beat_) {
+    // Ask for an ack four times per coordinator timeout.
+    const bool want_ack = now - last_ack_request_ >= options_.coordinator_timeout / 4;
+    if (want_ack) last_ack_request_ = now;
+    loop_->SendNow(socket_, "", MsgType::kHeartbeat,
+                   HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack));
+    next_beat_ = now + options_.heartbeat_period;
+  }
+  if (now - last_heard_ > options_.coordinator_timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lost_.ok()) {
+      lost_ = Status::Unavailable("coordinator " + options_.endpoint + " silent for " +
+                                  std::to_string(options_.coordinator_timeout.count()) +
+                                  " ms: slot 0 lost?");
+      RTFT_LOG(kError, kLogCtrl) << lost_.message();
+      cv_.notify_all();
     }
   }
+  return next_beat_;
 }
 
 std::chrono::milliseconds MsParam(Param id) {

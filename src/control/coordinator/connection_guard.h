@@ -14,7 +14,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
 
 namespace rtft::control {
 

@@ -1,4 +1,4 @@
-#include "control/connection_guard.h"
+#include "control/coordinator/connection_guard.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

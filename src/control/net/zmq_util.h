@@ -11,9 +11,9 @@
 
 #include <zmq.hpp>
 
-#include "control/codec.h"
-#include "control/keys.h"
-#include "control/messages.h"
+#include "control/wire/codec.h"
+#include "control/wire/keys.h"
+#include "control/wire/messages.h"
 #include "rtft/status.h"
 
 namespace rtft::control {

@@ -1,4 +1,4 @@
-#include "control/keys.h"
+#include "control/wire/keys.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "control/messages.h"
+#include "control/wire/messages.h"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-#include "control/membership_table.h"
+#include "control/coordinator/membership_table.h"
 
 #include <algorithm>
 

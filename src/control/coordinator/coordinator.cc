@@ -2,7 +2,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control/coordinator_impl.h"
+#include "control/coordinator/coordinator_impl.h"
 #include "core/logging.h"
 #include "core/thread.h"
 
@@ -21,6 +21,18 @@ double ThreadCpuSeconds() {
 }  // namespace
 
 Status CoordinatorImpl::Init() {
+  EventLoop::Options lo;
+  lo.thread_name = "rtft-coord";
+  lo.what = "the coordinator's thread";
+  lo.fault_point = options_.fault_point;
+  // No decision can be taken any more: the job ends (exit code 1), and says why.
+  lo.on_error = [this](const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = s;
+    if (!job_code_) job_code_ = 1;
+    cv_.notify_all();
+  };
+  loop_ = std::make_unique<EventLoop>(std::move(lo));
   try {
     ctx_.set(zmq::ctxopt::thread_name_prefix, kCoordinatorZmqThreadPrefix);
     ctx_.set(zmq::ctxopt::max_sockets, 64);
@@ -31,17 +43,17 @@ Status CoordinatorImpl::Init() {
                             ? static_cast<size_t>(options_.max_pending_connections)
                             : PendingConnectionBudget(options_.slots, kDescriptorReserve);
     RTFT_ASSIGN_OR_RETURN(zap_, ZapHandler::Create(ctx_, options_.keys.client_public, guard));
-    router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
-    ConfigureSocket(router_);
-    MakeCurveServer(router_, options_.keys);
-    router_.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_timeout.count()));
+    zmq::socket_t router(ctx_, zmq::socket_type::router);
+    ConfigureSocket(router);
+    MakeCurveServer(router, options_.keys);
+    router.set(zmq::sockopt::handshake_ivl, static_cast<int>(options_.handshake_timeout.count()));
     // Every agent connects at about the same moment; a short listen queue drops SYNs and
     // costs each dropped agent a TCP retransmission timeout (1 s, 3 s, ...).
-    router_.set(zmq::sockopt::backlog, std::max(128, std::min(options_.slots + 64, 65535)));
-    RTFT_RETURN_IF_ERROR(zap_->Monitor(router_));
+    router.set(zmq::sockopt::backlog, std::max(128, std::min(options_.slots + 64, 65535)));
+    RTFT_RETURN_IF_ERROR(zap_->Monitor(router));
     const std::string host = options_.bind_host.empty() ? "*" : options_.bind_host;
-    router_.bind("tcp://" + host + ":0");
-    std::string bound = router_.get(zmq::sockopt::last_endpoint);
+    router.bind("tcp://" + host + ":0");
+    std::string bound = router.get(zmq::sockopt::last_endpoint);
     const std::string port = bound.substr(bound.rfind(':') + 1);
     std::string advertise = options_.advertise_host;
     if (advertise.empty() && host != "*" && host != "0.0.0.0") advertise = host;
@@ -51,24 +63,27 @@ Status CoordinatorImpl::Init() {
       advertise = name;
     }
     endpoint_ = "tcp://" + advertise + ":" + port;
+    router_ = loop_->AddSocket(
+        std::move(router), true, "coordinator",
+        [this](const std::string& peer, Message m) { Dispatch(peer, m); },
+        [this](const std::string& peer, const std::string& why) { OnRejected(peer, why); });
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("coordinator sockets: ") + e.what());
   }
+  zap_->Attach(loop_.get(), [this](uint64_t refused) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.rejected_peers += refused;
+    stats_.closed_connections = zap_->closed_over_cap();
+  });
   snapshot_ = table_.membership();
   stats_.epoch = snapshot_.epoch;
   stats_.epoch_declared_at = stats_.epoch_sent_at = SteadyClock::now();
   join_deadline_ = SteadyClock::now() + options_.join_timeout;
+  tick_ = milliseconds(
+      std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20)));
   Publish();
-  RTFT_ASSIGN_OR_RETURN(thread_, Thread::Start("rtft-coord", [this] {
-                          Status s = RunGuarded("the coordinator's thread", [this] { Run(); });
-                          if (s.ok()) return;
-                          // No decision can be taken any more: the job ends (exit code 1), and says
-                          // why.
-                          std::lock_guard<std::mutex> lock(mu_);
-                          error_ = s;
-                          if (!job_code_) job_code_ = 1;
-                          cv_.notify_all();
-                        }));
+  loop_->SetTimer([this](SteadyClock::time_point now) { return OnTimer(now); });
+  RTFT_RETURN_IF_ERROR(loop_->Start());
   RTFT_LOG(kInfo, kLogCtrl) << "coordinator at " << endpoint_ << ": " << options_.slots
                             << " slots, " << options_.spares << " spares, heartbeat timeout "
                             << options_.heartbeat_timeout.count() << " ms, on spares exhausted "
@@ -76,46 +91,22 @@ Status CoordinatorImpl::Init() {
   return Status::Ok();
 }
 
-void CoordinatorImpl::Run() {
-  const int64_t tick_ms =
-      std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20));
-  auto next_tick = SteadyClock::now();
-  while (!stop_) {
-    if (options_.fault_point) options_.fault_point();
-    std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                          {nullptr, waker_.fd(), ZMQ_POLLIN, 0}};
-    zap_->AddPollItems(&items);
-    int64_t wait = MsUntil(next_tick, tick_ms);
-    if (auto d = kv_.NextDeadline()) wait = std::min(wait, MsUntil(*d, tick_ms));
-    try {
-      zmq::poll(items.data(), items.size(), milliseconds(wait));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) RTFT_LOG(kError, kLogCtrl) << "coordinator poll: " << e.what();
-    }
-    if (items[1].revents & ZMQ_POLLIN) waker_.Drain();
-    uint64_t rejected = zap_->Service(items, 2);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.rejected_peers += rejected;
-      stats_.closed_connections = zap_->closed_over_cap();
-    }
-    // Bounded batches keep the timer checks timely under a flood.
-    if (items[0].revents & ZMQ_POLLIN) {
-      for (int i = 0; i < 4096 && HandleRouter(); ++i) {
-      }
-    }
-    const auto now = SteadyClock::now();
-    if (now >= next_tick) {
-      Tick(now);
-      next_tick = now + milliseconds(tick_ms);
-    }
-    for (const auto& w : kv_.Expire(now)) {
-      KvWaiter copy = w;
-      SendTo(
-          router_, &copy.peer, MsgType::kKvValue,
-          KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
-    }
+SteadyClock::time_point CoordinatorImpl::OnTimer(SteadyClock::time_point now) {
+  if (now >= next_tick_) {
+    Tick(now);
+    next_tick_ = now + tick_;
   }
+  for (const auto& w : kv_.Expire(now)) {
+    Send(w.peer, MsgType::kKvValue,
+         KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
+  }
+  SteadyClock::time_point next = next_tick_;
+  if (auto d = kv_.NextDeadline()) next = std::min(next, *d);
+  return next;
+}
+
+bool CoordinatorImpl::Send(const std::string& peer, MsgType type, const json& body) {
+  return loop_->SendNow(router_, peer, type, body);
 }
 
 void CoordinatorImpl::Tick(SteadyClock::time_point now) {
@@ -203,8 +194,9 @@ void CoordinatorImpl::Broadcast(const ControlEvent& event) {
     zmq::message_t m;
     m.copy(shared);
     try {
-      if (router_.send(zmq::buffer(s.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-        (void)router_.send(m, zmq::send_flags::dontwait);
+      zmq::socket_t& router = loop_->socket(router_);
+      if (router.send(zmq::buffer(s.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        (void)router.send(m, zmq::send_flags::dontwait);
     } catch (const zmq::error_t& e) {
       RTFT_LOG(kDebug, kLogCtrl) << "event to a departed agent: " << e.what();
     }

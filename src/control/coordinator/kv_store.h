@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
 #include "rtft/status.h"
 
 namespace rtft::control {

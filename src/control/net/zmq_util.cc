@@ -1,4 +1,4 @@
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

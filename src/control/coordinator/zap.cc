@@ -1,8 +1,8 @@
-#include "control/zap.h"
+#include "control/coordinator/zap.h"
 
 #include <cstring>
 
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -45,16 +45,10 @@ Status ZapHandler::Monitor(zmq::socket_t& socket) {
   return Status::Ok();
 }
 
-void ZapHandler::AddPollItems(std::vector<zmq::pollitem_t>* items) {
-  items->push_back({zap_.handle(), 0, ZMQ_POLLIN, 0});
-  items->push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
-}
-
-uint64_t ZapHandler::Service(const std::vector<zmq::pollitem_t>& items, size_t first) {
-  uint64_t refused = 0;
-  if (items[first].revents & ZMQ_POLLIN) refused += AnswerZap();
-  if (monitor_.handle() && (items[first + 1].revents & ZMQ_POLLIN)) refused += ReadMonitor();
-  return refused;
+void ZapHandler::Attach(EventLoop* loop, std::function<void(uint64_t)> on_refused) {
+  loop->AddPoller(&zap_, [this, on_refused] { on_refused(AnswerZap()); });
+  if (monitor_.handle())
+    loop->AddPoller(&monitor_, [this, on_refused] { on_refused(ReadMonitor()); });
 }
 
 uint64_t ZapHandler::AnswerZap() {
