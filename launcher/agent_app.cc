@@ -28,6 +28,8 @@ const char* RoleEnvName(control::Role role) {
       return "restarted";
     case control::Role::kRetired:
       return "retired";
+    case control::Role::kCoordinator:
+      return "coordinator";
   }
   return "?";
 }

@@ -14,13 +14,17 @@ Status CheckApplication(const LaunchOptions& options) {
 StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
                                                                  const control::JobKeys& keys,
                                                                  int slots) {
-  if (options.spares >= slots)
-    return Status::InvalidArgument("--spares " + std::to_string(options.spares) + " leaves no " +
-                                   "active slot among " + std::to_string(slots));
+  const int agents = slots - (options.dedicated_coordinator ? 1 : 0);
+  if (options.spares >= agents)
+    return Status::InvalidArgument(
+        "--spares " + std::to_string(options.spares) + " leaves no active slot among " +
+        std::to_string(agents) +
+        (options.dedicated_coordinator ? " (slot 0 runs only the coordinator)" : ""));
   control::CoordinatorOptions c;
   c.keys = keys;
   c.slots = slots;
   c.spares = options.spares;
+  c.dedicated_slot = options.dedicated_coordinator;
   c.heartbeat_timeout = options.heartbeat_timeout;
   c.join_timeout = options.join_timeout;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
@@ -37,6 +41,10 @@ std::string HostName() {
 }
 
 StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
+  if (options.dedicated_coordinator)
+    return Status::InvalidArgument(
+        "--coordinator-slot dedicated needs a launcher that starts two slots or more: slot 0 "
+        "runs only the coordinator");
   RTFT_RETURN_IF_ERROR(CheckApplication(options));
   BootstrapResult r;
   r.host = HostName();

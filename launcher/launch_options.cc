@@ -54,6 +54,9 @@ std::string Help(const std::string& text, Param param) {
 void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
   app->add_option("--spares", f->spares,
                   Help("slots (the last ones) that start as warm spares", Param::kSpares));
+  app->add_option("--coordinator-slot", f->coordinator_slot,
+                  Help("shared | dedicated: slot 0 runs only the coordinator (no application)",
+                       Param::kCoordinatorSlot));
   app->add_option("--heartbeat-ms", f->heartbeat_ms,
                   Help("agent heartbeat period", Param::kHeartbeatMs));
   app->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
@@ -89,6 +92,10 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   RTFT_ASSIGN_OR_RETURN(int64_t spares, IntSetting(f.spares, Param::kSpares, "spares"));
   RTFT_RETURN_IF_ERROR(CheckRange(spares, 0, control::kMaxSlots - 1, "--spares"));
   o.spares = static_cast<int32_t>(spares);
+  const std::string where = StringSetting(f.coordinator_slot, Param::kCoordinatorSlot);
+  if (where != "shared" && where != "dedicated")
+    return Status::InvalidArgument("--coordinator-slot '" + where + "': use shared or dedicated");
+  o.dedicated_coordinator = where == "dedicated";
   RTFT_ASSIGN_OR_RETURN(int64_t hb,
                         IntSetting(f.heartbeat_ms, Param::kHeartbeatMs, "heartbeat-ms"));
   RTFT_RETURN_IF_ERROR(CheckRange(hb, 1, 600000, "--heartbeat-ms"));

@@ -32,6 +32,7 @@ RTFT_PARAM(kOffloadCalibrationSteps, "RTFT_OFFLOAD_CALIBRATION_STEPS", kInt, "3"
 RTFT_PARAM(kOffloadSearchSteps, "RTFT_OFFLOAD_SEARCH_STEPS", kInt, "12", "measured steps the interleaved optimizer may spend searching for the fastest GPU share before it holds one (0: keep the model's choice)")
 RTFT_PARAM(kOffloadDriftPercent, "RTFT_OFFLOAD_DRIFT_PERCENT", kInt, "25", "search the GPU share again when the measured update time differs from the settled share's by more than this, 3 steps running")
 RTFT_PARAM(kSpares, "RTFT_SPARES", kInt, "0", "dp-launch: slots (the last ones) that start as warm spares")
+RTFT_PARAM(kCoordinatorSlot, "RTFT_COORDINATOR_SLOT", kString, "shared", "dp-launch: where the coordinator runs: shared (in slot 0's dp-launch, beside its application) or dedicated (slot 0 runs only the coordinator and no application: put it on the launcher's own node, listed first)")
 RTFT_PARAM(kHeartbeatMs, "RTFT_HEARTBEAT_MS", kInt, "100", "dp-launch: agent-to-coordinator heartbeat period in ms")
 RTFT_PARAM(kHeartbeatTimeoutMs, "RTFT_HEARTBEAT_TIMEOUT_MS", kInt, "1000", "dp-launch: a slot whose heartbeats stop for this long is lost (spare swap)")
 RTFT_PARAM(kMaxRestartsPerSlot, "RTFT_MAX_RESTARTS_PER_SLOT", kInt, "3", "dp-launch: restarts of a crashed or hung application on its own slot before the slot is retired")

@@ -118,7 +118,8 @@ void CoordinatorImpl::Tick(SteadyClock::time_point now) {
     if (now < join_deadline_) return;
     std::vector<SlotFailure> missing;
     for (SlotId s = 0; s < table_.slots(); ++s) {
-      if (!slots_[s].joined) missing.push_back({s, FailureKind::kSlotLost, 0});
+      if (!slots_[s].joined && table_.has_agent(s))
+        missing.push_back({s, FailureKind::kSlotLost, 0});
     }
     RTFT_LOG(kWarn, kLogCtrl) << missing.size() << " slot(s) did not join within "
                               << options_.join_timeout.count() << " ms; treating them as lost";
@@ -214,8 +215,11 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptio
   if (options.slots < 1 || options.slots > kMaxSlots)
     return Status::InvalidArgument("coordinator: slots must be in [1, " +
                                    std::to_string(kMaxSlots) + "]");
-  if (options.spares < 0 || options.spares >= options.slots)
-    return Status::InvalidArgument("coordinator: spares must be in [0, slots - 1]");
+  const int32_t agents = options.slots - (options.dedicated_slot ? 1 : 0);
+  if (options.spares < 0 || options.spares >= agents)
+    return Status::InvalidArgument(
+        "coordinator: spares must be in [0, slots - 1]" +
+        std::string(options.dedicated_slot ? " (slot 0 runs only the coordinator)" : ""));
   if (options.max_restarts_per_slot < 0)
     return Status::InvalidArgument("coordinator: max_restarts_per_slot must be >= 0");
   if (options.heartbeat_timeout.count() <= 0 || options.join_timeout.count() <= 0 ||

@@ -1,4 +1,5 @@
-// The coordinator: runs inside slot 0's agent (dp-launch) on its own thread. It owns the
+// The coordinator: runs in slot 0's dp-launch on its own thread, beside slot 0's agent or, with
+// --coordinator-slot dedicated, alone. It owns the
 // membership table, epochs, the spare pool, failure classification (docs/architecture.md table),
 // the key-value store (Gloo rendezvous, NCCL unique ids) and the broadcast of events to agents.
 // Transport: ZeroMQ ROUTER socket with CURVE; messages as in docs/control-protocol.md.
@@ -22,6 +23,9 @@ struct CoordinatorOptions {
   JobKeys keys;
   int32_t slots = 1;   // dp-launch processes in the job
   int32_t spares = 0;  // the last `spares` slots start as spares
+  // Slot 0 runs only this coordinator (--coordinator-slot dedicated): it has no agent and holds
+  // no rank; ranks start at slot 1.
+  bool dedicated_slot = false;
   // A slot whose agent sent nothing for this long is lost (permanent failure).
   std::chrono::milliseconds heartbeat_timeout{1000};
   // Every slot must say hello within this; slots still missing then are treated as lost.

@@ -76,6 +76,8 @@ void CoordinatorImpl::OnHello(const std::string& peer, const json& b) {
   if (slot >= table_.slots())
     return Reject("hello from slot " + std::to_string(slot) + " of a " +
                   std::to_string(table_.slots()) + "-slot job");
+  if (!table_.has_agent(slot))
+    return Reject("hello from slot " + std::to_string(slot) + ", which runs only the coordinator");
   auto known = by_peer_.find(peer);
   if (known != by_peer_.end() && known->second != slot)
     return Reject("hello for slot " + std::to_string(slot) + " on slot " +
@@ -93,8 +95,8 @@ void CoordinatorImpl::OnHello(const std::string& peer, const json& b) {
   RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " joined from " << st.host << " (pid "
                             << b["pid"].get<int32_t>() << ")";
   if (started_ || table_.retired(slot)) return SendCurrent(slot);
-  for (const auto& s : slots_) {
-    if (!s.joined) return;
+  for (SlotId s = 0; s < table_.slots(); ++s) {
+    if (!slots_[s].joined && table_.has_agent(s)) return;
   }
   StartJob("every slot joined");
 }

@@ -43,7 +43,8 @@ class CoordinatorImpl final : public Coordinator {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& o)
       : options_(o),
-        table_({o.slots, o.spares, o.max_restarts_per_slot, o.on_spares_exhausted}),
+        table_({o.slots, o.spares, o.max_restarts_per_slot, o.on_spares_exhausted,
+                o.dedicated_slot ? 1 : 0}),
         slots_(o.slots) {}
 
   ~CoordinatorImpl() override { loop_.reset(); }

@@ -8,14 +8,17 @@ namespace rtft::control {
 
 MembershipTable::MembershipTable(const TableOptions& options) : options_(options) {
   RTFT_CHECK(options.slots >= 1 && options.slots <= kMaxSlots);
-  RTFT_CHECK(options.spares >= 0 && options.spares < options.slots);
+  RTFT_CHECK(options.coordinator_slots >= 0 && options.coordinator_slots <= 1);
+  RTFT_CHECK(options.spares >= 0 && options.spares < options.slots - options.coordinator_slots);
   const int32_t actives = options.slots - options.spares;
   members_.resize(options.slots);
   exit_codes_.resize(options.slots);
   for (SlotId s = 0; s < options.slots; ++s) {
     members_[s].slot = s;
-    if (s < actives) {
-      members_[s].rank = s;
+    if (s < options.coordinator_slots) {
+      members_[s].role = Role::kCoordinator;
+    } else if (s < actives) {
+      members_[s].rank = static_cast<LogicalRank>(m_.rank_to_slot.size());
       members_[s].role = Role::kActive;
       m_.rank_to_slot.push_back(s);
     } else {
@@ -60,7 +63,9 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
     const bool seen = std::any_of(failures.begin(), failures.end(),
                                   [&](const SlotFailure& g) { return g.slot == f.slot; });
     // A slot whose application already finished has nothing left to lose.
-    if (f.slot < 0 || f.slot >= slots() || seen || retired(f.slot) || exit_codes_[f.slot]) continue;
+    if (f.slot < 0 || f.slot >= slots() || seen || retired(f.slot) || exit_codes_[f.slot] ||
+        !has_agent(f.slot))
+      continue;
     failures.push_back(f);
   }
   if (failures.empty()) return d;
@@ -189,7 +194,8 @@ Decision MembershipTable::Exhausted(const std::vector<LogicalRank>& unfilled,
 
 Decision MembershipTable::Exit(SlotId slot, int32_t code) {
   Decision d;
-  if (state_ == State::kOver || slot < 0 || slot >= slots() || retired(slot) || exit_codes_[slot]) {
+  if (state_ == State::kOver || slot < 0 || slot >= slots() || retired(slot) || exit_codes_[slot] ||
+      !has_agent(slot)) {
     return d;
   }
   const LogicalRank rank = members_[slot].rank;

@@ -18,6 +18,9 @@ struct TableOptions {
   int32_t spares = 0;
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
+  // The first `coordinator_slots` slots (0 or 1) run only the coordinator: no agent, no rank, no
+  // failure (--coordinator-slot dedicated).
+  int32_t coordinator_slots = 0;
 };
 
 struct SlotFailure {
@@ -37,11 +40,14 @@ class MembershipTable {
  public:
   explicit MembershipTable(const TableOptions& options);
 
-  // Epoch 1: slots 0..slots-spares-1 hold ranks 0.., the rest are spares.
+  // Epoch 1: slots coordinator_slots..slots-spares-1 hold ranks 0.., the last `spares` are
+  // spares.
   const Membership& membership() const { return m_; }
   const Member& member(SlotId slot) const { return members_[slot]; }
   int32_t slots() const { return static_cast<int32_t>(members_.size()); }
   bool retired(SlotId slot) const { return members_[slot].role == Role::kRetired; }
+  // A slot that runs an agent (every slot but a dedicated coordinator's).
+  bool has_agent(SlotId slot) const { return slot >= options_.coordinator_slots; }
   // The job has ended (the exit code was returned in a Decision).
   bool over() const { return state_ == State::kOver; }
   // A shutdown was broadcast; the coordinator waits for the ranks' exits.

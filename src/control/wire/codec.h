@@ -15,7 +15,7 @@
 
 namespace rtft::control {
 
-constexpr uint8_t kProtocolVersion = 1;
+constexpr uint8_t kProtocolVersion = 2;
 constexpr size_t kHeaderBytes = 12;
 constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // header + body
 constexpr char kMagic[4] = {'R', 'T', 'F', 'C'};

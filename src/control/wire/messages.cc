@@ -41,7 +41,7 @@ Schema EventSchema(bool local) {
               List("r2s", -1, kMaxSlot),
               List("spares", 0, kMaxSlot),
               List("retired", 0, kMaxSlot),
-              List("roles", 0, static_cast<int64_t>(Role::kRetired)),
+              List("roles", 0, static_cast<int64_t>(Role::kCoordinator)),
               List("failed", -1, kMaxSlot),
               Str("reason", kMaxTextBytes),
               Bool("ckpt"),

@@ -16,6 +16,8 @@ const char* RoleName(Role role) {
       return "restarted";
     case Role::kRetired:
       return "retired";
+    case Role::kCoordinator:
+      return "coordinator";
   }
   return "unknown";
 }

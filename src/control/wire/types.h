@@ -16,11 +16,12 @@ using LogicalRank = int32_t;
 constexpr LogicalRank kNoRank = -1;
 
 enum class Role : uint8_t {
-  kActive = 0,     // started with a logical rank
-  kSpare = 1,      // warm standby, no logical rank yet
-  kActivated = 2,  // a spare that was given a failed slot's logical rank
-  kRestarted = 3,  // the application restarted on the same slot after a transient failure
-  kRetired = 4,    // permanently failed or released; takes no further part
+  kActive = 0,       // started with a logical rank
+  kSpare = 1,        // warm standby, no logical rank yet
+  kActivated = 2,    // a spare that was given a failed slot's logical rank
+  kRestarted = 3,    // the application restarted on the same slot after a transient failure
+  kRetired = 4,      // permanently failed or released; takes no further part
+  kCoordinator = 5,  // runs only the coordinator (--coordinator-slot dedicated): no agent, no rank
 };
 const char* RoleName(Role role);
 
