@@ -99,8 +99,10 @@ Status Agent::Join() {
   control::AgentClientOptions o;
   o.endpoint = config_.endpoint;
   o.keys = config_.keys;
-  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid())};
+  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid()), config_.coordinator_endpoint};
   o.heartbeat_period = config_.options.heartbeat;
+  // With a standby, an agent votes for it once the primary is silent as long as a slot may be.
+  if (config_.standby) o.primary_timeout = config_.options.heartbeat_timeout;
   // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, but never shorter than the slots' own timeout.
   o.coordinator_timeout = std::max(o.coordinator_timeout, config_.options.heartbeat_timeout);
   coordinator_timeout_ = o.coordinator_timeout;
@@ -253,10 +255,10 @@ void Agent::WaitAndHandle() {
   if (lost && !done_) {
     coordinator_lost_ = true;
     if (app_.child) app_.child->Kill();
-    // A slot 0 that is stopped or hung would hold the launcher forever (its keeper ends a stopped
-    // one too; this also covers one that runs but no longer answers).
-    KillPeer(0, "stopped answering");
-    return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
+    // A primary that is stopped or hung would hold the launcher forever (its keeper ends a
+    // stopped one too; this also covers one that runs but no longer answers).
+    KillPeer(client_->primary_slot(), "stopped answering");
+    return Finish(1, "lost the coordinators: " + lost->ToString());
   }
   CheckWatchdog();
   PollKvGets();

@@ -13,7 +13,8 @@ Status CheckApplication(const LaunchOptions& options) {
 
 StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
                                                                  const control::JobKeys& keys,
-                                                                 int slots) {
+                                                                 int slots, int slot,
+                                                                 bool standby) {
   const int agents = slots - (options.dedicated_coordinator ? 1 : 0);
   if (options.spares >= agents)
     return Status::InvalidArgument(
@@ -29,6 +30,10 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
   c.join_timeout = options.join_timeout;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
+  c.self_slot = slot;
+  c.standby = standby;
+  c.replicate = options.StandbyIn(slots);
+  c.partition_file = options.test_partition_file;
   return control::Coordinator::Start(c);
 }
 
@@ -59,9 +64,7 @@ StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
   return r;
 }
 
-}  // namespace
-
-StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options) {
+StatusOr<BootstrapResult> BootstrapLauncher(const LaunchEnv& env, const LaunchOptions& options) {
   switch (env.kind) {
     case LauncherKind::kOpenMpi:
     case LauncherKind::kMpich:
@@ -72,6 +75,23 @@ StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& o
       return BootstrapLocal(options);
   }
   return Status::Internal("unknown launcher");
+}
+
+}  // namespace
+
+StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options) {
+  RTFT_ASSIGN_OR_RETURN(BootstrapResult r, BootstrapLauncher(env, options));
+  if (r.slot == 0 || !options.StandbyIn(r.slots)) return r;
+  // Every other slot can become the standby: its coordinator listens from the start, and its
+  // endpoint goes to the primary in the agent's hello. A slot without one is never appointed.
+  auto standby = StartCoordinator(options, r.keys, r.slots, r.slot, /*standby=*/true);
+  if (standby.ok()) {
+    r.coordinator = std::move(*standby);
+  } else {
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << r.slot
+                                << " cannot hold the standby coordinator: " << standby.status();
+  }
+  return r;
 }
 
 }  // namespace rtft::launch

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "core/logging.h"
@@ -35,12 +36,21 @@ int FinishAsCoordinator(std::unique_ptr<control::Coordinator> coordinator,
     code = coordinator->WaitJobEndFor(Left(*gone_by, milliseconds(300))).value_or(code);
     linger = std::min(linger, Left(*gone_by, milliseconds(150)));
   }
+  if (coordinator->fenced()) return Fenced(report.slot());
   // Let the last broadcast reach the other agents before the coordinator goes away.
   std::this_thread::sleep_for(linger);
   coordinator.reset();
   if (env.kind == LauncherKind::kSlurm) unlink(SlurmEndpointFile(options.job_key_file).c_str());
   report.Final(code);
   return code;
+}
+
+int Fenced(int slot) {
+  std::fprintf(stderr,
+               "dp-launch: slot %d: a newer primary coordinator took over from this one; the slot "
+               "ends and leaves the job's exit code to it\n",
+               slot);
+  return kExitJobFailed;
 }
 
 int RunDedicatedCoordinator(std::unique_ptr<control::Coordinator> coordinator,

@@ -17,11 +17,16 @@ namespace rtft::launch {
 
 // Waits for the end of the job (only until `gone_by` less a margin, after a signal: the other
 // slots' reports may never come), lingers for the last broadcast, stops the coordinator and
-// writes the final code. Returns it; `fallback` when the job did not end in time.
+// writes the final code. Returns it; `fallback` when the job did not end in time. A coordinator
+// fenced meanwhile reports nothing (Fenced).
 int FinishAsCoordinator(std::unique_ptr<control::Coordinator> coordinator,
                         std::optional<std::chrono::steady_clock::time_point> gone_by, int fallback,
                         const LaunchOptions& options, const LaunchEnv& env,
                         const JobEndReport& report);
+
+// A slot whose coordinator a newer primary replaced (it was stopped or cut off, and came back):
+// it says so and ends with 1, leaving the job's exit code to the new primary's slot.
+int Fenced(int slot);
 
 // Slot 0 of --coordinator-slot dedicated: no agent and no application, only the coordinator,
 // until the job ends. SIGINT/SIGTERM/SIGHUP bound the wait as they bound an agent's: the grace

@@ -112,6 +112,8 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.endpoint = boot->endpoint;
   config.keys = boot->keys;
   config.app_nofile = app_nofile;
+  config.standby = options.StandbyIn(boot->slots);
+  if (coordinator && boot->slot != 0) config.coordinator_endpoint = coordinator->endpoint();
   int code;
   bool coordinator_lost;
   std::optional<std::chrono::steady_clock::time_point> gone_by;
@@ -121,14 +123,16 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
     coordinator_lost = agent.coordinator_lost();
     gone_by = agent.gone_by();
   }
-  if (!coordinator) {
-    // Slot 0 is gone: no one else will say how the job ended.
-    if (coordinator_lost) code = report.IfFirst(code);
-    return code;
-  }
-  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired; after a
-  // signal, only until its own deadline (the other slots' reports may never come).
-  return FinishAsCoordinator(std::move(coordinator), gone_by, code, options, env, report);
+  // The primary (slot 0's, or a standby that took over) keeps the coordinator until the job is
+  // over, even when its own slot retired; after a signal, only until its own deadline (the other
+  // slots' reports may never come).
+  if (coordinator && coordinator->is_primary())
+    return FinishAsCoordinator(std::move(coordinator), gone_by, code, options, env, report);
+  if (coordinator && coordinator->fenced()) return Fenced(boot->slot);
+  coordinator.reset();  // a standby that never took over
+  // The coordinators are gone: no one else will say how the job ended.
+  if (coordinator_lost) code = report.IfFirst(code);
+  return code;
 }
 
 // Bad usage: exit 2, reported like any other ending (mpirun --enable-recovery would exit 0).

@@ -33,6 +33,7 @@ RTFT_PARAM(kOffloadSearchSteps, "RTFT_OFFLOAD_SEARCH_STEPS", kInt, "12", "measur
 RTFT_PARAM(kOffloadDriftPercent, "RTFT_OFFLOAD_DRIFT_PERCENT", kInt, "25", "search the GPU share again when the measured update time differs from the settled share's by more than this, 3 steps running")
 RTFT_PARAM(kSpares, "RTFT_SPARES", kInt, "0", "dp-launch: slots (the last ones) that start as warm spares")
 RTFT_PARAM(kCoordinatorSlot, "RTFT_COORDINATOR_SLOT", kString, "shared", "dp-launch: where the coordinator runs: shared (in slot 0's dp-launch, beside its application) or dedicated (slot 0 runs only the coordinator and no application: put it on the launcher's own node, listed first)")
+RTFT_PARAM(kStandbyCoordinator, "RTFT_STANDBY_COORDINATOR", kString, "auto", "dp-launch: a standby coordinator in another slot, which takes over when slot 0 is lost: auto (when the coordinator is shared and the job has three slots or more) or off")
 RTFT_PARAM(kHeartbeatMs, "RTFT_HEARTBEAT_MS", kInt, "100", "dp-launch: agent-to-coordinator heartbeat period in ms")
 RTFT_PARAM(kHeartbeatTimeoutMs, "RTFT_HEARTBEAT_TIMEOUT_MS", kInt, "1000", "dp-launch: a slot whose heartbeats stop for this long is lost (spare swap)")
 RTFT_PARAM(kMaxRestartsPerSlot, "RTFT_MAX_RESTARTS_PER_SLOT", kInt, "3", "dp-launch: restarts of a crashed or hung application on its own slot before the slot is retired")
@@ -44,7 +45,7 @@ RTFT_PARAM(kShutdownGraceS, "RTFT_SHUTDOWN_GRACE_S", kInt, "30", "dp-launch: how
 RTFT_PARAM(kExitCodeFile, "RTFT_EXIT_CODE_FILE", kString, "none", "dp-launch: slot 0 writes the job's exit code here (mpirun --enable-recovery always exits 0)")
 RTFT_PARAM(kAppIsolation, "RTFT_APP_ISOLATION", kString, "auto", "dp-launch: how the application's process tree is held: auto (a PID namespace where allowed, else a process group under a subreaper, with a warning), pid-namespace (or fail), process-group")
 RTFT_PARAM(kCtrlRequestTimeoutMs, "RTFT_CTRL_REQUEST_TIMEOUT_MS", kInt, "5000", "control plane: how long an agent waits for the coordinator to answer a request (failure or exit report, KV put)")
-RTFT_PARAM(kCtrlCoordinatorTimeoutMs, "RTFT_CTRL_COORDINATOR_TIMEOUT_MS", kInt, "5000", "control plane: an agent that hears nothing from the coordinator this long considers slot 0 lost")
+RTFT_PARAM(kCtrlCoordinatorTimeoutMs, "RTFT_CTRL_COORDINATOR_TIMEOUT_MS", kInt, "5000", "control plane: an agent that hears nothing from any coordinator this long (the primary silent, and no standby took over) ends its slot")
 RTFT_PARAM(kRequireAgent, "RTFT_REQUIRE_AGENT", kBool, "0", "application: fail rtft::Runtime::Create() when no dp-launch agent is found while a launcher (mpirun, srun) started several processes; 0 only warns that each becomes a standalone rank 0")
 RTFT_PARAM(kAgentSocket, "RTFT_AGENT_SOCKET", kString, "", "set by dp-launch for the application: the socket of its slot's agent (unset: the runtime is standalone, rank 0 of 1)")
 RTFT_PARAM(kShmDir, "RTFT_SHM_DIR", kString, "", "set by dp-launch for the application: a directory in memory (tmpfs) that the slot's agent owns, where the L1 snapshot and L2 replica outlive a crash of the application")
@@ -55,5 +56,6 @@ RTFT_PARAM(kSlot, "RTFT_SLOT", kInt, "-1", "set by dp-launch for the application
 RTFT_PARAM(kRole, "RTFT_ROLE", kString, "", "set by dp-launch for the application: its role when it was started (initial, spare, restarted, activated)")
 RTFT_PARAM(kRestartCount, "RTFT_RESTART_COUNT", kInt, "0", "set by dp-launch for the application: how many times it was started on this slot before")
 RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, [S/]point[@n][:action],... with action kill, stop, hang or exit=N; S/ arms it only in the first process on slot S (docs/testing.md)")
+RTFT_PARAM(kCtrlTestPartition, "RTFT_CTRL_TEST_PARTITION", kString, "", "test hook: while this file exists, the primary coordinator drops all traffic from and to the slots it lists (comma-separated), as a partition would")
 RTFT_PARAM(kFaultLog, "RTFT_FAULT_LOG", kString, "", "test hook: file that fired fault points are noted in (default: stderr)")
 // clang-format on

@@ -1,6 +1,8 @@
 // An agent's (dp-launch's) connection to the coordinator: join and receive an assignment,
 // heartbeats on a background thread (carrying the application's step progress), failure and
-// exit reports, events (epoch changes, activation of a spare, shutdown) and the KV store.
+// exit reports, events (epoch changes, activation of a spare, shutdown) and the KV store. When
+// the primary names a standby, the agent connects to it too, votes for it once it lost the
+// primary, and follows it when it takes over (requests in flight are sent again).
 #pragma once
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "control/wire/codec.h"
 #include "control/wire/keys.h"
 #include "control/wire/types.h"
 #include "rtft/status.h"
@@ -28,8 +31,12 @@ struct AgentClientOptions {
   AgentInfo me;
   std::chrono::milliseconds heartbeat_period{100};
   std::chrono::milliseconds request_timeout = DefaultRequestTimeout();
-  // The coordinator answers every heartbeat; silence this long means it is gone (slot 0 lost):
-  // WaitEvent then fails with kUnavailable and the agent should stop its application.
+  // Silence of the primary this long makes the agent vote for the standby (when the primary
+  // named one): it lost the primary. 0: the coordinator timeout.
+  std::chrono::milliseconds primary_timeout{0};
+  // Silence of every coordinator this long (no primary, and no standby took over) means the
+  // job's coordinators are gone: WaitEvent then fails with kUnavailable and the agent should
+  // stop its application.
   std::chrono::milliseconds coordinator_timeout = DefaultCoordinatorTimeout();
   // Fault seam for tests: called at the top of every round of the client's thread; what it
   // throws must end the thread with a recorded error, never the process.
@@ -58,6 +65,9 @@ class AgentClient {
   // coordinator may already be gone).
   virtual void SetDeadline(std::chrono::steady_clock::time_point deadline) = 0;
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;
+  // The slot of the primary this agent follows, and its generation (0 before the first answer).
+  virtual SlotId primary_slot() const = 0;
+  virtual Generation generation() const = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "control/wire/codec.h"
 #include "control/wire/keys.h"
 #include "control/wire/types.h"
 #include "rtft/status.h"
@@ -38,6 +39,17 @@ struct CoordinatorOptions {
   // At most this many connections in their handshake at once; more are closed as they are
   // accepted. 0: from the descriptor limit (PendingConnectionBudget in connection_guard.h).
   int32_t max_pending_connections = 0;
+  // The slot whose dp-launch runs this coordinator (slot 0 for the job's first primary).
+  SlotId self_slot = 0;
+  // Start as a standby: it listens, but decides nothing until a primary copies its state to it;
+  // it takes over when it and a majority of the live agents lost that primary.
+  bool standby = false;
+  // As primary, keep a standby in another slot (from the endpoints the agents' hellos carry):
+  // every change reaches it before the primary answers. Needs three slots with an agent or more.
+  bool replicate = false;
+  // Test hook (RTFT_CTRL_TEST_PARTITION): while this file exists, the primary drops all traffic
+  // from and to the slots it lists (comma-separated), as a partition would; read every 100 ms.
+  std::string partition_file;
   // Fault seam for tests: called at the top of every round of the coordinator's thread; what it
   // throws must end the thread with a recorded error, never the process.
   std::function<void()> fault_point;
@@ -56,6 +68,12 @@ struct CoordinatorStats {
   std::chrono::steady_clock::time_point epoch_declared_at{};
   std::chrono::steady_clock::time_point epoch_sent_at{};
   double thread_cpu_seconds = 0;  // the coordinator thread (not libzmq's I/O thread)
+  bool primary = false;           // deciding (the first primary, or a standby that took over)
+  bool fenced = false;            // a newer primary took over, or it stepped down
+  Generation generation = 0;      // the primary's (for a standby: the one it follows)
+  SlotId standby_slot = -1;       // the primary's standby in sync (-1: none)
+  bool synced = false;            // a standby: holds a complete copy of the primary's state
+  uint64_t takeovers = 0;         // this coordinator took over from its primary
 };
 
 // libzmq names the coordinator's I/O thread "<prefix>/ZMQbg/IO/0" (rtft-bench measures its CPU).
@@ -79,6 +97,11 @@ class Coordinator {
   // Ok while the coordinator's thread runs; the error that ended it otherwise (the job then
   // ends with exit code 1: WaitJobEnd returns).
   virtual Status error() const = 0;
+  // It decides for the job now: the first primary, or a standby that took over.
+  virtual bool is_primary() const = 0;
+  // A newer primary took over from it, or it stepped down (it lost its standby and most agents):
+  // WaitJobEnd has returned 1, and this process must not report the job's exit code.
+  virtual bool fenced() const = 0;
   virtual CoordinatorStats stats() const = 0;
 };
 

@@ -1,5 +1,9 @@
-// The coordinator's handlers of incoming messages (docs/control-protocol.md); they run on the
-// coordinator's thread.
+// The coordinator's handlers of the agents' messages (docs/control-protocol.md); they run on the
+// coordinator's event loop. A change they make is committed (replication.cc) before its answer
+// goes out.
+#include <fstream>
+#include <sstream>
+
 #include "control/coordinator/coordinator_impl.h"
 #include "core/logging.h"
 
@@ -33,10 +37,22 @@ void CoordinatorImpl::Dispatch(const std::string& peer, const Message& msg) {
     ++stats_.messages;
     if (msg.type == MsgType::kHeartbeat) ++stats_.heartbeats;
   }
+  // Someone follows a newer primary: this one was replaced while it could not hear.
+  if (role_ == Standing::kPrimary && msg.gen > gen_)
+    return Fence(std::string(MsgTypeName(msg.type)) + " of generation " + std::to_string(msg.gen));
+  if (msg.type == MsgType::kRepl) return OnRepl(peer, msg);
+  if (msg.type == MsgType::kVote) return OnVote(peer, msg);
+  if (role_ == Standing::kFenced) return;
   const json& b = msg.body;
   if (msg.type == MsgType::kHello) return OnHello(peer, b);
-  if (msg.type == MsgType::kKvPut) return OnKvPut(peer, b);
-  if (msg.type == MsgType::kKvGet) return OnKvGet(peer, b);
+  if (role_ == Standing::kStandby) return;  // a standby decides nothing and answers nothing
+  if (msg.type == MsgType::kKvPut || msg.type == MsgType::kKvGet) {
+    auto it = by_peer_.find(peer);
+    if (it == by_peer_.end())
+      return Reject(std::string(MsgTypeName(msg.type)) + " from a peer without hello");
+    if (Partitioned(it->second)) return;
+    return msg.type == MsgType::kKvPut ? OnKvPut(peer, b) : OnKvGet(peer, b);
+  }
   auto it = by_peer_.find(peer);
   if (it == by_peer_.end())
     return Reject(std::string(MsgTypeName(msg.type)) + " from a peer that did not say hello");
@@ -45,27 +61,20 @@ void CoordinatorImpl::Dispatch(const std::string& peer, const Message& msg) {
     return Reject(std::string(MsgTypeName(msg.type)) + " from slot " + std::to_string(slot) +
                   " names another slot");
   }
+  if (Partitioned(slot)) return;
+  // An agent that still follows an older primary: tell it where the coordinators are now.
+  if (msg.gen != 0 && msg.gen < gen_) SendCoordinators(slot);
   slots_[slot].last_seen = SteadyClock::now();
+  DispatchSlot(slot, peer, msg);
+}
+
+void CoordinatorImpl::DispatchSlot(SlotId slot, const std::string& peer, const Message& msg) {
   switch (msg.type) {
     case MsgType::kHeartbeat:
-      return OnHeartbeat(slot, peer, b);
-    case MsgType::kFailure: {
-      const auto kind = static_cast<FailureKind>(b["kind"].get<int>());
-      RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " reports " << FailureKindName(kind)
-                                << " (detail " << b["detail"].get<int32_t>() << ")";
-      if (kind == FailureKind::kSlotLost) {
-        Ack(peer, b, Status::InvalidArgument("an agent cannot report its own slot lost"));
-        return Reject("an agent may not report its own slot lost");
-      }
-      Ack(peer, b, Status::Ok());
-      return Apply(table_.Fail({{slot, kind, b["detail"].get<int32_t>()}}));
-    }
-    case MsgType::kExit: {
-      const int32_t code = b["xcode"].get<int32_t>();
-      RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << ": application exited with " << code;
-      Ack(peer, b, Status::Ok());
-      return Apply(table_.Exit(slot, code));
-    }
+      return OnHeartbeat(slot, peer, msg.body);
+    case MsgType::kFailure:
+    case MsgType::kExit:
+      return OnRequest(slot, peer, msg);
     default:
       return Reject(std::string(MsgTypeName(msg.type)) + " is not a message for the coordinator");
   }
@@ -82,19 +91,30 @@ void CoordinatorImpl::OnHello(const std::string& peer, const json& b) {
   if (known != by_peer_.end() && known->second != slot)
     return Reject("hello for slot " + std::to_string(slot) + " on slot " +
                   std::to_string(known->second) + "'s connection");
+  if (Partitioned(slot)) return;
   CoordinatorSlot& st = slots_[slot];
-  if (st.joined && st.peer != peer) {
+  if (!st.peer.empty() && st.peer != peer) {
     RTFT_LOG(kWarn, kLogCtrl) << "slot " << slot << " said hello again from a new connection";
     by_peer_.erase(st.peer);
   }
-  st.joined = true;
   st.peer = peer;
-  st.host = b["host"].get<std::string>();
   st.last_seen = SteadyClock::now();
   by_peer_[peer] = slot;
-  RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " joined from " << st.host << " (pid "
-                            << b["pid"].get<int32_t>() << ")";
-  if (started_ || table_.retired(slot)) return SendCurrent(slot);
+  // A standby only learns where each agent is: it takes over with these connections.
+  if (role_ == Standing::kStandby) return;
+  RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " joined from " << b["host"].get<std::string>()
+                            << " (pid " << b["pid"].get<int32_t>() << ")";
+  if (!st.joined && !started_) {
+    ReplChange join(ReplOp::kJoin, slot);
+    join.host = b["host"].get<std::string>();
+    if (b.contains("ep")) join.endpoint = b["ep"].get<std::string>();
+    ApplyChange(join);
+    Commit(join, [] {});
+  }
+  if (started_ || table_.retired(slot)) {
+    SendCurrent(slot);
+    return SendCoordinators(slot);
+  }
   for (SlotId s = 0; s < table_.slots(); ++s) {
     if (!slots_[s].joined && table_.has_agent(s)) return;
   }
@@ -104,7 +124,7 @@ void CoordinatorImpl::OnHello(const std::string& peer, const json& b) {
 void CoordinatorImpl::OnHeartbeat(SlotId slot, const std::string& peer, const json& b) {
   CoordinatorSlot& st = slots_[slot];
   st.step = b["step"].get<uint64_t>();
-  if (table_.retired(slot)) {
+  if (RoleOfSlot(current_.membership, slot) == Role::kRetired) {
     // A slot declared lost came back (e.g. its agent was stopped): remind it, once a second.
     const auto now = SteadyClock::now();
     if (now - st.last_retired_notice > std::chrono::seconds(1)) {
@@ -114,22 +134,50 @@ void CoordinatorImpl::OnHeartbeat(SlotId slot, const std::string& peer, const js
     return;
   }
   // Acks only when asked (a few times per coordinator timeout): they are half the traffic.
-  if (b.contains("ack") && b["ack"].get<bool>()) {
-    loop_->SendNow(router_, peer, heartbeat_ack_);
+  if (b.contains("ack") && b["ack"].get<bool>()) loop_->SendNow(router_, peer, heartbeat_ack_);
+}
+
+void CoordinatorImpl::OnRequest(SlotId slot, const std::string& peer, const Message& msg) {
+  const json& b = msg.body;
+  const uint64_t req = b["req"].get<uint64_t>();
+  // Sent again after a takeover, and applied already (by the primary that was lost).
+  const auto& applied = slots_[slot].applied_req;
+  if (applied && req <= *applied) return Ack(peer, b, Status::Ok());
+  ReplChange c(msg.type == MsgType::kExit ? ReplOp::kExit : ReplOp::kFail, slot);
+  c.req = req;
+  if (msg.type == MsgType::kExit) {
+    c.exit_code = b["xcode"].get<int32_t>();
+    RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << ": application exited with " << c.exit_code;
+  } else {
+    const auto kind = static_cast<FailureKind>(b["kind"].get<int>());
+    RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " reports " << FailureKindName(kind)
+                              << " (detail " << b["detail"].get<int32_t>() << ")";
+    if (kind == FailureKind::kSlotLost) {
+      Ack(peer, b, Status::InvalidArgument("an agent cannot report its own slot lost"));
+      return Reject("an agent may not report its own slot lost");
+    }
+    c.failures = {{slot, kind, b["detail"].get<int32_t>()}};
   }
+  const Decision d = ApplyChange(c);
+  Commit(c, [this, peer, b, d] {
+    Apply(d, true);  // membership() shows the change before its requester hears of it
+    Ack(peer, b, Status::Ok());
+  });
 }
 
 void CoordinatorImpl::OnKvPut(const std::string& peer, const json& b) {
-  if (by_peer_.find(peer) == by_peer_.end()) return Reject("kv-put from a peer without hello");
-  auto ready = kv_.Put(b["key"].get<std::string>(), BytesFrom(b["value"]));
+  ReplChange c(ReplOp::kKv);
+  c.key = b["key"].get<std::string>();
+  c.value = BytesFrom(b["value"]);
+  auto ready = kv_.Put(c.key, c.value);
   if (!ready.ok()) return Ack(peer, b, ready.status());
-  Ack(peer, b, Status::Ok());
-  const std::string value = BytesFrom(b["value"]);
-  for (auto& w : *ready) Send(w.peer, MsgType::kKvValue, KvValueBody(w.req, value));
+  Commit(c, [this, peer, b, waiters = std::move(*ready), value = c.value] {
+    Ack(peer, b, Status::Ok());
+    for (const auto& w : waiters) Send(w.peer, MsgType::kKvValue, KvValueBody(w.req, value));
+  });
 }
 
 void CoordinatorImpl::OnKvGet(const std::string& peer, const json& b) {
-  if (by_peer_.find(peer) == by_peer_.end()) return Reject("kv-get from a peer without hello");
   KvWaiter w{peer, b["req"].get<uint64_t>(), b["key"].get<std::string>(),
              SteadyClock::now() + milliseconds(b["tmo"].get<int64_t>())};
   auto got = kv_.Get(w);
@@ -146,12 +194,44 @@ void CoordinatorImpl::Ack(const std::string& peer, const json& b, const Status& 
 
 void CoordinatorImpl::SendCurrent(SlotId slot) {
   ControlEvent e = current_;
-  e.membership = table_.membership();
-  if (table_.retired(slot)) {
+  if (RoleOfSlot(current_.membership, slot) == Role::kRetired) {
     e.type = ControlEvent::Type::kShutdown;
     e.reason = "slot " + std::to_string(slot) + " was retired";
   }
   Send(slots_[slot].peer, MsgType::kEvent, EventBody(e));
+}
+
+void CoordinatorImpl::SendCoordinators(SlotId slot) {
+  if (!options_.replicate) return;
+  const bool synced = standby_ && standby_->synced;
+  const json body = CoordinatorsBody(options_.self_slot, synced ? standby_->slot : -1,
+                                     synced ? standby_->endpoint : "");
+  for (SlotId s = slot < 0 ? 0 : slot; s < (slot < 0 ? table_.slots() : slot + 1); ++s) {
+    if (!slots_[s].peer.empty()) Send(slots_[s].peer, MsgType::kCoordinators, body);
+  }
+}
+
+bool CoordinatorImpl::Partitioned(SlotId slot) const {
+  return role_ == Standing::kPrimary && partitioned_.count(slot) > 0;
+}
+
+void CoordinatorImpl::ReadPartition(SteadyClock::time_point now) {
+  if (options_.partition_file.empty() || now - partition_read_ < milliseconds(100)) return;
+  partition_read_ = now;
+  std::set<SlotId> slots;
+  std::ifstream in(options_.partition_file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (char& ch : text)
+    if (ch == ',') ch = ' ';
+  std::istringstream words(text);
+  for (SlotId s; words >> s;)
+    if (s >= 0 && s < table_.slots()) slots.insert(s);
+  if (slots == partitioned_) return;
+  std::string list;
+  for (SlotId s : slots) list += (list.empty() ? "" : ",") + std::to_string(s);
+  RTFT_LOG(kWarn, kLogCtrl) << "test partition: dropping the traffic of slot(s) "
+                            << (list.empty() ? "none" : list);
+  partitioned_ = std::move(slots);
 }
 
 }  // namespace rtft::control

@@ -36,6 +36,8 @@ class KvStore {
   // The earliest waiter deadline, if any.
   std::optional<SteadyClock::time_point> NextDeadline() const;
   size_t size() const { return values_.size(); }
+  // Every entry (a new standby receives them all).
+  const std::unordered_map<std::string, std::string>& values() const { return values_; }
 
  private:
   size_t max_bytes_, max_waiters_;

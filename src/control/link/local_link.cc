@@ -57,6 +57,7 @@ class LocalServerImpl final : public LocalServer {
  public:
   explicit LocalServerImpl(std::string path) : path_(std::move(path)), ctx_(1) {}
   ~LocalServerImpl() override {
+    if (loop_) loop_->Stop();
     loop_.reset();
     ::unlink(path_.c_str());
   }
@@ -150,7 +151,10 @@ class LocalServerImpl final : public LocalServer {
 class LocalClientImpl final : public LocalClient {
  public:
   explicit LocalClientImpl(std::string path) : path_(std::move(path)), ctx_(1) {}
-  ~LocalClientImpl() override { loop_.reset(); }
+  ~LocalClientImpl() override {
+    if (loop_) loop_->Stop();
+    loop_.reset();
+  }
 
   Status Init() {
     try {

@@ -9,10 +9,14 @@ namespace rtft::control {
 
 EventLoop::EventLoop(Options options) : options_(std::move(options)) {}
 
-EventLoop::~EventLoop() {
+void EventLoop::Stop() {
   stop_ = true;
   waker_.Notify();
   thread_.Join();
+}
+
+EventLoop::~EventLoop() {
+  Stop();
   for (auto& e : sockets_) {
     if (!e.open) continue;
     e.socket.set(zmq::sockopt::linger, 0);
@@ -82,8 +86,8 @@ Status EventLoop::Post(SocketId id, const std::string& peer, std::string bytes) 
 }
 
 Status EventLoop::Post(SocketId id, const std::string& peer, MsgType type,
-                       const nlohmann::json& body) {
-  auto bytes = EncodeMessage(type, body);
+                       const nlohmann::json& body, Generation gen) {
+  auto bytes = EncodeMessage(type, body, gen);
   if (!bytes.ok()) return bytes.status();
   return Post(id, peer, std::move(*bytes));
 }
@@ -95,10 +99,14 @@ bool EventLoop::SendNow(SocketId id, const std::string& peer, const std::string&
 }
 
 bool EventLoop::SendNow(SocketId id, const std::string& peer, MsgType type,
-                        const nlohmann::json& body) {
+                        const nlohmann::json& body, Generation gen) {
   Entry& e = sockets_.at(static_cast<size_t>(id));
   if (!e.open) return false;
-  return SendTo(e.socket, e.router ? &peer : nullptr, type, body);
+  return SendTo(e.socket, e.router ? &peer : nullptr, type, body, gen);
+}
+
+bool EventLoop::open(SocketId id) const {
+  return id >= 0 && static_cast<size_t>(id) < sockets_.size() && sockets_[id].open;
 }
 
 void EventLoop::Flush() {
@@ -173,7 +181,7 @@ void EventLoop::Run() {
     for (size_t k = 0; k < pollers_.size(); ++k)
       if (items[1 + ids.size() + k].revents & ZMQ_POLLIN) pollers_[k].second();
     const auto now = SteadyClock::now();
-    if (timer_ && now >= next_timer) next_timer = timer_(now);
+    if (timer_ && (now >= next_timer || force_timer_.exchange(false))) next_timer = timer_(now);
   }
 }
 

@@ -65,19 +65,29 @@ class EventLoop {
   void AddPoller(zmq::socket_t* socket, std::function<void()> on_readable);
   void SetTimer(Timer timer);  // before Start()
   Status Start();
+  // Ends the thread (joins it); the sockets stay open until the destructor. Owners call it
+  // before they destroy what the handlers use (the loop itself included).
+  void Stop();
 
   // Any thread: queues `bytes` for `peer` on the socket and wakes the loop. The loop's error once
   // its thread ended with one.
   Status Post(SocketId id, const std::string& peer, std::string bytes);
   // Encodes first (InvalidArgument for a body the receiver would reject).
-  Status Post(SocketId id, const std::string& peer, MsgType type, const nlohmann::json& body);
+  Status Post(SocketId id, const std::string& peer, MsgType type, const nlohmann::json& body,
+              Generation gen = 0);
   // The loop's thread only: sends at once, without blocking. False when it could not be queued.
   bool SendNow(SocketId id, const std::string& peer, const std::string& bytes);
-  bool SendNow(SocketId id, const std::string& peer, MsgType type, const nlohmann::json& body);
+  bool SendNow(SocketId id, const std::string& peer, MsgType type, const nlohmann::json& body,
+               Generation gen = 0);
+  // The loop's thread only: whether `id` is open (not removed).
+  bool open(SocketId id) const;
   // The loop's thread only (or before Start()).
   zmq::socket_t& socket(SocketId id);
   // Wakes the loop so that its timer runs now.
-  void Wake() { waker_.Notify(); }
+  void Wake() {
+    force_timer_ = true;
+    waker_.Notify();
+  }
   // Ok while the thread runs (or ended cleanly); the error that ended it otherwise.
   Status error() const;
 
@@ -108,6 +118,7 @@ class EventLoop {
   Timer timer_;
   Waker waker_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> force_timer_{false};
   mutable std::mutex mu_;
   std::deque<Outgoing> outbox_;
   Status error_;

@@ -47,8 +47,8 @@ bool SendRaw(zmq::socket_t& socket, const std::string* routing_id, const std::st
 }
 
 bool SendTo(zmq::socket_t& socket, const std::string* routing_id, MsgType type,
-            const nlohmann::json& body) {
-  auto bytes = EncodeMessage(type, body);
+            const nlohmann::json& body, Generation gen) {
+  auto bytes = EncodeMessage(type, body, gen);
   if (!bytes.ok()) {
     RTFT_LOG(kError, kLogCtrl) << "not sending " << MsgTypeName(type) << ": " << bytes.status();
     return false;

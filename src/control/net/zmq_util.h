@@ -31,7 +31,7 @@ void MakeCurveClient(zmq::socket_t& socket, const JobKeys& keys);
 // Encodes and sends [routing id,] message without blocking. False (logged) when the message
 // could not be encoded or queued.
 bool SendTo(zmq::socket_t& socket, const std::string* routing_id, MsgType type,
-            const nlohmann::json& body);
+            const nlohmann::json& body, Generation gen = 0);
 // Sends pre-encoded bytes.
 bool SendRaw(zmq::socket_t& socket, const std::string* routing_id, const std::string& bytes);
 

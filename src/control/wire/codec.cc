@@ -153,7 +153,7 @@ Status ValidateBody(const Schema& schema, const json& body) {
   return Status::Ok();
 }
 
-StatusOr<std::string> EncodeMessage(MsgType type, const json& body) {
+StatusOr<std::string> EncodeMessage(MsgType type, const json& body, Generation gen) {
   const Schema* schema = SchemaFor(static_cast<uint8_t>(type));
   if (!schema) return Status::InvalidArgument("unknown message type");
   Status valid = ValidateBody(*schema, body);
@@ -170,6 +170,7 @@ StatusOr<std::string> EncodeMessage(MsgType type, const json& body) {
     out[4] = static_cast<char>(kProtocolVersion);
     out[5] = static_cast<char>(type);
     PutU32(out.data() + 8, static_cast<uint32_t>(packed.size()));
+    PutU32(out.data() + 12, gen);
     std::memcpy(out.data() + kHeaderBytes, packed.data(), packed.size());
     return out;
   } catch (const std::exception& e) {
@@ -202,7 +203,7 @@ StatusOr<Message> DecodeMessage(const void* data, size_t size) {
   if (body_len != size - kHeaderBytes)
     return Status::InvalidArgument(type_name + ": header says " + std::to_string(body_len) +
                                    " body bytes, frame has " + std::to_string(size - kHeaderBytes));
-  Message msg{static_cast<MsgType>(p[5]), json()};
+  Message msg{static_cast<MsgType>(p[5]), json(), GetU32(p + 12)};
   try {
     BoundedSax sax(&msg.body, body_len);
     const bool ok = json::sax_parse(p + kHeaderBytes, p + size, &sax, json::input_format_t::msgpack,

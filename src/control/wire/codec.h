@@ -1,7 +1,7 @@
-// The control-plane wire format (docs/control-protocol.md): a 12-byte header (magic, protocol
-// version, message type, body length) and a MessagePack map as the body, checked field by field
-// against the message type's schema. Used by the coordinator, the agent client and the local
-// link; the decoder is fuzzed (tests/control/fuzz/decode_fuzzer.cc).
+// The control-plane wire format (docs/control-protocol.md): a 16-byte header (magic, protocol
+// version, message type, body length, the sender's generation) and a MessagePack map as the body,
+// checked field by field against the message type's schema. Used by the coordinator, the agent
+// client and the local link; the decoder is fuzzed (tests/control/fuzz/decode_fuzzer.cc).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,7 @@
 namespace rtft::control {
 
 constexpr uint8_t kProtocolVersion = 2;
-constexpr size_t kHeaderBytes = 12;
+constexpr size_t kHeaderBytes = 16;
 constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // header + body
 constexpr char kMagic[4] = {'R', 'T', 'F', 'C'};
 
@@ -35,14 +35,20 @@ struct FieldSpec {
 };
 using Schema = std::vector<FieldSpec>;
 
+// The coordinators' generation (fencing token): 1 for the job's first primary, one more at each
+// takeover by a standby. A coordinator puts its own in every message, an agent the one it
+// follows; the local link carries 0.
+using Generation = uint32_t;
+
 struct Message {
   MsgType type;
   nlohmann::json body;  // a map that satisfies the type's schema
+  Generation gen = 0;
 };
 
 // Checks `body` against the schema of `type` and frames it. Fails (InvalidArgument) on a body
 // that the receiver would reject, so a bug shows at the sender.
-StatusOr<std::string> EncodeMessage(MsgType type, const nlohmann::json& body);
+StatusOr<std::string> EncodeMessage(MsgType type, const nlohmann::json& body, Generation gen = 0);
 // Never throws; every reason for rejection is in the returned status's message.
 StatusOr<Message> DecodeMessage(const void* data, size_t size);
 

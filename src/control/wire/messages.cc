@@ -25,8 +25,8 @@ FieldSpec Str(const char* name, size_t max_len, bool required = true) {
 FieldSpec Bytes(const char* name, size_t max_len, bool required = true) {
   return {name, K::kBytes, required, 0, 0, max_len};
 }
-FieldSpec List(const char* name, int64_t min, int64_t max) {
-  return {name, K::kIntList, true, min, max, static_cast<size_t>(kMaxSlots)};
+FieldSpec List(const char* name, int64_t min, int64_t max, bool required = true) {
+  return {name, K::kIntList, required, min, max, static_cast<size_t>(kMaxSlots)};
 }
 
 FieldSpec Req() { return Int("req", 0, kI64Max); }
@@ -53,8 +53,27 @@ Schema EventSchema(bool local) {
   return s;
 }
 
+// A change the primary sends its standby (coordinator/repl_ops.h says which fields each op uses).
+Schema ReplSchema() {
+  return {Int("seq", 0, kI64Max),
+          Int("op", 0, kMaxReplOp),
+          Int("slot", 0, kMaxSlot, false),
+          Str("host", kMaxHostBytes, false),
+          Str("ep", kMaxEndpointBytes, false),
+          List("fslots", 0, kMaxSlot, false),
+          List("kinds", 0, static_cast<int64_t>(FailureKind::kRepeated), false),
+          List("details", kI32Min, kI32Max, false),
+          Int("xcode", kI32Min, kI32Max, false),
+          Str("key", kMaxKeyBytes, false),
+          Bytes("value", kMaxValueBytes, false),
+          Int("req", 0, kI64Max, false),
+          Int("slots", 1, kMaxSlots, false),
+          Int("epoch", 0, kI64Max, false)};
+}
+
 const Schema* Lookup(uint8_t type) {
-  static const Schema hello = {Slot(), Str("host", kMaxHostBytes), Int("pid", 0, kI32Max)};
+  static const Schema hello = {Slot(), Str("host", kMaxHostBytes), Int("pid", 0, kI32Max),
+                               Str("ep", kMaxEndpointBytes, false)};
   static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max),
                                    Bool("ack", false)};
   static const Schema failure = {Req(), Slot(),
@@ -63,6 +82,11 @@ const Schema* Lookup(uint8_t type) {
   static const Schema exit = {Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
   static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
   static const Schema kv_get = {Req(), Str("key", kMaxKeyBytes), Int("tmo", 0, kMaxTimeoutMs)};
+  static const Schema vote = {Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema coordinators = {Int("primary", -1, kMaxSlot), Int("standby", -1, kMaxSlot),
+                                      Str("sbep", kMaxEndpointBytes)};
+  static const Schema repl = ReplSchema();
+  static const Schema repl_ack = {Int("seq", 0, kI64Max)};
   static const Schema event = EventSchema(false);
   static const Schema ack = {Req(), Code(), Msg()};
   static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
@@ -93,6 +117,8 @@ const Schema* Lookup(uint8_t type) {
       return &kv_put;
     case MsgType::kKvGet:
       return &kv_get;
+    case MsgType::kVote:
+      return &vote;
     case MsgType::kEvent:
       return &event;
     case MsgType::kAck:
@@ -101,6 +127,12 @@ const Schema* Lookup(uint8_t type) {
       return &kv_value;
     case MsgType::kHeartbeatAck:
       return &heartbeat_ack;
+    case MsgType::kCoordinators:
+      return &coordinators;
+    case MsgType::kRepl:
+      return &repl;
+    case MsgType::kReplAck:
+      return &repl_ack;
     case MsgType::kAttach:
       return &attach;
     case MsgType::kReport:
@@ -113,24 +145,6 @@ const Schema* Lookup(uint8_t type) {
       return &local_kv_reply;
   }
   return nullptr;
-}
-
-std::vector<int32_t> Ints(const json& v) {
-  std::vector<int32_t> out;
-  out.reserve(v.size());
-  for (const auto& e : v) out.push_back(e.get<int32_t>());
-  return out;
-}
-
-json MembershipFields(const Membership& m) {
-  json roles = json::array();
-  for (Role r : m.slot_roles) roles.push_back(static_cast<int>(r));
-  return json{{"epoch", m.epoch},   {"ws", m.world_size},   {"r2s", m.rank_to_slot},
-              {"spares", m.spares}, {"retired", m.retired}, {"roles", roles}};
-}
-
-json StatusFields(const Status& s) {
-  return json{{"code", static_cast<int>(s.code())}, {"msg", s.message().substr(0, kMaxTextBytes)}};
 }
 
 }  // namespace
@@ -151,6 +165,8 @@ const char* MsgTypeName(MsgType type) {
       return "kv-put";
     case MsgType::kKvGet:
       return "kv-get";
+    case MsgType::kVote:
+      return "vote";
     case MsgType::kEvent:
       return "event";
     case MsgType::kAck:
@@ -159,6 +175,12 @@ const char* MsgTypeName(MsgType type) {
       return "kv-value";
     case MsgType::kHeartbeatAck:
       return "heartbeat-ack";
+    case MsgType::kCoordinators:
+      return "coordinators";
+    case MsgType::kRepl:
+      return "repl";
+    case MsgType::kReplAck:
+      return "repl-ack";
     case MsgType::kAttach:
       return "attach";
     case MsgType::kReport:
@@ -174,6 +196,16 @@ const char* MsgTypeName(MsgType type) {
 }
 
 Status CheckMessageSemantics(MsgType type, const json& body) {
+  if (type == MsgType::kRepl) {
+    // A failure's three lists describe the same slots.
+    const bool any = body.contains("fslots") || body.contains("kinds") || body.contains("details");
+    if (!any) return Status::Ok();
+    if (!body.contains("fslots") || !body.contains("kinds") || !body.contains("details") ||
+        body["fslots"].size() != body["kinds"].size() ||
+        body["fslots"].size() != body["details"].size())
+      return Status::InvalidArgument("'fslots', 'kinds' and 'details' differ in length");
+    return Status::Ok();
+  }
   if (type != MsgType::kEvent && type != MsgType::kLocalEvent) return Status::Ok();
   const size_t slots = body["roles"].size();
   const auto& r2s = body["r2s"];
@@ -186,161 +218,6 @@ Status CheckMessageSemantics(MsgType type, const json& body) {
     }
   }
   return Status::Ok();
-}
-
-json HelloBody(const AgentInfo& me) {
-  return json{{"slot", me.slot}, {"host", me.host.substr(0, kMaxHostBytes)}, {"pid", me.pid}};
-}
-json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack) {
-  json b{{"slot", slot}, {"step", step}, {"seq", seq}};
-  if (want_ack) b["ack"] = true;
-  return b;
-}
-json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank, int32_t detail) {
-  return json{{"req", req},
-              {"slot", slot},
-              {"kind", static_cast<int>(kind)},
-              {"rank", rank},
-              {"detail", detail}};
-}
-json ExitBody(uint64_t req, SlotId slot, int32_t code) {
-  return json{{"req", req}, {"slot", slot}, {"xcode", code}};
-}
-json KvPutBody(uint64_t req, const std::string& key, const std::string& value) {
-  return json{{"req", req}, {"key", key}, {"value", BytesValue(value)}};
-}
-json KvGetBody(uint64_t req, const std::string& key, int64_t timeout_ms) {
-  return json{{"req", req}, {"key", key}, {"tmo", timeout_ms}};
-}
-json AckBody(uint64_t req, const Status& status) {
-  json b = StatusFields(status);
-  b["req"] = req;
-  return b;
-}
-json KvValueBody(uint64_t req, const StatusOr<std::string>& value) {
-  json b = StatusFields(value.status());
-  b["req"] = req;
-  if (value.ok()) b["value"] = BytesValue(*value);
-  return b;
-}
-
-json EventBody(const ControlEvent& e) {
-  json b = MembershipFields(e.membership);
-  b["ev"] = static_cast<int>(e.type);
-  b["failed"] = e.failed_ranks;
-  b["reason"] = e.reason.substr(0, kMaxTextBytes);
-  b["ckpt"] = e.checkpoint_first;
-  b["xcode"] = e.exit_code;
-  return b;
-}
-json LocalEventBody(const ControlEvent& e) {
-  json b = EventBody(e);
-  b["role"] = static_cast<int>(e.assignment.role);
-  b["rank"] = e.assignment.rank;
-  return b;
-}
-json AssignBody(const Assignment& a) {
-  return json{{"role", static_cast<int>(a.role)},
-              {"rank", a.rank},
-              {"epoch", a.epoch},
-              {"ws", a.world_size}};
-}
-json AttachBody(int32_t pid) { return json{{"pid", pid}}; }
-json ReportBody(const RuntimeReport& r) {
-  json b{{"rt", static_cast<int>(r.type)}};
-  switch (r.type) {
-    case RuntimeReport::Type::kProgress:
-      b["step"] = r.step;
-      break;
-    case RuntimeReport::Type::kDeviceError:
-      b["detail"] = r.detail.substr(0, kMaxTextBytes);
-      break;
-    case RuntimeReport::Type::kDetach:
-      break;
-    case RuntimeReport::Type::kKvPut:
-      b["key"] = r.key;
-      b["value"] = BytesValue(r.value);
-      break;
-    case RuntimeReport::Type::kKvGet:
-      b["key"] = r.key;
-      b["tmo"] = r.timeout_ms;
-      break;
-  }
-  return b;
-}
-json LocalKvReplyBody(const std::string& key, const StatusOr<std::string>& value) {
-  json b = StatusFields(value.status());
-  b["key"] = key;
-  if (value.ok()) b["value"] = BytesValue(*value);
-  return b;
-}
-
-Membership MembershipFrom(const json& b) {
-  Membership m;
-  m.epoch = b["epoch"].get<uint64_t>();
-  m.world_size = b["ws"].get<int32_t>();
-  m.rank_to_slot = Ints(b["r2s"]);
-  m.spares = Ints(b["spares"]);
-  m.retired = Ints(b["retired"]);
-  for (const auto& r : b["roles"]) m.slot_roles.push_back(static_cast<Role>(r.get<int>()));
-  return m;
-}
-
-ControlEvent EventFrom(const json& b, SlotId me) {
-  ControlEvent e;
-  e.type = static_cast<ControlEvent::Type>(b["ev"].get<int>());
-  e.membership = MembershipFrom(b);
-  e.failed_ranks = Ints(b["failed"]);
-  e.reason = b["reason"].get<std::string>();
-  e.checkpoint_first = b["ckpt"].get<bool>();
-  e.exit_code = b["xcode"].get<int32_t>();
-  e.assignment.role = RoleOfSlot(e.membership, me);
-  e.assignment.rank = RankOfSlot(e.membership, me);
-  e.assignment.epoch = e.membership.epoch;
-  e.assignment.world_size = e.membership.world_size;
-  return e;
-}
-
-ControlEvent LocalEventFrom(const json& b) {
-  ControlEvent e = EventFrom(b, -1);
-  e.assignment.role = static_cast<Role>(b["role"].get<int>());
-  e.assignment.rank = b["rank"].get<int32_t>();
-  return e;
-}
-
-Assignment AssignmentFrom(const json& b) {
-  Assignment a;
-  a.role = static_cast<Role>(b["role"].get<int>());
-  a.rank = b["rank"].get<int32_t>();
-  a.epoch = b["epoch"].get<uint64_t>();
-  a.world_size = b["ws"].get<int32_t>();
-  return a;
-}
-
-RuntimeReport ReportFrom(const json& b) {
-  RuntimeReport r;
-  r.type = static_cast<RuntimeReport::Type>(b["rt"].get<int>());
-  if (b.contains("step")) r.step = b["step"].get<uint64_t>();
-  if (b.contains("detail")) r.detail = b["detail"].get<std::string>();
-  if (b.contains("key")) r.key = b["key"].get<std::string>();
-  if (b.contains("value")) r.value = BytesFrom(b["value"]);
-  if (b.contains("tmo")) r.timeout_ms = b["tmo"].get<int64_t>();
-  return r;
-}
-
-Status StatusFrom(const json& b) {
-  const int code = b["code"].get<int>();
-  if (code == 0) return Status::Ok();
-  return Status(static_cast<StatusCode>(code), b["msg"].get<std::string>());
-}
-
-std::string BytesFrom(const json& v) {
-  const auto& bin = v.get_binary();
-  return std::string(bin.begin(), bin.end());
-}
-
-json BytesValue(const std::string& bytes) {
-  return json::binary(std::vector<uint8_t>(bytes.begin(), bytes.end()));
 }
 
 }  // namespace rtft::control

@@ -21,11 +21,16 @@ enum class MsgType : uint8_t {
   kExit = 4,
   kKvPut = 5,
   kKvGet = 6,
+  kVote = 7,  // to the standby: this agent lost the primary
   // coordinator -> agent
   kEvent = 16,
   kAck = 17,
   kKvValue = 18,
   kHeartbeatAck = 19,
+  kCoordinators = 20,  // where the primary and the standby are
+  // primary -> standby, and its answer
+  kRepl = 24,
+  kReplAck = 25,
   // runtime -> agent (local link)
   kAttach = 32,
   kReport = 33,
@@ -35,6 +40,19 @@ enum class MsgType : uint8_t {
   kLocalKvReply = 50,
 };
 const char* MsgTypeName(MsgType type);
+
+// What one kRepl message asks the standby to do (coordinator/repl_ops.h builds and reads them).
+enum class ReplOp : uint8_t {
+  kSyncBegin = 0,  // a copy of the whole state follows: start from nothing
+  kJoin = 1,       // a slot's agent said hello
+  kStart = 2,      // the job started (epoch 1 went out)
+  kFail = 3,       // failures seen together
+  kExit = 4,       // an application exited for good
+  kKv = 5,         // a key-value put
+  kSyncEnd = 6,    // the copy is complete
+  kPing = 7,       // nothing changed; the primary is alive
+};
+constexpr int64_t kMaxReplOp = 7;
 // nullptr for a type this version does not know.
 const Schema* SchemaFor(uint8_t type);
 // Checks across fields that a schema cannot express (an event's lists agree with each other).
@@ -45,6 +63,7 @@ constexpr size_t kMaxHostBytes = 255;
 constexpr size_t kMaxTextBytes = 4096;  // reasons, details, error messages
 constexpr size_t kMaxKeyBytes = 256;
 constexpr size_t kMaxValueBytes = 512 * 1024;
+constexpr size_t kMaxEndpointBytes = 300;  // tcp://<host of up to 255 bytes>:<port>
 
 // Requests that expect an answer carry a request id; the answer (kAck, kKvValue) repeats it.
 nlohmann::json HelloBody(const AgentInfo& me);
@@ -56,6 +75,10 @@ nlohmann::json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalR
 nlohmann::json ExitBody(uint64_t req, SlotId slot, int32_t code);
 nlohmann::json KvPutBody(uint64_t req, const std::string& key, const std::string& value);
 nlohmann::json KvGetBody(uint64_t req, const std::string& key, int64_t timeout_ms);
+nlohmann::json VoteBody(SlotId slot, uint64_t epoch);
+// `standby` -1 (and `endpoint` empty) when there is none.
+nlohmann::json CoordinatorsBody(SlotId primary, SlotId standby, const std::string& endpoint);
+nlohmann::json ReplAckBody(uint64_t seq);
 nlohmann::json AckBody(uint64_t req, const Status& status);
 nlohmann::json KvValueBody(uint64_t req, const StatusOr<std::string>& value);
 // An event as broadcast: the same bytes for every agent; each derives its own assignment.

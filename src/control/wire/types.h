@@ -73,6 +73,9 @@ struct AgentInfo {
   SlotId slot = -1;
   std::string host;
   int32_t pid = 0;
+  // Where this slot's standby-capable coordinator listens (empty: none); the primary may appoint
+  // it the standby.
+  std::string coordinator_endpoint;
 };
 
 struct Assignment {
