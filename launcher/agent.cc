@@ -215,6 +215,13 @@ int Agent::Run() {
     return kExitNoStart;
   }
   while (!done_) WaitAndHandle();
+  // A retired slot still here (a frozen node's processes, stopped) would hold the launcher once
+  // the job is over: fence it now rather than after the delay it was given to go by itself.
+  for (auto& [slot, at] : fence_at_) {
+    if (at == Clock::time_point::max()) continue;
+    at = Clock::time_point::max();
+    if (slot != client_->primary_slot()) KillPeer(slot, "was retired");
+  }
   return exit_code_;
 }
 
@@ -345,7 +352,8 @@ void Agent::Fence() {
   for (auto& [slot, at] : fence_at_) {
     if (at == Clock::time_point::max() || now < at) continue;
     at = Clock::time_point::max();
-    KillPeer(slot, "was retired");
+    // A retired slot's dp-launch that hosts the primary coordinator stays until the job's end.
+    if (slot != client_->primary_slot()) KillPeer(slot, "was retired");
   }
 }
 

@@ -183,6 +183,23 @@ TEST_F(CoordinatorSlotTest, LosingTheStandbyAloneIsAnOrdinarySlotLoss) {
   EXPECT_EQ(Count("job exit code 0"), 1u) << job_->Output();
 }
 
+// Slot 0 retired (its application crashed once too often): its rank goes to the spare, and its
+// dp-launch keeps the primary coordinator to the job's end; the agents that fence retired slots
+// on this host leave it alone.
+TEST_F(CoordinatorSlotTest, ARetiredSlotZeroKeepsThePrimaryCoordinator) {
+  JobSpec spec = Shared(4, 1, 40);
+  spec.dp_args.insert(spec.dp_args.end(), {"--max-restarts-per-slot", "1"});
+  job_->Start(spec);
+  WaitStep(0, 3);
+  Command(0, "crash");
+  ASSERT_TRUE(WaitFor([&] { return Starts(0).size() == 2; }, seconds(20))) << job_->Dump();
+  Command(0, "crash");
+  EXPECT_EQ(Finish(), 0) << job_->Dump();
+  EXPECT_EQ(Starts(3).at(0).Int("rank"), 0) << job_->Dump();
+  EXPECT_EQ(Count("takes over"), 0u) << job_->Output();
+  EXPECT_EQ(Count("dp-launch: job exit code 0\n"), 1u) << "slot 0 said it\n" << job_->Output();
+}
+
 // Both coordinators lost: the other agents end once no coordinator answered for
 // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, and the first writes exit code 1.
 TEST_F(CoordinatorSlotTest, LosingSlotZeroAndTheStandbyEndsTheJobWithOne) {

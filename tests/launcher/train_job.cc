@@ -50,6 +50,42 @@ std::set<int> LoseFiredSlots(Job& job, const std::string& dir, int n) {
   return slots;
 }
 
+bool WaitFault(const std::string& dir, int slot, const std::string& point) {
+  const std::string name = point.substr(0, point.find('@'));
+  return WaitFor(
+      [&] {
+        std::ifstream in(dir + "/faults.log");
+        std::string line;
+        while (std::getline(in, line))
+          if (line.find("fault " + name + " ") != std::string::npos &&
+              line.find(" slot=" + std::to_string(slot) + " ") != std::string::npos)
+            return true;
+        return false;
+      },
+      seconds(60));
+}
+
+std::vector<pid_t> SlotProcesses(const std::string& dir, int slot, bool agent_only) {
+  std::vector<pid_t> pids;
+  const std::string s = std::to_string(slot);
+  for (const ProcInfo& p : JobProcesses(dir)) {
+    const bool agent = p.comm.rfind("dp-launch", 0) == 0 && p.Env("OMPI_COMM_WORLD_RANK") == s;
+    const bool other = p.Env("OMPI_COMM_WORLD_RANK") == s || p.Env("RTFT_SLOT") == s;
+    if (agent || (!agent_only && other)) pids.push_back(p.pid);
+  }
+  return pids;
+}
+
+size_t SignalSlot(const std::string& dir, int slot, int sig, bool agent_only) {
+  size_t n = 0;
+  for (pid_t pid : SlotProcesses(dir, slot, agent_only)) n += kill(pid, sig) == 0 ? 1 : 0;
+  return n;
+}
+
+bool WaitOutput(const Job& job, const std::string& text) {
+  return WaitFor([&] { return job.Output().find(text) != std::string::npos; }, seconds(60));
+}
+
 void TrainJobTest::SetUp() {
   char tmpl[] = "/tmp/rtft-train-job-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -84,7 +120,7 @@ TrainRun TrainJobTest::Start(const std::string& name, const TrainSpec& t) {
   if (t.during) t.during(job, run.dir);
   auto rc = job.Wait(t.limit);
   run.ended = rc.has_value();
-  EXPECT_TRUE(run.ended) << "the job did not end\n" << job.Output();
+  EXPECT_TRUE(run.ended) << "the job did not end; left:\n" << job.leftovers() << job.Output();
   run.leftovers = job.leftovers();
   run.exit_code = job.JobExitCode();
   run.output = job.Output();

@@ -30,6 +30,8 @@ struct TrainSpec {
   std::vector<std::string> dp_extra;     // more dp-launch options
   std::vector<std::string> train_extra;  // more (or other) rtft-train options
   std::map<std::string, std::string> env;
+  int heartbeat_ms = 50;
+  int heartbeat_timeout_ms = 500;
   // Called once the job started, before the test waits for its end.
   std::function<void(Job& job, const std::string& dir)> during;
   std::chrono::seconds limit{120};
@@ -53,6 +55,15 @@ std::set<int> FiredSlots(const std::string& dir);
 // Waits until points fired on `n` slots, then SIGKILLs each of those slots' dp-launch (and so its
 // application): lost nodes. Returns the slots.
 std::set<int> LoseFiredSlots(Job& job, const std::string& dir, int n);
+// Waits (60 s at most) until `point` fired on `slot`.
+bool WaitFault(const std::string& dir, int slot, const std::string& point);
+// The live processes of `slot` in `dir`'s job: its dp-launch and keeper (the launcher's rank
+// variable) and its application (RTFT_SLOT); `agent_only`: the dp-launch alone.
+std::vector<pid_t> SlotProcesses(const std::string& dir, int slot, bool agent_only);
+// Sends `sig` to each of them; returns how many.
+size_t SignalSlot(const std::string& dir, int slot, int sig, bool agent_only);
+// Waits (60 s at most) until the launcher's output holds `text`.
+bool WaitOutput(const Job& job, const std::string& text);
 
 class TrainJobTest : public ::testing::Test {
  protected:
@@ -68,7 +79,8 @@ class TrainJobTest : public ::testing::Test {
                        const std::vector<std::string>& extra = {});
 
   std::string root_;
-  std::map<std::string, std::string> reference_;
+  // Shared by the tests of a binary: each configuration's reference runs once.
+  static inline std::map<std::string, std::string> reference_;
 };
 
 }  // namespace rtft::launch::test

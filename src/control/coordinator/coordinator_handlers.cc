@@ -1,7 +1,10 @@
 // The coordinator's handlers of the agents' messages (docs/control-protocol.md); they run on the
 // coordinator's event loop. A change they make is committed (replication.cc) before its answer
 // goes out.
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <sstream>
 
 #include "control/coordinator/coordinator_impl.h"
@@ -219,8 +222,16 @@ void CoordinatorImpl::ReadPartition(SteadyClock::time_point now) {
   if (options_.partition_file.empty() || now - partition_read_ < milliseconds(100)) return;
   partition_read_ = now;
   std::set<SlotId> slots;
-  std::ifstream in(options_.partition_file);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A regular file only, and its first 4 KiB: a FIFO or a directory there is no partition.
+  std::string text;
+  const int fd = ::open(options_.partition_file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) text.assign(buf, static_cast<size_t>(n));
+  }
+  if (fd >= 0) ::close(fd);
   for (char& ch : text)
     if (ch == ',') ch = ' ';
   std::istringstream words(text);
