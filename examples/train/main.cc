@@ -8,6 +8,7 @@
 // what the tests, scripts/demo.sh and rtft-bench read.
 //
 //   mpirun -np 5 --enable-recovery dp-launch --spares 1 -- rtft-train --steps 60
+//   mpirun -np 9 --enable-recovery dp-launch --spares 1 -- rtft-train --tp 2 --pp 2 --hidden 64
 #include <cinttypes>
 #include <cstdio>
 #include <string>
@@ -37,6 +38,12 @@ int main(int argc, char** argv) {
                  "blocks of N steps alternately protected and not, each kind timed apart "
                  "(rtft-bench protect; a failure in an unprotected block rolls back further)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--tp", o.tp, "tensor-parallel degree (each block's matrices split over it)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--pp", o.pp, "pipeline-parallel degree (one residual MLP block per stage)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--micro-batches", o.micro, "micro-batches of the pipeline's schedule")
+      ->check(CLI::Range(1, 65536));
   app.add_flag("--offload", o.offload,
                "update the shard with rt-ft's OffloadOptimizer (CPU AdamW) instead of the "
                "trainer's own loop; its state is protected through its state provider");

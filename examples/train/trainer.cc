@@ -111,10 +111,27 @@ std::vector<size_t> Trainer::Counts(int world) const {
 
 rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world, int rank) {
   rank_ = rank;
+  // A partition's tensors are named after it; its optimizer state is spread over its
+  // data-parallel group (the whole world without --tp/--pp).
+  std::string prefix;
+  if (o_.grid()) {
+    auto at = rtft::PlaceInGrid({o_.tp, o_.pp, {}}, world, rank);
+    if (!at.ok()) return at.status();
+    GridShape shape;
+    shape.hidden = o_.hidden;
+    shape.batch = o_.batch;
+    shape.micro = o_.micro;
+    block_ = std::make_unique<GridBlock>(shape, *at, o_.seed);
+    n_ = block_->params();
+    grad_.resize(n_);
+    prefix = "p" + std::to_string(at->p) + ".t" + std::to_string(at->t) + "/";
+    world = at->data;
+    rank = at->d;
+  }
   shard_ = rtft::SplitEvenly(int64_t(n_), world, rank);
   grad_shard_.assign(shard_.count, 0.0f);
   auto state = std::make_shared<rtft::CompositeProvider>();
-  state->AddTensor({"params", DType::kFloat32, {int64_t(n_)}, params_.data()});
+  state->AddTensor({prefix + "params", DType::kFloat32, {int64_t(n_)}, Params()});
   if (o_.offload) {
     rtft::OffloadParam p;
     p.name = "params";
@@ -130,8 +147,8 @@ rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world
   } else {
     m_.assign(shard_.count, 0.0f);
     v_.assign(shard_.count, 0.0f);
-    state->AddTensor(Shard("adam_m", n_, world, rank, m_.data()));
-    state->AddTensor(Shard("adam_v", n_, world, rank, v_.data()));
+    state->AddTensor(Shard((prefix + "adam_m").c_str(), n_, world, rank, m_.data()));
+    state->AddTensor(Shard((prefix + "adam_v").c_str(), n_, world, rank, v_.data()));
   }
   state->AddObject({"loss_ema",
                     [this] {
@@ -190,24 +207,43 @@ Status Trainer::Compute(rtft::StepContext& ctx) {
   }
   if (ctx.recovered) Report(*ctx.recovered);
   Time(ctx);
-  MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
-  float loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+  float loss = 0;
+  Status s;
+  if (block_) {
+    s = block_->Step(ctx, o_.seed, &grad_, &loss);
+  } else {
+    MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
+    loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+  }
   rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
-  Status s = ctx.comm->ReduceScatterV(grad_.data(), grad_shard_.data(), Counts(ctx.world_size),
-                                      DType::kFloat32, ReduceOp::kAvg);
-  if (s.ok()) s = ctx.comm->AllReduce(&loss, &mean_loss_, 1, DType::kFloat32, ReduceOp::kAvg);
+  rtft::Communicator* data = DataGroup(ctx);
+  if (s.ok() && data) {
+    s = data->ReduceScatterV(grad_.data(), grad_shard_.data(), Counts(data->world_size()),
+                             DType::kFloat32, ReduceOp::kAvg);
+  } else if (s.ok()) {
+    grad_shard_.assign(grad_.begin(), grad_.end());
+  }
+  // The mean loss: the last stage's, over its tensor ranks (all equal) and data-parallel ranks.
+  if (s.ok()) s = ctx.comm->AllReduce(&loss, &mean_loss_, 1, DType::kFloat32, ReduceOp::kSum);
+  if (s.ok()) mean_loss_ /= block_ ? ctx.place.tensor * ctx.place.data : ctx.world_size;
   return Failed(ctx, s);
 }
 
+rtft::Communicator* Trainer::DataGroup(rtft::StepContext& ctx) const {
+  return block_ ? ctx.data : ctx.comm;
+}
+
 Status Trainer::Update(rtft::StepContext& ctx) {
-  float* mine = params_.data() + shard_.offset;
+  float* mine = Params() + shard_.offset;
   if (optimizer_) {
     Status s = optimizer_->Step({grad_shard_.data()});
     if (!s.ok()) return s;
   } else {
     AdamW(mine, m_.data(), v_.data(), grad_shard_.data(), shard_.count, ctx.step);
   }
-  Status s = ctx.comm->AllGatherV(mine, params_.data(), Counts(ctx.world_size), DType::kFloat32);
+  rtft::Communicator* data = DataGroup(ctx);
+  Status s = data ? data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32)
+                  : Status::Ok();
   if (!s.ok()) return Failed(ctx, s);
   loss_ema_ = ctx.step == 0 ? mean_loss_ : 0.9 * loss_ema_ + 0.1 * mean_loss_;
   if (ctx.rank == 0 && (ctx.step % o_.log_every == 0 || ctx.step + 1 == o_.steps)) {
@@ -219,28 +255,19 @@ Status Trainer::Update(rtft::StepContext& ctx) {
   return Status::Ok();
 }
 
-// XXH3 of the replicated tensors, of every rank's shards (in rank order) and of the loss
-// average: the same on every rank, and for every run that computed the same bits.
+// XXH3 of every rank's tensors (each one hashed where it lives, in rank order: every partition
+// and every shard) and of the loss average: the same on every rank, and for every run that
+// computed the same bits.
 Status Trainer::Digest(rtft::Communicator* c, uint64_t* digest) const {
   rtft::StateDescription d;
   RTFT_RETURN_IF_ERROR(state_->Describe(&d));
   std::vector<uint64_t> mine;
-  XXH3_state_t* h = XXH3_createState();
-  XXH3_64bits_reset(h);
-  for (const rtft::TensorDesc& t : d.tensors) {
-    if (t.shard.sharded()) {
-      mine.push_back(XXH3_64bits(t.data, t.bytes()));
-    } else {
-      XXH3_64bits_update(h, t.data, t.bytes());
-    }
-  }
+  for (const rtft::TensorDesc& t : d.tensors) mine.push_back(XXH3_64bits(t.data, t.bytes()));
   std::vector<uint64_t> all(mine.size() * c->world_size());
-  Status s = c->AllGather(mine.data(), all.data(), mine.size(), DType::kInt64);
-  XXH3_64bits_update(h, all.data(), all.size() * 8);
-  XXH3_64bits_update(h, &loss_ema_, 8);
-  *digest = XXH3_64bits_digest(h);
-  XXH3_freeState(h);
-  return s;
+  RTFT_RETURN_IF_ERROR(c->AllGather(mine.data(), all.data(), mine.size(), DType::kInt64));
+  all.push_back(XXH3_64bits(&loss_ema_, 8));
+  *digest = XXH3_64bits(all.data(), all.size() * 8);
+  return Status::Ok();
 }
 
 int Trainer::Run() {
@@ -248,13 +275,24 @@ int Trainer::Run() {
   rank_ = me.rank;
   if (me.role == rtft::RuntimeRole::kInitial || me.role == rtft::RuntimeRole::kStandalone)
     ArmFaults(me.rank);
-  n_ = shape_.params();
-  params_.resize(n_);
-  grad_.resize(n_);
-  InitParams(shape_, o_.seed, params_.data());
+  if (o_.grid()) {
+    const rtft::Status bad =
+        o_.offload ? Status::InvalidArgument("--offload is not built for --tp/--pp")
+        : (2 * o_.hidden) % o_.tp != 0
+            ? Status::InvalidArgument("--tp must divide the blocks' inner width 2 x --hidden")
+        : o_.batch % o_.micro != 0 ? Status::InvalidArgument("--micro-batches must divide --batch")
+                                   : Status::Ok();
+    if (!bad.ok()) return Fail("the layout", bad);
+  } else {
+    n_ = shape_.params();
+    params_.resize(n_);
+    grad_.resize(n_);
+    InitParams(shape_, o_.seed, params_.data());
+  }
 
   rtft::ProtectOptions po;
   po.enabled = o_.protect;
+  po.grid = {o_.tp, o_.pp, {}};
   po.l3_every = o_.l3_every;
   po.ckpt_dir = o_.ckpt_dir;
   if (o_.protect_blocks > 0)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grid_model.h"
 #include "model.h"
 #include "rtft/offload.h"
 #include "rtft/protect.h"
@@ -29,6 +30,10 @@ struct Options {
   // protected), each kind timed on its own.
   uint64_t protect_blocks = 0;
   bool offload = false;  // rt-ft's OffloadOptimizer instead of the trainer's own AdamW loop
+  // Tensor and pipeline degrees (grid_model.h; the data-parallel one from the world size) and
+  // the micro-batches of the pipeline's schedule.
+  int tp = 1, pp = 1, micro = 2;
+  bool grid() const { return tp > 1 || pp > 1; }
 };
 
 // Sums of the step times of one kind of step.
@@ -50,6 +55,10 @@ class Trainer {
   rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Describe(int world, int rank);
   rtft::Status Compute(rtft::StepContext& ctx);
   rtft::Status Update(rtft::StepContext& ctx);
+  // The parameters this rank updates a shard of: the whole model, or its partition's block.
+  float* Params() { return block_ ? block_->data() : params_.data(); }
+  // The group the optimizer's shards are spread over (null: this rank alone).
+  rtft::Communicator* DataGroup(rtft::StepContext& ctx) const;
   // The counts of every rank's shard, for the collectives of `world` ranks.
   std::vector<size_t> Counts(int world) const;
   rtft::Status Digest(rtft::Communicator* c, uint64_t* digest) const;
@@ -69,6 +78,7 @@ class Trainer {
   rtft::EvenSplit shard_;
   std::vector<float> params_, m_, v_, grad_, grad_shard_;
   std::unique_ptr<rtft::OffloadOptimizer> optimizer_;  // --offload
+  std::unique_ptr<GridBlock> block_;                   // --tp / --pp: this rank's block
   std::shared_ptr<rtft::StateProvider> state_;
   double loss_ema_ = 0;
   float mean_loss_ = 0;  // this step's, from compute to update

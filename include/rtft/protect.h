@@ -29,12 +29,42 @@
 
 namespace rtft {
 
+// How the ranks of a job are laid out for tensor x pipeline x data parallelism: T ranks share
+// each layer's matrices, P stages share the layers, and D = world / (T * P) data-parallel
+// replicas of each (t, p) partition hold the same parameters. Rank = t + T * (d + D * p)
+// (Megatron-LM's default order: tensor, then data, then pipeline) unless `ranks` maps them.
+struct Grid {
+  int tensor = 1;    // T
+  int pipeline = 1;  // P
+  // Optional: ranks[t + T * (d + D * p)] is the rank at (t, p, d), a permutation of the world.
+  std::vector<int> ranks;
+};
+
+// One rank's place in a grid, and the grid's degrees.
+struct GridPlace {
+  int t = 0, p = 0, d = 0;
+  int tensor = 1, pipeline = 1, data = 1;
+};
+// Where `rank` of `world` sits; InvalidArgument when T * P does not divide the world or `ranks`
+// is no permutation of it.
+RTFT_EXPORT StatusOr<GridPlace> PlaceInGrid(const Grid& grid, int world, int rank);
+// The rank at (t, p, d) of a world of `world` ranks.
+RTFT_EXPORT StatusOr<int> RankInGrid(const Grid& grid, int world, int t, int p, int d);
+
 struct ProtectOptions {
   // false: no snapshot and no replica (the steps only watch for failure events), to measure what
   // protection costs; a failure then cannot be recovered from.
   bool enabled = true;
-  // The training communicator's backend; replication always goes host to host over Gloo.
+  // The training communicator's backend; replication always goes host to host over Gloo. NCCL
+  // runs on `device`.
   CommBackend backend = CommBackend::kGloo;
+  // The CUDA device of this rank's training communicator and step (-1: the runtime's,
+  // RuntimeInfo::device).
+  int device = -1;
+  // The CUDA stream (a cudaStream_t) the application computes on, passed to the step functions:
+  // a snapshot of device tensors waits for the work queued on it before it copies them (null:
+  // the legacy default stream).
+  void* stream = nullptr;
   // Name of the training communicator ("train").
   std::string comm_name = "train";
   // L3: a persistent checkpoint every this many steps (0: RTFT_PROTECT_L3_EVERY; negative: none)
@@ -48,6 +78,12 @@ struct ProtectOptions {
   uint64_t max_object_bytes = 0;
   // How long recovery waits for its peers at each stage (0: RTFT_COMM_CREATE_TIMEOUT_MS).
   std::chrono::milliseconds recovery_timeout{0};
+  // The layout of the ranks (default: data parallel only). The ring of replicas runs inside each
+  // data-parallel group (the ranks of one (t, p)), and a spare that takes (t, p, d) gets the
+  // replicated tensors from a live (t, p, d') and its shards from its ring neighbour. Each (t, p)
+  // partition describes its own tensors (names unique to the partition); the ranks of one
+  // data-parallel group must describe the same state.
+  Grid grid;
   // Which steps take a snapshot (empty: every step). A failure rolls back to the last step that
   // took one, so more than one step may run again. `rtft-bench protect` alternates protected and
   // unprotected blocks of steps in one run to measure what protection costs.
@@ -81,6 +117,17 @@ struct StepContext {
   // The epoch's training communicator (every rank of the epoch). Aborted at a failure: its calls
   // then return kAborted, which the step function returns.
   Communicator* comm = nullptr;
+  // This rank's place in the grid, and the epoch's communicator of each of its groups, ranked by
+  // their coordinate: the tensor group (the T ranks of (p, d)), the pipeline group (the P stages
+  // of (t, d)) and the data-parallel group (the D replicas of (t, p)). Null when the degree is 1;
+  // the data-parallel one is `comm` when the grid is data parallel only.
+  GridPlace place;
+  Communicator* tensor = nullptr;
+  Communicator* pipeline = nullptr;
+  Communicator* data = nullptr;
+  // The CUDA device and stream of the step (ProtectOptions::device and ::stream).
+  int device = 0;
+  void* stream = nullptr;
   // Set on the first step after a recovery (a spare's, a restarted process's, or every rank's
   // after a failure); null otherwise.
   const RecoveryInfo* recovered = nullptr;
@@ -131,7 +178,8 @@ class RTFT_EXPORT Protector {
   // The state, described once, before the first step: tensors without shard coordinates are
   // replicated (identical on every rank: the parameters); tensors with ShardCoords are this
   // rank's shard of a tensor sharded over the ranks (ZeRO optimizer state); objects are small
-  // serialized state. Host memory. After a restore the provider's Restored() runs. `resize`
+  // serialized state. Host or device memory (a device tensor's pointer must be of its device).
+  // After a restore the provider's Restored() runs. `resize`
   // lays the state out for fewer ranks after a shrink; without it a shrink ends the job with an
   // error (run with --on-spares-exhausted checkpoint-and-exit instead).
   virtual Status Protect(std::shared_ptr<StateProvider> state, ResizeState resize = nullptr) = 0;

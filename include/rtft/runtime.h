@@ -34,6 +34,8 @@ struct RuntimeInfo {
   int world_size = 1;
   uint64_t epoch = 0;
   int slot = 0;
+  // The CUDA device this process uses (RTFT_DEVICE; 0 when unset).
+  int device = 0;
 };
 
 struct FailureEvent {
@@ -100,6 +102,12 @@ class RTFT_EXPORT Runtime {
   // name, store and registry are filled in.
   StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& name,
                                                              CommOptions options = {});
+  // A communicator of the current epoch over a group of its ranks: this process is `group_rank`
+  // of `group_size`, and every member gives the same `name` (unique per group, e.g. with the
+  // group's coordinates in it). Aborted at the next failure event like the others.
+  StatusOr<std::unique_ptr<Communicator>> CreateGroupCommunicator(const std::string& name,
+                                                                  int group_rank, int group_size,
+                                                                  CommOptions options = {});
 };
 
 }  // namespace rtft

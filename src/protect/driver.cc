@@ -35,6 +35,12 @@ StatusOr<RunResult> ProtectorImpl::Run(uint64_t end_step, const StepFns& fns) {
     ctx.rank = train_->rank();
     ctx.world_size = train_->world_size();
     ctx.comm = train_.get();
+    ctx.device = device_;
+    ctx.place = grid_.of(ctx.rank);
+    ctx.tensor = tensor_.get();
+    ctx.pipeline = pipeline_.get();
+    ctx.data = grid_.flat() ? train_.get() : data_.get();
+    ctx.stream = o_.stream;
     ctx.recovered = recovered;
     Status s = BeginStep(step);
     if (s.ok()) s = fns.compute(ctx);

@@ -33,7 +33,7 @@ Status ProtectorImpl::FinalCheckpoint() {
     return Status::FailedPrecondition(
         "checkpoint-and-exit: no checkpoint directory (ProtectOptions::ckpt_dir or "
         "RTFT_PROTECT_CKPT_DIR) to write to");
-  if (!train_ || table_.world() != train_->world_size())
+  if (!train_ || table_.world() != grid_.data())
     return Status::FailedPrecondition("checkpoint-and-exit before protection started");
   (void)capture_->Wait();
   StopReplication();
@@ -43,20 +43,25 @@ Status ProtectorImpl::FinalCheckpoint() {
     if (f >= 0 && f < world) lost[f] = true;
   const std::string prefix = "protect/final/e" + std::to_string(e.epoch) + "/rank/";
   RTFT_ASSIGN_OR_RETURN(std::vector<RankState> all, Gather(prefix, Mine(me), lost, ~uint64_t{0}));
-  const RecoveryPlan plan = PlanRecovery(all, layout_.shared_hash);
+  const RecoveryPlan plan = PlanRecovery(all, grid_.DataGroups());
   if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
   const uint64_t step = plan.step;
   auto latest = LatestVersion(l3_->dir());
   if (latest.ok() && *latest >= step) return Status::Ok();  // written already
+  // Each file by its rank; the rows of the replicated tensors by the position in the
+  // data-parallel group, and a replica's owner is a position there too.
   std::vector<std::pair<int, AreaView>> files;
   const char* area = l1_->payload(step);
-  files.emplace_back(me, OwnAreaView(layout_, area, l1_->header(step)->object_bytes, me, world));
+  const GridPlace at = grid_.of(me);
+  files.emplace_back(me,
+                     OwnAreaView(layout_, area, l1_->header(step)->object_bytes, at.d, at.data));
   for (size_t i = 0; i < plan.needy.size(); ++i) {
     if (plan.holder[i] != me) continue;
-    const auto held = l2_->Find(plan.needy[i], step);
+    const int lost = grid_.of(plan.needy[i]).d;
+    const auto held = l2_->Find(lost, step);
     if (!held) return Status::DataLoss("checkpoint-and-exit: the replica went missing");
-    RTFT_ASSIGN_OR_RETURN(AreaView view, ReplicaAreaView(layout_, table_, area, l2_->Data(step),
-                                                         held->bytes, plan.needy[i]));
+    RTFT_ASSIGN_OR_RETURN(
+        AreaView view, ReplicaAreaView(layout_, table_, area, l2_->Data(step), held->bytes, lost));
     files.emplace_back(plan.needy[i], std::move(view));
   }
   RTFT_RETURN_IF_ERROR(WriteFiles(step, world, files));

@@ -19,8 +19,11 @@ uint64_t ReplicaLimit(const Layout& layout, const ShardTable& table, int rank) {
 
 }  // namespace
 
+// The table covers this rank's data-parallel group (the ranks whose state the replicas carry):
+// its positions are the ring's.
 Status ProtectorImpl::PlaceShards() {
-  const int world = train_->world_size(), rank = train_->rank();
+  const GridPlace me = grid_.of(train_->rank());
+  const int world = me.data, rank = me.d;
   const std::vector<int64_t> mine = ShardTable::Row(layout_);
   std::vector<int64_t> rows = mine;
   if (world > 1) {
@@ -32,17 +35,19 @@ Status ProtectorImpl::PlaceShards() {
       RTFT_RETURN_IF_ERROR(c->AllGather(&hash, hashes.data(), 1, DType::kInt64));
       for (int r = 0; r < world; ++r)
         if (hashes[r] != hash)
-          return Status::FailedPrecondition(
-              "rank " + std::to_string(r) + " describes another protected state than rank " +
-              std::to_string(rank) + " (names, types or global shapes differ)");
+          return Status::FailedPrecondition("data-parallel rank " + std::to_string(r) +
+                                            " describes another protected state "
+                                            "than data-parallel rank " +
+                                            std::to_string(rank) +
+                                            " of its group (names, types or global shapes differ)");
       rows.resize(mine.size() * world);
       if (mine.empty()) return Status::Ok();
       return c->AllGather(mine.data(), rows.data(), mine.size(), DType::kInt64);
     }));
   }
   RTFT_ASSIGN_OR_RETURN(table_, ShardTable::FromRows(layout_, rows, world));
-  held_rank_ = rank;
-  held_world_ = world;
+  held_rank_ = train_->rank();
+  held_world_ = train_->world_size();
   if (replicator_) replicator_->Expect(ReplicaLimit(layout_, table_, (rank + world - 1) % world));
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "protect/plan.h"
 
 #include <algorithm>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -60,50 +61,113 @@ bool Has(const std::vector<uint64_t>& v, uint64_t x) {
 
 }  // namespace
 
-RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash) {
+namespace {
+
+// Whether group `g` (ranks in ring order, hash `hash`) can restore `step`; adds its needy ranks,
+// their holders and sources to `p`, or says why not.
+bool GroupCan(const std::vector<RankState>& ranks, const std::vector<int>& g, uint64_t hash,
+              uint64_t step, bool world_owners, RecoveryPlan* p) {
+  const int n = static_cast<int>(g.size());
+  std::vector<int> sources;
+  for (int r : g)
+    if (ranks[r].layout_hash == hash && Has(ranks[r].l1, step)) sources.push_back(r);
+  if (sources.empty()) {
+    p->why = "no rank of rank " + std::to_string(g[0]) + "'s data-parallel group holds step " +
+             std::to_string(step);
+    return false;
+  }
+  size_t next_source = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = g[i];
+    if (ranks[r].layout_hash == hash && Has(ranks[r].l1, step)) continue;
+    // Rank r holds nothing of `step`: its replica is on its right neighbour in the ring.
+    const int h = g[(i + 1) % n];
+    const std::pair<int, uint64_t> replica(world_owners ? r : i, step);
+    const RankState& holder = ranks[h];
+    if (h == r || holder.layout_hash != hash ||
+        std::find(holder.l2.begin(), holder.l2.end(), replica) == holder.l2.end()) {
+      p->why = "rank " + std::to_string(r) + "'s state of step " + std::to_string(step) +
+               " is neither in its own snapshot nor replicated on rank " + std::to_string(h);
+      return false;
+    }
+    p->needy.push_back(r);
+    p->holder.push_back(h);
+    p->source.push_back(sources[next_source++ % sources.size()]);
+  }
+  return true;
+}
+
+// The hash most of a group's members publish (the lowest of a tie).
+uint64_t GroupHash(const std::vector<RankState>& ranks, const std::vector<int>& g) {
+  std::map<uint64_t, int> votes;
+  for (int r : g) ++votes[ranks[r].layout_hash];
+  uint64_t best = 0;
+  int most = 0;
+  for (const auto& [hash, n] : votes)
+    if (n > most) best = hash, most = n;
+  return best;
+}
+
+RecoveryPlan Plan(const std::vector<RankState>& ranks, const std::vector<std::vector<int>>& groups,
+                  const std::vector<uint64_t>& hashes, bool world_owners) {
   RecoveryPlan plan;
-  const int n = static_cast<int>(ranks.size());
   // Candidate steps: those some rank's L1 holds, newest first.
   std::vector<uint64_t> candidates;
   for (const RankState& r : ranks)
-    if (r.layout_hash == layout_hash)
-      for (uint64_t s : r.l1) candidates.push_back(s);
+    for (uint64_t s : r.l1) candidates.push_back(s);
   std::sort(candidates.rbegin(), candidates.rend());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   for (uint64_t step : candidates) {
     RecoveryPlan p;
     p.step = step;
     bool possible = true;
-    for (int r = 0; r < n && possible; ++r) {
-      const RankState& s = ranks[r];
-      if (s.layout_hash == layout_hash && Has(s.l1, step)) {
-        if (p.replicated_source < 0) p.replicated_source = r;
-        continue;
+    for (size_t k = 0; k < groups.size() && possible; ++k)
+      possible = GroupCan(ranks, groups[k], hashes[k], step, world_owners, &p);
+    if (possible) {
+      for (size_t r = 0; r < ranks.size() && p.replicated_source < 0; ++r)
+        if (Has(ranks[r].l1, step)) p.replicated_source = static_cast<int>(r);
+      // Needy ranks in rank order: every rank runs the transfers in that one order.
+      std::vector<size_t> order(p.needy.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return p.needy[a] < p.needy[b]; });
+      RecoveryPlan sorted = p;
+      for (size_t i = 0; i < order.size(); ++i) {
+        sorted.needy[i] = p.needy[order[i]];
+        sorted.holder[i] = p.holder[order[i]];
+        sorted.source[i] = p.source[order[i]];
       }
-      // Rank r holds nothing of `step`: its replica is on its right neighbour.
-      const int h = (r + 1) % n;
-      const RankState& holder = ranks[h];
-      const bool held =
-          holder.layout_hash == layout_hash &&
-          std::find(holder.l2.begin(), holder.l2.end(), std::make_pair(r, step)) != holder.l2.end();
-      if (!held || h == r) {
-        possible = false;
-        p.why = "rank " + std::to_string(r) + "'s state of step " + std::to_string(step) +
-                " is neither in its own snapshot nor replicated on rank " + std::to_string(h);
-        break;
-      }
-      p.needy.push_back(r);
-      p.holder.push_back(h);
+      sorted.ok = true;
+      return sorted;
     }
-    if (possible && p.replicated_source >= 0) {
-      p.ok = true;
-      return p;
-    }
-    if (plan.why.empty())
-      plan.why = p.replicated_source < 0 ? "no rank holds step " + std::to_string(step) : p.why;
+    if (plan.why.empty()) plan.why = p.why;
   }
   if (plan.why.empty()) plan.why = "no rank holds a complete snapshot";
   return plan;
+}
+
+}  // namespace
+
+RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash) {
+  std::vector<int> all(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) all[r] = static_cast<int>(r);
+  return Plan(ranks, {all}, {layout_hash}, /*world_owners=*/true);
+}
+
+RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks,
+                          const std::vector<std::vector<int>>& groups) {
+  std::vector<uint64_t> hashes;
+  for (const auto& g : groups) {
+    for (int r : g)
+      if (r < 0 || r >= static_cast<int>(ranks.size())) {
+        RecoveryPlan p;
+        p.why = "a data-parallel group names rank " + std::to_string(r) + " of " +
+                std::to_string(ranks.size());
+        return p;
+      }
+    hashes.push_back(GroupHash(ranks, g));
+  }
+  return Plan(ranks, groups, hashes, /*world_owners=*/false);
 }
 
 RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& survived,

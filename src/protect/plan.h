@@ -27,14 +27,23 @@ struct RecoveryPlan {
   uint64_t step = 0;
   std::vector<int> needy;      // ranks without a usable L1 snapshot of `step`
   std::vector<int> holder;     // per needy rank: the rank holding its replica
-  int replicated_source = -1;  // a rank whose L1 has `step`
+  std::vector<int> source;     // per needy rank: a rank of its group whose L1 has `step`
+  int replicated_source = -1;  // the first rank whose L1 has `step`
   std::string why;             // when !ok
 };
 
 // The newest step that every rank either holds in its L1 or has a replica of at its right
 // neighbour, with one rank holding it in L1 (the replicated tensors' source). Ranks that publish
-// another `layout_hash` hold nothing usable.
+// another `layout_hash` hold nothing usable. One data-parallel group of every rank, in rank
+// order; replicas' owners are ranks.
 RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks, uint64_t layout_hash);
+// The same per data-parallel group (docs/protect.md, "3D layouts"): `groups` holds each group's
+// ranks in ring order, a rank's replica is on the next of its group, replicas' owners are
+// positions in the group, and the replicated tensors of a group come from one of its own (the
+// needy ranks of a group spread over its sources in turn). A group's layout hash is the one most
+// of its members publish (the lowest of a tie); the step is one that every group can restore.
+RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks,
+                          const std::vector<std::vector<int>>& groups);
 // After a shrink: `old` indexed by the ranks of the world the state was laid out for, the lost
 // ones holding nothing. The newest step that every survivor holds in its own L1 and whose replica
 // of every lost rank is complete on its old right neighbour; `needy` and `holder` in old ranks.

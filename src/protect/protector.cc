@@ -80,6 +80,7 @@ Status ProtectorImpl::Open() {
     RTFT_ASSIGN_OR_RETURN(ms, ParamInt(Param::kCommCreateTimeoutMs));
   }
   recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
+  device_ = o_.device >= 0 ? o_.device : rt_->info().device;
   const std::string ckpt = o_.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o_.ckpt_dir;
   int64_t every = o_.l3_every;
   if (every == 0) {
@@ -174,21 +175,46 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   return next_step_;
 }
 
-// The training communicator and the replication one, of `epoch`.
+// The communicators of `epoch`: the training one over every rank, one per group of the grid
+// (tensor, pipeline, data parallel) when the grid has more than one dimension, and the
+// replication one over this rank's data-parallel group. Every group's name carries its
+// coordinates, so that the groups of one epoch meet apart.
 Status ProtectorImpl::BuildComms(uint64_t epoch) {
   replicator_.reset();
+  tensor_.reset();
+  pipeline_.reset();
+  data_.reset();
   train_.reset();
   CommOptions train;
   train.backend = o_.backend;
+  train.device = device_;
   train.create_timeout = recovery_timeout_;
   RTFT_ASSIGN_OR_RETURN(train_, rt_->CreateCommunicator(o_.comm_name, train));
   if (train_->epoch() != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(train_->epoch()));
-  if (train_->world_size() > 1 && o_.enabled) {
-    CommOptions replica;
-    replica.backend = CommBackend::kGloo;
-    replica.create_timeout = recovery_timeout_;
-    RTFT_ASSIGN_OR_RETURN(auto comm, rt_->CreateCommunicator(o_.comm_name + ".replica", replica));
+  RTFT_ASSIGN_OR_RETURN(grid_, GridMap::Make(o_.grid, train_->world_size()));
+  const GridPlace me = grid_.of(train_->rank());
+  const std::string at = ".t" + std::to_string(me.t) + ".p" + std::to_string(me.p);
+  auto group = [&](const std::string& name, int rank, int size, std::unique_ptr<Communicator>* c,
+                   CommBackend backend) -> Status {
+    if (size == 1) return Status::Ok();
+    CommOptions o = train;
+    o.backend = backend;
+    RTFT_ASSIGN_OR_RETURN(*c, rt_->CreateGroupCommunicator(o_.comm_name + name, rank, size, o));
+    return Status::Ok();
+  };
+  if (!grid_.flat()) {
+    const std::string d = ".d" + std::to_string(me.d);
+    RTFT_RETURN_IF_ERROR(
+        group(".tensor.p" + std::to_string(me.p) + d, me.t, me.tensor, &tensor_, o_.backend));
+    RTFT_RETURN_IF_ERROR(
+        group(".pipeline.t" + std::to_string(me.t) + d, me.p, me.pipeline, &pipeline_, o_.backend));
+    RTFT_RETURN_IF_ERROR(group(".data" + at, me.d, me.data, &data_, o_.backend));
+  }
+  if (me.data > 1 && o_.enabled) {
+    std::unique_ptr<Communicator> comm;
+    RTFT_RETURN_IF_ERROR(group(grid_.flat() ? ".replica" : ".replica" + at, me.d, me.data, &comm,
+                               CommBackend::kGloo));
     RTFT_ASSIGN_OR_RETURN(replicator_, Replicator::Start(std::move(comm), l1_.get(), l2_.get()));
   }
   return Status::Ok();

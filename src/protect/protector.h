@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "protect/capture.h"
+#include "protect/grid.h"
 #include "protect/l3_views.h"
 #include "protect/l3_writer.h"
 #include "protect/layout.h"
@@ -106,6 +107,7 @@ class ProtectorImpl final : public Protector {
   Runtime* rt_;
   ProtectOptions o_;
   milliseconds recovery_timeout_{0};
+  int device_ = 0;  // the CUDA device of the training communicator and step
   std::shared_ptr<StateProvider> state_;
   ResizeState resize_;
   Layout layout_;
@@ -117,6 +119,10 @@ class ProtectorImpl final : public Protector {
   std::unique_ptr<ReplicaStore> l2_;
   std::unique_ptr<Capturer> capture_;
   std::unique_ptr<Communicator> train_;
+  // The grid of the epoch, and its group communicators (null where the degree is 1, and all of
+  // them when the grid is data parallel only: then the data-parallel group is train_).
+  GridMap grid_;
+  std::unique_ptr<Communicator> tensor_, pipeline_, data_;
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<L3Writer> l3_;
   // Every rank's shards in the world L1 and L2 are laid out for (held_world_ ranks, this one

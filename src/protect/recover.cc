@@ -138,10 +138,18 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   info_.world_size = now.world_size;
   // Every rank takes the same path, decided from what all published.
   for (const RankState& r : all)
-    if (r.was_world > 0 && r.was_world != now.world_size) return Shrink(epoch, all, t0);
+    if (r.was_world > 0 && r.was_world != now.world_size) {
+      if (o_.grid.tensor > 1 || o_.grid.pipeline > 1)
+        return Status::Unimplemented(
+            "the job shrank, and a shrink of a tensor x pipeline layout (which would drop a whole "
+            "data-parallel replica) is not built: run with --on-spares-exhausted "
+            "checkpoint-and-exit");
+      return Shrink(epoch, all, t0);
+    }
   if (shards_ != Shards::kApplication)
     return Status::Internal("this rank's snapshot is laid out for another world than the job's");
-  const RecoveryPlan plan = PlanRecovery(all, layout_.shared_hash);
+  RTFT_ASSIGN_OR_RETURN(const GridMap grid, GridMap::Make(o_.grid, now.world_size));
+  const RecoveryPlan plan = PlanRecovery(all, grid.DataGroups());
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
   if (!plan.ok) {
@@ -172,10 +180,17 @@ Status ProtectorImpl::Restored(uint64_t step, bool sharded) {
 }
 
 // For each rank that holds nothing, in rank order: its replica holder sends the replica (sharded
-// tensors and objects), then the replicated tensors' source sends those. Every rank runs its
-// part in that one order, so no two ranks wait on each other.
+// tensors and objects), then a source of its data-parallel group sends the replicated tensors.
+// Every rank of a group runs its part in that one order, on the group's replication
+// communicator (positions in the ring), so no two ranks wait on each other.
 Status ProtectorImpl::Transfer(const RecoveryPlan& plan, uint64_t epoch) {
-  if (plan.needy.empty()) return Status::Ok();
+  const GridPlace me_at = grid_.of(train_->rank());
+  std::vector<size_t> mine;  // the needy ranks of this rank's group
+  for (size_t i = 0; i < plan.needy.size(); ++i) {
+    const GridPlace& at = grid_.of(plan.needy[i]);
+    if (at.t == me_at.t && at.p == me_at.p) mine.push_back(i);
+  }
+  if (mine.empty()) return Status::Ok();
   if (!replicator_) return Status::Internal("a recovery transfer without a replication comm");
   const uint64_t step = plan.step;
   const size_t head = layout_.shard_begin;
@@ -184,8 +199,10 @@ Status ProtectorImpl::Transfer(const RecoveryPlan& plan, uint64_t epoch) {
   char* area = l1_->payload(step);
   return replicator_->Call([&](Communicator* c) -> Status {
     const int me = c->rank();
-    for (size_t i = 0; i < plan.needy.size(); ++i) {
-      const int n = plan.needy[i], h = plan.holder[i], src = plan.replicated_source;
+    for (size_t i : mine) {
+      // Positions in the data-parallel ring, which the replicas' owners are too.
+      const int n = grid_.of(plan.needy[i]).d, h = grid_.of(plan.holder[i]).d;
+      const int src = grid_.of(plan.source[i]).d;
       uint64_t size = 0;
       if (me == h) {
         if (auto held = l2_->Find(n, step)) size = held->bytes;
@@ -207,7 +224,7 @@ Status ProtectorImpl::Transfer(const RecoveryPlan& plan, uint64_t epoch) {
       }
       if (me == n) {
         if (head > 0) RTFT_RETURN_IF_ERROR(c->Recv(area, head, DType::kUInt8, src));
-        l1_->Seal(step, epoch, me, c->world_size(), size - replica_min);
+        l1_->Seal(step, epoch, train_->rank(), train_->world_size(), size - replica_min);
       }
     }
     return Status::Ok();

@@ -45,6 +45,7 @@ Status ProtectorImpl::StartCapture(uint64_t step) {
   job.rank = train_->rank();
   job.world = train_->world_size();
   job.objects = std::move(objects);
+  job.stream = o_.stream;
   // Runs on the capture worker; the replicator outlives the capture (recovery waits for it).
   job.done = [this](uint64_t s) {
     if (replicator_) replicator_->Submit(s);
@@ -75,8 +76,10 @@ Status ProtectorImpl::EndStep() {
 Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
   if (!l1_->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
-  const AreaView view = OwnAreaView(layout_, l1_->payload(step), l1_->header(step)->object_bytes,
-                                    train_->rank(), train_->world_size());
+  // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
+  const GridPlace me = grid_.of(train_->rank());
+  const AreaView view =
+      OwnAreaView(layout_, l1_->payload(step), l1_->header(step)->object_bytes, me.d, me.data);
   return l3_->Write(step, view);
 }
 

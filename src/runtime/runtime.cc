@@ -160,8 +160,13 @@ class RuntimeBase : public Runtime {
 // Rank 0 of 1 without an agent; the KV store is this process's own.
 class StandaloneRuntime final : public RuntimeBase {
  public:
-  StandaloneRuntime() : RuntimeBase(RuntimeInfo{}) {}
+  explicit StandaloneRuntime(int device) : RuntimeBase(Info(device)) {}
   Status ReportStep(uint64_t) override { return Status::Ok(); }
+  static RuntimeInfo Info(int device) {
+    RuntimeInfo info;
+    info.device = device;
+    return info;
+  }
   Status ReportDeviceError(const std::string& detail) override {
     RTFT_LOG(kError, kLogRuntime) << "device error (standalone, no spare to take over): " << detail;
     return Status::Ok();
@@ -291,7 +296,35 @@ StatusOr<std::unique_ptr<Communicator>> Runtime::CreateCommunicator(const std::s
   return Communicator::Create(options);
 }
 
+StatusOr<std::unique_ptr<Communicator>> Runtime::CreateGroupCommunicator(const std::string& name,
+                                                                         int group_rank,
+                                                                         int group_size,
+                                                                         CommOptions options) {
+  const RuntimeInfo now = current();
+  if (group_size < 1 || group_size > now.world_size || group_rank < 0 || group_rank >= group_size)
+    return Status::InvalidArgument("a group communicator '" + name + "' of " +
+                                   std::to_string(group_size) + " ranks with this one at " +
+                                   std::to_string(group_rank) + " in a world of " +
+                                   std::to_string(now.world_size));
+  options.rank = group_rank;
+  options.world_size = group_size;
+  options.epoch = now.epoch;
+  options.name = name;
+  options.store = comm_store();
+  options.aborts = abort_registry();
+  return Communicator::Create(options);
+}
+
 namespace {
+
+// RTFT_DEVICE, checked: a negative or malformed value is device 0, with a warning.
+int Device() {
+  auto d = ParamInt(Param::kDevice);
+  if (d.ok() && *d >= 0 && *d < (1 << 16)) return static_cast<int>(*d);
+  RTFT_LOG(kWarn, kLogRuntime) << "RTFT_DEVICE=" << ParamString(Param::kDevice)
+                               << " is no CUDA device ordinal: device 0";
+  return 0;
+}
 
 // No agent: a standalone runtime, unless a launcher started several processes, which would all
 // become rank 0 of 1 and write one checkpoint directory.
@@ -307,7 +340,7 @@ StatusOr<std::unique_ptr<Runtime>> CreateStandalone() {
     if (required) return Status::FailedPrecondition(what + " (RTFT_REQUIRE_AGENT=1)");
     RTFT_LOG(kError, kLogRuntime) << what << " (RTFT_REQUIRE_AGENT=1 makes this an error)";
   }
-  return std::unique_ptr<Runtime>(new StandaloneRuntime());
+  return std::unique_ptr<Runtime>(new StandaloneRuntime(Device()));
 }
 
 }  // namespace
@@ -327,6 +360,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   info.epoch = a->epoch;
   auto slot = ParamInt(Param::kSlot);
   info.slot = slot.ok() && *slot >= 0 ? static_cast<int>(*slot) : 0;
+  info.device = Device();
   SetLogRank(info.rank);
   RTFT_LOG(kInfo, kLogRuntime) << "runtime: " << RuntimeRoleName(info.role) << " rank " << info.rank
                                << " of " << info.world_size << ", epoch " << info.epoch << ", slot "

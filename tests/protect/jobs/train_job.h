@@ -1,0 +1,140 @@
+// The fixture of the hot-swap job tests: `mpirun --enable-recovery dp-launch --spares S --
+// rtft-train` with ranks failing at named phases (docs/testing.md), a crashed application
+// restarted on its slot or a whole slot SIGKILLed, and each run's digests compared with those of
+// the same run without the failure, bit for bit.
+#pragma once
+
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "launcher/launch_job.h"
+
+namespace rtft::launch::test {
+
+using std::chrono::seconds;
+
+// A fixture that runs rtft-train jobs and compares their digests. `train` gives the trainer's
+// options every job starts from (a job's own override them), `heartbeat_timeout_ms` dp-launch's.
+class TrainJobTest : public ::testing::Test {
+ protected:
+  TrainJobTest(std::vector<std::string> train, int heartbeat_timeout_ms)
+      : train_(std::move(train)), heartbeat_timeout_ms_(heartbeat_timeout_ms) {}
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/rtft-protect-job-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+  }
+
+  struct Run {
+    std::string dir;
+    std::string output;
+    int exit_code = -1;
+    std::map<int, std::string> digests;  // rank -> digest
+    int recoveries = 0;
+  };
+
+  // One job of `active` ranks and `spares` spares. `faults` arms named points per rank (rank:
+  // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
+  // all, as lost nodes.
+  Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
+            const std::vector<std::string>& train_extra = {},
+            const std::vector<std::string>& dp_extra = {}) {
+    Run run;
+    run.dir = root_ + "/" + name;
+    EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
+    Job job(run.dir);
+    JobSpec spec;
+    spec.slots = active + spares;
+    spec.dp_args = {"--spares",
+                    std::to_string(spares),
+                    "--heartbeat-ms",
+                    std::to_string(heartbeat_timeout_ms_ / 10),
+                    "--heartbeat-timeout-ms",
+                    std::to_string(heartbeat_timeout_ms_)};
+    spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
+    spec.app = {RTFT_TEST_APP};
+    // The fixture's options, unless train_extra gives them another value.
+    for (size_t i = 0; i + 1 < train_.size(); i += 2)
+      if (std::find(train_extra.begin(), train_extra.end(), train_[i]) == train_extra.end())
+        spec.app.insert(spec.app.end(), {train_[i], train_[i + 1]});
+    if (!faults.empty()) spec.app.insert(spec.app.end(), {"--fault", faults});
+    spec.app.insert(spec.app.end(), train_extra.begin(), train_extra.end());
+    spec.env = {{"RTFT_FAULT_LOG", run.dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
+    job.Start(spec);
+    if (lose > 0) {
+      std::set<int> slots;
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            std::ifstream in(run.dir + "/faults.log");
+            std::string word;
+            while (in >> word)
+              if (word.rfind("slot=", 0) == 0) slots.insert(std::atoi(word.c_str() + 5));
+            return static_cast<int>(slots.size()) >= lose;
+          },
+          seconds(60)))
+          << job.Output();
+      for (int slot : slots) {
+        const pid_t agent = job.AgentOf(slot);
+        EXPECT_GT(agent, 0) << "slot " << slot;
+        if (agent > 0) kill(agent, SIGKILL);
+      }
+    }
+    auto rc = job.Wait(seconds(120));
+    EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job.Output();
+    run.exit_code = job.JobExitCode();
+    run.output = job.Output();
+    static const std::regex done(R"(\[train (\d+)\] done .* digest=([0-9a-f]+))");
+    static const std::regex recovered(R"(\[train \d+\] recovered )");
+    for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
+         it != std::sregex_iterator(); ++it)
+      run.digests[std::stoi((*it)[1])] = (*it)[2];
+    run.recoveries = static_cast<int>(
+        std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
+                      std::sregex_iterator()));
+    return run;
+  }
+
+  // The digest of the failure-free run of `active` ranks with `extra` options (computed once).
+  const std::string& Reference(int active, const std::vector<std::string>& extra = {}) {
+    std::string key = std::to_string(active);
+    for (const std::string& e : extra) key += " " + e;
+    auto it = reference_.find(key);
+    if (it != reference_.end()) return it->second;
+    Run ok = Start("reference" + std::to_string(reference_.size()), active, 0, "", 0, extra);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_EQ(ok.digests.size(), static_cast<size_t>(active)) << ok.output;
+    std::set<std::string> distinct;
+    for (const auto& [r, d] : ok.digests) distinct.insert(d);
+    EXPECT_EQ(distinct.size(), 1u) << ok.output;
+    return reference_[key] = ok.digests.empty() ? "" : ok.digests.begin()->second;
+  }
+
+  void ExpectIdentical(const Run& run, int active, const std::string& what,
+                       const std::vector<std::string>& extra = {}) {
+    const std::string& want = Reference(active, extra);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(run.exit_code, 0) << what << "\n" << run.output;
+    EXPECT_EQ(run.digests.size(), static_cast<size_t>(active)) << what << "\n" << run.output;
+    for (const auto& [rank, digest] : run.digests)
+      EXPECT_EQ(digest, want) << what << ": rank " << rank << "\n" << run.output;
+    EXPECT_GE(run.recoveries, active - 1) << what << ": no recovery happened\n" << run.output;
+  }
+
+  std::vector<std::string> train_;
+  int heartbeat_timeout_ms_;
+  std::string root_;
+  std::map<std::string, std::string> reference_;
+};
+
+}  // namespace rtft::launch::test
