@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launcher/train_job.h"
+#include "launcher/train_run.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -17,7 +17,7 @@ const std::vector<std::string> kPhases = {"protect.capture@6", "protect.l2.send@
                                           "train.backward@6", "comm.gloo.ring_segment@25",
                                           "protect.update@6"};
 
-class CoordinatorJobTest : public TrainJobTest {
+class CoordinatorJobTest : public TrainRunTest {
  protected:
   // Rank 0 (slot 0, the primary's) stands still at `point`; then `act` happens to its slot.
   TrainRun SlotZeroAt(const std::string& name, const std::string& point,

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launcher/train_job.h"
+#include "launcher/train_run.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -58,7 +58,7 @@ class Burners {
   std::vector<pid_t> pids_;
 };
 
-class StandbyJobTest : public TrainJobTest {};
+class StandbyJobTest : public TrainRunTest {};
 
 TEST_F(StandbyJobTest, AStoppedPrimaryThatResumesAfterTheTakeoverIsRefusedAndEndsItsSlot) {
   TrainSpec spec;

@@ -1,9 +1,9 @@
-// Test support for jobs of rtft-train under `mpirun --enable-recovery dp-launch` (launch_job.h):
-// a fixture that starts a run with a rank failing at a named fault point, lets the test act while
-// it runs (lose the slots where a point fired, stop and resume processes), and collects what
-// every rank printed: its final digest (`[train R] done ... digest=...`), its recoveries, and
-// dp-launch's lines about the coordinators. A run's digests are compared with those of the same
-// run without a failure, computed once per configuration.
+// Test support for the coordinator tests: jobs of rtft-train under `mpirun --enable-recovery
+// dp-launch` (launch_job.h): a fixture that starts a run with a rank failing at a named fault
+// point, lets the test act while it runs (lose the slots where a point fired, stop and resume
+// processes), and collects what every rank printed: its final digest (`[train R] done ...
+// digest=...`), its recoveries, and dp-launch's lines about the coordinators. A run's digests are
+// compared with those of the same run without a failure, computed once per configuration.
 #pragma once
 
 #include <sys/types.h>
@@ -65,7 +65,7 @@ size_t SignalSlot(const std::string& dir, int slot, int sig, bool agent_only);
 // Waits (60 s at most) until the launcher's output holds `text`.
 bool WaitOutput(const Job& job, const std::string& text);
 
-class TrainJobTest : public ::testing::Test {
+class TrainRunTest : public ::testing::Test {
  protected:
   void SetUp() override;
   void TearDown() override;

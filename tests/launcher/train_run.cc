@@ -1,4 +1,4 @@
-#include "launcher/train_job.h"
+#include "launcher/train_run.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -86,17 +86,17 @@ bool WaitOutput(const Job& job, const std::string& text) {
   return WaitFor([&] { return job.Output().find(text) != std::string::npos; }, seconds(60));
 }
 
-void TrainJobTest::SetUp() {
+void TrainRunTest::SetUp() {
   char tmpl[] = "/tmp/rtft-train-job-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   root_ = tmpl;
 }
 
-void TrainJobTest::TearDown() {
+void TrainRunTest::TearDown() {
   if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
 }
 
-TrainRun TrainJobTest::Start(const std::string& name, const TrainSpec& t) {
+TrainRun TrainRunTest::Start(const std::string& name, const TrainSpec& t) {
   TrainRun run;
   run.dir = root_ + "/" + name;
   EXPECT_EQ(std::system(("mkdir -p '" + run.dir + "'").c_str()), 0);
@@ -135,7 +135,7 @@ TrainRun TrainJobTest::Start(const std::string& name, const TrainSpec& t) {
   return run;
 }
 
-const std::string& TrainJobTest::Reference(int active, const std::vector<std::string>& extra) {
+const std::string& TrainRunTest::Reference(int active, const std::vector<std::string>& extra) {
   std::string key = std::to_string(active);
   for (const std::string& e : extra) key += " " + e;
   auto it = reference_.find(key);
@@ -153,7 +153,7 @@ const std::string& TrainJobTest::Reference(int active, const std::vector<std::st
   return reference_[key] = ok.digests.empty() ? "" : ok.digests.begin()->second;
 }
 
-void TrainJobTest::ExpectIdentical(const TrainRun& run, int active, const std::string& what,
+void TrainRunTest::ExpectIdentical(const TrainRun& run, int active, const std::string& what,
                                    const std::vector<std::string>& extra) {
   const std::string& want = Reference(active, extra);
   ASSERT_FALSE(want.empty());
