@@ -84,11 +84,13 @@ TEST_F(CoordinatorJobTest, SlotZeroKilledAtEveryPhaseOfAStep) {
 }
 
 // The whole slot at once (the node): its dp-launch, keeper and application SIGKILLed.
-TEST_F(CoordinatorJobTest, SlotZeroKilledWithItsApplication) {
-  for (const std::string& point : {"train.backward@6", "protect.update@6"}) {
+TEST_F(CoordinatorJobTest, SlotZeroKilledWithItsApplicationAtEveryPhase) {
+  for (const std::string& point : kPhases) {
     SCOPED_TRACE(point);
     TrainRun run = SlotZeroAt("kill-slot-" + point, point, [](Job&, const std::string& dir) {
-      EXPECT_GE(SignalSlot(dir, 0, SIGKILL, /*agent_only=*/false), 3u);
+      // Its dp-launch, keeper and application (some may be gone by the time their turn comes).
+      EXPECT_GE(SlotProcesses(dir, 0, /*agent_only=*/false).size(), 3u);
+      EXPECT_GE(SignalSlot(dir, 0, SIGKILL, /*agent_only=*/false), 1u);
     });
     ExpectTakeOver(run, "slot 0 SIGKILLed with its application at " + point);
   }
@@ -96,9 +98,9 @@ TEST_F(CoordinatorJobTest, SlotZeroKilledWithItsApplication) {
 
 // SIGSTOP of slot 0's dp-launch: its keeper ends the tree and the agent once the heartbeat
 // timeout passed; of the whole slot: the other agents on its host SIGKILL the retired dp-launch.
-TEST_F(CoordinatorJobTest, SlotZeroStoppedWithAndWithoutItsApplication) {
+TEST_F(CoordinatorJobTest, SlotZeroStoppedWithAndWithoutItsApplicationAtEveryPhase) {
   for (bool agent_only : {true, false}) {
-    for (const std::string& point : {"protect.l2.send@6", "protect.update@6"}) {
+    for (const std::string& point : kPhases) {
       SCOPED_TRACE(point + (agent_only ? " agent" : " slot"));
       TrainRun run = SlotZeroAt(std::string(agent_only ? "stop-agent-" : "stop-slot-") + point,
                                 point, [agent_only](Job&, const std::string& dir) {

@@ -77,8 +77,12 @@ std::vector<pid_t> SlotProcesses(const std::string& dir, int slot, bool agent_on
 }
 
 size_t SignalSlot(const std::string& dir, int slot, int sig, bool agent_only) {
+  std::vector<pid_t> pids = SlotProcesses(dir, slot, agent_only);
+  // Children (started later: higher pids, mostly) first, so that one's death does not make the
+  // next kill() miss.
+  std::sort(pids.rbegin(), pids.rend());
   size_t n = 0;
-  for (pid_t pid : SlotProcesses(dir, slot, agent_only)) n += kill(pid, sig) == 0 ? 1 : 0;
+  for (pid_t pid : pids) n += kill(pid, sig) == 0 ? 1 : 0;
   return n;
 }
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "control/agent/agent_client.h"
 #include "control/wire/types.h"
 
 namespace rtft::control {
