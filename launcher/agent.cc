@@ -99,8 +99,10 @@ Status Agent::Join() {
   control::AgentClientOptions o;
   o.endpoint = config_.endpoint;
   o.keys = config_.keys;
-  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid())};
+  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid()), config_.coordinator_endpoint};
   o.heartbeat_period = config_.options.heartbeat;
+  // With a standby, an agent votes for it once the primary is silent as long as a slot may be.
+  if (config_.standby) o.primary_timeout = config_.options.heartbeat_timeout;
   // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, but never shorter than the slots' own timeout.
   o.coordinator_timeout = std::max(o.coordinator_timeout, config_.options.heartbeat_timeout);
   coordinator_timeout_ = o.coordinator_timeout;
@@ -213,6 +215,13 @@ int Agent::Run() {
     return kExitNoStart;
   }
   while (!done_) WaitAndHandle();
+  // A retired slot still here (a frozen node's processes, stopped) would hold the launcher once
+  // the job is over: fence it now rather than after the delay it was given to go by itself.
+  for (auto& [slot, at] : fence_at_) {
+    if (at == Clock::time_point::max()) continue;
+    at = Clock::time_point::max();
+    if (slot != client_->primary_slot()) KillPeer(slot, "was retired");
+  }
   return exit_code_;
 }
 
@@ -253,10 +262,10 @@ void Agent::WaitAndHandle() {
   if (lost && !done_) {
     coordinator_lost_ = true;
     if (app_.child) app_.child->Kill();
-    // A slot 0 that is stopped or hung would hold the launcher forever (its keeper ends a stopped
-    // one too; this also covers one that runs but no longer answers).
-    KillPeer(0, "stopped answering");
-    return Finish(1, "lost the coordinator (slot 0): " + lost->ToString());
+    // A primary that is stopped or hung would hold the launcher forever (its keeper ends a
+    // stopped one too; this also covers one that runs but no longer answers).
+    KillPeer(client_->primary_slot(), "stopped answering");
+    return Finish(1, "lost the coordinators: " + lost->ToString());
   }
   CheckWatchdog();
   PollKvGets();
@@ -343,7 +352,8 @@ void Agent::Fence() {
   for (auto& [slot, at] : fence_at_) {
     if (at == Clock::time_point::max() || now < at) continue;
     at = Clock::time_point::max();
-    KillPeer(slot, "was retired");
+    // A retired slot's dp-launch that hosts the primary coordinator stays until the job's end.
+    if (slot != client_->primary_slot()) KillPeer(slot, "was retired");
   }
 }
 

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "control/agent_client.h"
-#include "control/local_link.h"
+#include "control/agent/agent_client.h"
+#include "control/link/local_link.h"
 #include "core/thread.h"
 #include "launcher/bootstrap.h"
 #include "launcher/child_process.h"
@@ -50,6 +50,9 @@ struct AgentConfig {
   std::vector<Peer> peers;
   std::string endpoint;
   control::JobKeys keys;
+  // This slot's standby-capable coordinator (empty: none), and whether the job has a standby.
+  std::string coordinator_endpoint;
+  bool standby = false;
   // RLIMIT_NOFILE as dp-launch found it (it raised its own): what the application starts with.
   std::optional<rlimit> app_nofile;
 };
@@ -60,7 +63,8 @@ class Agent {
   ~Agent();
   // Until the job ends for this slot; returns dp-launch's exit code.
   int Run();
-  // Run() ended because slot 0's coordinator stopped answering.
+  // Run() ended because the job's coordinators stopped answering (slot 0's, and no standby
+  // took over).
   bool coordinator_lost() const { return coordinator_lost_; }
   // After SIGINT/SIGTERM/SIGHUP: when this dp-launch must be gone (the signal, plus
   // --shutdown-grace-s, plus one second). Slot 0 bounds its wait for the job's end by it.

@@ -28,6 +28,8 @@ const char* RoleEnvName(control::Role role) {
       return "restarted";
     case control::Role::kRetired:
       return "retired";
+    case control::Role::kCoordinator:
+      return "coordinator";
   }
   return "?";
 }
@@ -39,11 +41,13 @@ ChildSpec Agent::AppSpec() {
   spec.argv = config_.options.command;
   spec.isolation = config_.options.isolation;
   spec.app_nofile = config_.app_nofile;
-  // A stopped agent is lost to the job once the coordinator's deadline for it passes (slot 0's
-  // is the other agents' coordinator timeout); its keeper then ends the tree and the agent. A
-  // job of one slot has no one to replace it: job control in a terminal keeps working there.
+  // A stopped agent is lost to the job once the coordinator's deadline for it passes (slot 0's,
+  // without a standby, is the other agents' coordinator timeout; with one, the standby takes
+  // over as fast as a spare takes a slot); its keeper then ends the tree and the agent. A job of
+  // one slot has no one to replace it: job control in a terminal keeps working there.
   if (config_.launcher != LauncherKind::kNone)
-    spec.stop_limit = config_.slot == 0 ? coordinator_timeout_ : config_.options.heartbeat_timeout;
+    spec.stop_limit = config_.slot == 0 && !config_.standby ? coordinator_timeout_
+                                                            : config_.options.heartbeat_timeout;
 
   auto env = [](Param p, std::string value) {
     return std::make_pair(std::string(GetParamInfo(p).env), std::move(value));

@@ -13,18 +13,27 @@ Status CheckApplication(const LaunchOptions& options) {
 
 StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
                                                                  const control::JobKeys& keys,
-                                                                 int slots) {
-  if (options.spares >= slots)
-    return Status::InvalidArgument("--spares " + std::to_string(options.spares) + " leaves no " +
-                                   "active slot among " + std::to_string(slots));
+                                                                 int slots, int slot,
+                                                                 bool standby) {
+  const int agents = slots - (options.dedicated_coordinator ? 1 : 0);
+  if (options.spares >= agents)
+    return Status::InvalidArgument(
+        "--spares " + std::to_string(options.spares) + " leaves no active slot among " +
+        std::to_string(agents) +
+        (options.dedicated_coordinator ? " (slot 0 runs only the coordinator)" : ""));
   control::CoordinatorOptions c;
   c.keys = keys;
   c.slots = slots;
   c.spares = options.spares;
+  c.dedicated_slot = options.dedicated_coordinator;
   c.heartbeat_timeout = options.heartbeat_timeout;
   c.join_timeout = options.join_timeout;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
+  c.self_slot = slot;
+  c.standby = standby;
+  c.replicate = options.StandbyIn(slots);
+  c.partition_file = options.test_partition_file;
   return control::Coordinator::Start(c);
 }
 
@@ -37,6 +46,10 @@ std::string HostName() {
 }
 
 StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
+  if (options.dedicated_coordinator)
+    return Status::InvalidArgument(
+        "--coordinator-slot dedicated needs a launcher that starts two slots or more: slot 0 "
+        "runs only the coordinator");
   RTFT_RETURN_IF_ERROR(CheckApplication(options));
   BootstrapResult r;
   r.host = HostName();
@@ -51,9 +64,7 @@ StatusOr<BootstrapResult> BootstrapLocal(const LaunchOptions& options) {
   return r;
 }
 
-}  // namespace
-
-StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options) {
+StatusOr<BootstrapResult> BootstrapLauncher(const LaunchEnv& env, const LaunchOptions& options) {
   switch (env.kind) {
     case LauncherKind::kOpenMpi:
     case LauncherKind::kMpich:
@@ -64,6 +75,23 @@ StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& o
       return BootstrapLocal(options);
   }
   return Status::Internal("unknown launcher");
+}
+
+}  // namespace
+
+StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options) {
+  RTFT_ASSIGN_OR_RETURN(BootstrapResult r, BootstrapLauncher(env, options));
+  if (r.slot == 0 || !options.StandbyIn(r.slots)) return r;
+  // Every other slot can become the standby: its coordinator listens from the start, and its
+  // endpoint goes to the primary in the agent's hello. A slot without one is never appointed.
+  auto standby = StartCoordinator(options, r.keys, r.slots, r.slot, /*standby=*/true);
+  if (standby.ok()) {
+    r.coordinator = std::move(*standby);
+  } else {
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << r.slot
+                                << " cannot hold the standby coordinator: " << standby.status();
+  }
+  return r;
 }
 
 }  // namespace rtft::launch

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "control/coordinator.h"
-#include "control/keys.h"
+#include "control/coordinator/coordinator.h"
+#include "control/wire/keys.h"
 #include "launcher/launch_env.h"
 #include "launcher/launch_options.h"
 #include "rtft/status.h"
@@ -29,16 +29,20 @@ struct BootstrapResult {
   std::string host;
   std::vector<Peer> peers;  // index: slot; empty where the launcher cannot tell (srun)
   std::string endpoint;
-  control::JobKeys keys;                              // slots other than 0 hold no server secret
-  std::unique_ptr<control::Coordinator> coordinator;  // slot 0 only
+  control::JobKeys keys;
+  // Slot 0's primary; on the other slots, when the job has a standby, the slot's
+  // standby-capable coordinator (the primary may appoint it).
+  std::unique_ptr<control::Coordinator> coordinator;
 };
 
 StatusOr<BootstrapResult> Bootstrap(const LaunchEnv& env, const LaunchOptions& options);
 
-// Shared by the launchers: the coordinator of a job of `slots` slots, started on slot 0.
+// Shared by the launchers: the coordinator of a job of `slots` slots, started on slot 0 (the
+// primary) or, `standby`, on slot `slot` (standby-capable).
 StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOptions& options,
                                                                  const control::JobKeys& keys,
-                                                                 int slots);
+                                                                 int slots, int slot = 0,
+                                                                 bool standby = false);
 
 // Every slot checks before it joins that it can execute the application: a missing or
 // non-executable APP is bad usage (exit 2) of the whole job, not a crash to restart.

@@ -54,7 +54,8 @@ std::string ErrorMessage(const Status& s) {
 std::string RootMessage(const LaunchOptions& options, const std::vector<PeerRecord>& all,
                         BootstrapResult* r) {
   for (size_t s = 0; s < all.size(); ++s) {
-    if (all[s].app_errno == 0) continue;
+    // A dedicated coordinator's slot runs no application.
+    if (all[s].app_errno == 0 || (s == 0 && options.dedicated_coordinator)) continue;
     return ErrorMessage(
         Status::FromErrno(all[s].app_errno, "slot " + std::to_string(s) + " (" + r->peers[s].host +
                                                 "): the application '" + options.command[0] +

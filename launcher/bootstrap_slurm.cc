@@ -56,11 +56,13 @@ StatusOr<BootstrapResult> BootstrapSlurm(const LaunchOptions& options) {
         "under srun, dp-launch needs --job-key-file (or RTFT_JOB_KEY_FILE): a file with the "
         "job's keys, mode 0600, on a path every node can read; without MPI there is no way to "
         "hand out generated keys. Create one with: dp-launch --new-key-file PATH");
-  RTFT_RETURN_IF_ERROR(CheckApplication(options));
   BootstrapResult r;
   RTFT_ASSIGN_OR_RETURN(r.slot, EnvInt("SLURM_PROCID"));
   RTFT_ASSIGN_OR_RETURN(r.slots, EnvInt("SLURM_NTASKS"));
   if (r.slot >= r.slots) return Status::InvalidArgument("SLURM_PROCID >= SLURM_NTASKS");
+  // A dedicated coordinator's slot runs no application.
+  if (r.slot != 0 || !options.dedicated_coordinator)
+    RTFT_RETURN_IF_ERROR(CheckApplication(options));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   r.host = host;

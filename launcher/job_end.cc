@@ -65,7 +65,7 @@ void JobEndReport::Final(int code) const {
       ::unlink(tmp.c_str());
     }
   }
-  Print(code);
+  Print(code, true);
 }
 
 int JobEndReport::IfFirst(int code) const {
@@ -80,13 +80,16 @@ int JobEndReport::IfFirst(int code) const {
     const int written = ReadCode(path_);
     if (written >= 0) code = written;
   }
-  Print(code);
+  Print(code, false);
   return code;
 }
 
-void JobEndReport::Print(int code) const {
+void JobEndReport::Print(int code, bool final) const {
   if (slot_ == 0)
     std::fprintf(stderr, "dp-launch: job exit code %d\n", code);
+  else if (final)
+    std::fprintf(stderr, "dp-launch: job exit code %d (said by slot %d, the primary coordinator)\n",
+                 code, slot_);
   else
     std::fprintf(stderr, "dp-launch: job exit code %d (said by slot %d: slot 0 may not say it)\n",
                  code, slot_);

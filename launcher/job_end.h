@@ -31,14 +31,15 @@ class JobEndReport {
   JobEndReport(std::string exit_code_file, int slot)
       : path_(std::move(exit_code_file)), slot_(slot) {}
   int slot() const { return slot_; }
-  // Slot 0's verdict at the normal end of the job: replaces any code written before.
+  // The primary coordinator's verdict at the normal end of the job (slot 0's, or a standby's that
+  // took over): replaces any code written before.
   void Final(int code) const;
   // An ending seen by one slot alone: writes the code unless one is there already, and prints
   // the code the file holds. Returns it.
   int IfFirst(int code) const;
 
  private:
-  void Print(int code) const;
+  void Print(int code, bool final) const;
 
   std::string path_;
   int slot_;

@@ -54,6 +54,12 @@ std::string Help(const std::string& text, Param param) {
 void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
   app->add_option("--spares", f->spares,
                   Help("slots (the last ones) that start as warm spares", Param::kSpares));
+  app->add_option("--coordinator-slot", f->coordinator_slot,
+                  Help("shared | dedicated: slot 0 runs only the coordinator (no application)",
+                       Param::kCoordinatorSlot));
+  app->add_option("--standby-coordinator", f->standby_coordinator,
+                  Help("auto | off: a standby in another slot takes over when slot 0 is lost",
+                       Param::kStandbyCoordinator));
   app->add_option("--heartbeat-ms", f->heartbeat_ms,
                   Help("agent heartbeat period", Param::kHeartbeatMs));
   app->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
@@ -89,6 +95,15 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   RTFT_ASSIGN_OR_RETURN(int64_t spares, IntSetting(f.spares, Param::kSpares, "spares"));
   RTFT_RETURN_IF_ERROR(CheckRange(spares, 0, control::kMaxSlots - 1, "--spares"));
   o.spares = static_cast<int32_t>(spares);
+  const std::string where = StringSetting(f.coordinator_slot, Param::kCoordinatorSlot);
+  if (where != "shared" && where != "dedicated")
+    return Status::InvalidArgument("--coordinator-slot '" + where + "': use shared or dedicated");
+  o.dedicated_coordinator = where == "dedicated";
+  const std::string standby = StringSetting(f.standby_coordinator, Param::kStandbyCoordinator);
+  if (standby != "auto" && standby != "off")
+    return Status::InvalidArgument("--standby-coordinator '" + standby + "': use auto or off");
+  o.standby_coordinator = standby == "auto";
+  o.test_partition_file = ParamString(Param::kCtrlTestPartition);
   RTFT_ASSIGN_OR_RETURN(int64_t hb,
                         IntSetting(f.heartbeat_ms, Param::kHeartbeatMs, "heartbeat-ms"));
   RTFT_RETURN_IF_ERROR(CheckRange(hb, 1, 600000, "--heartbeat-ms"));

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "control/types.h"
+#include "control/wire/types.h"
 #include "launcher/child_process.h"
 #include "rtft/status.h"
 
@@ -17,6 +17,16 @@ namespace rtft::launch {
 
 struct LaunchOptions {
   int32_t spares = 0;
+  // --coordinator-slot dedicated: slot 0 runs only the coordinator, no agent and no application.
+  bool dedicated_coordinator = false;
+  // --standby-coordinator auto: with a shared coordinator, every other slot runs one that can
+  // become the standby (LaunchOptions::StandbyIn says whether a job of N slots has one).
+  bool standby_coordinator = true;
+  // RTFT_CTRL_TEST_PARTITION (test hook; empty: none).
+  std::string test_partition_file;
+  bool StandbyIn(int slots) const {
+    return standby_coordinator && !dedicated_coordinator && slots >= 3;
+  }
   std::chrono::milliseconds heartbeat{100};
   std::chrono::milliseconds heartbeat_timeout{1000};
   int32_t max_restarts_per_slot = 3;
@@ -34,7 +44,8 @@ struct LaunchOptions {
 
 // Raw text of the flags as CLI11 fills them; empty means "not given".
 struct LaunchFlags {
-  std::string spares, heartbeat_ms, heartbeat_timeout_ms, max_restarts_per_slot;
+  std::string spares, coordinator_slot, standby_coordinator, heartbeat_ms, heartbeat_timeout_ms;
+  std::string max_restarts_per_slot;
   std::string on_spares_exhausted, watchdog_s, log_level, job_key_file, join_timeout_s;
   std::string shutdown_grace_s, exit_code_file, app_isolation;
   bool print_config = false;

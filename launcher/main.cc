@@ -15,11 +15,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "control/keys.h"
+#include "control/wire/keys.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "launcher/agent.h"
 #include "launcher/bootstrap.h"
+#include "launcher/coordinator_host.h"
 #include "launcher/job_end.h"
 #include "launcher/launch_env.h"
 #include "launcher/launch_options.h"
@@ -99,6 +100,8 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
                                 << options.spares << " spares), coordinator at " << boot->endpoint;
   }
   std::unique_ptr<control::Coordinator> coordinator = std::move(boot->coordinator);
+  if (coordinator && options.dedicated_coordinator)
+    return RunDedicatedCoordinator(std::move(coordinator), options, env, report);
   AgentConfig config;
   config.options = options;
   config.launcher = env.kind;
@@ -109,6 +112,8 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.endpoint = boot->endpoint;
   config.keys = boot->keys;
   config.app_nofile = app_nofile;
+  config.standby = options.StandbyIn(boot->slots);
+  if (coordinator && boot->slot != 0) config.coordinator_endpoint = coordinator->endpoint();
   int code;
   bool coordinator_lost;
   std::optional<std::chrono::steady_clock::time_point> gone_by;
@@ -118,31 +123,15 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
     coordinator_lost = agent.coordinator_lost();
     gone_by = agent.gone_by();
   }
-  if (!coordinator) {
-    // Slot 0 is gone: no one else will say how the job ended.
-    if (coordinator_lost) code = report.IfFirst(code);
-    return code;
-  }
-  // Slot 0 keeps the coordinator until the job is over, even when its own slot retired; after a
-  // signal, only until its own deadline (the other slots' reports may never come).
-  std::chrono::milliseconds linger(200);
-  if (!gone_by) {
-    code = coordinator->WaitJobEnd();
-  } else {
-    using std::chrono::duration_cast;
-    using std::chrono::milliseconds;
-    const auto left = [&](milliseconds margin) {
-      return std::max(milliseconds(0), duration_cast<milliseconds>(
-                                           *gone_by - margin - std::chrono::steady_clock::now()));
-    };
-    code = coordinator->WaitJobEndFor(left(milliseconds(300))).value_or(code);
-    linger = std::min(linger, left(milliseconds(150)));
-  }
-  // Let the last broadcast reach the other agents before the coordinator goes away.
-  std::this_thread::sleep_for(linger);
-  coordinator.reset();
-  if (env.kind == LauncherKind::kSlurm) unlink(SlurmEndpointFile(options.job_key_file).c_str());
-  report.Final(code);
+  // The primary (slot 0's, or a standby that took over) keeps the coordinator until the job is
+  // over, even when its own slot retired; after a signal, only until its own deadline (the other
+  // slots' reports may never come).
+  if (coordinator && coordinator->is_primary())
+    return FinishAsCoordinator(std::move(coordinator), gone_by, code, options, env, report);
+  if (coordinator && coordinator->fenced()) return Fenced(boot->slot);
+  coordinator.reset();  // a standby that never took over
+  // The coordinators are gone: no one else will say how the job ended.
+  if (coordinator_lost) code = report.IfFirst(code);
   return code;
 }
 

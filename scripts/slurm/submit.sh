@@ -3,18 +3,22 @@
 # and runs dp-launch on every node through mpirun or srun (dp-mpirun.sbatch, dp-srun.sbatch).
 #
 #   scripts/slurm/submit.sh [--launcher mpirun|srun] --nodes N [--spares S] [--wait]
-#                           [--sbatch-arg ARG]... -- [dp-launch options --] APP [ARGS]
+#                           [--dedicated-coordinator] [--sbatch-arg ARG]...
+#                           -- [dp-launch options --] APP [ARGS]
 #
 # Everything after the first `--` goes to dp-launch; when it holds a second `--`, what lies
 # before it are dp-launch options, otherwise it is the application and its arguments.
 # --spares S is passed to dp-launch as --spares S (default 1). --wait makes sbatch wait for the
-# job and exit with its exit code. Prints sbatch's output (the job id).
+# job and exit with its exit code. --dedicated-coordinator allocates one node more, the batch
+# host, whose slot 0 runs only the coordinator (dp-launch --coordinator-slot dedicated). Prints
+# sbatch's output (the job id).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 launcher=mpirun
 nodes=""
 spares=1
+dedicated=0
 sbatch_args=()
 
 usage() {
@@ -28,6 +32,7 @@ while (($#)); do
     --nodes) nodes=${2:?}; shift 2 ;;
     --spares) spares=${2:?}; shift 2 ;;
     --wait) sbatch_args+=(--wait); shift ;;
+    --dedicated-coordinator) dedicated=1; shift ;;
     --sbatch-arg) sbatch_args+=("${2:?}"); shift 2 ;;
     --sbatch-arg=*) sbatch_args+=("${1#*=}"); shift ;;
     --) shift; break ;;
@@ -53,5 +58,6 @@ for ((i = 1; i <= $#; i++)); do
   fi
 done
 
-exec sbatch --nodes=$((nodes + spares)) --ntasks-per-node=1 --no-kill "${sbatch_args[@]}" \
-  "$here/dp-$launcher.sbatch" --spares "$spares" "${dp_opts[@]}" -- "$@"
+if ((dedicated)); then dp_opts=(--coordinator-slot dedicated "${dp_opts[@]}"); fi
+exec sbatch --nodes=$((nodes + spares + dedicated)) --ntasks-per-node=1 --no-kill \
+  "${sbatch_args[@]}" "$here/dp-$launcher.sbatch" --spares "$spares" "${dp_opts[@]}" -- "$@"

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "control/local_link.h"
+#include "control/link/local_link.h"
 #include "core/host_env.h"
 #include "core/logging.h"
 #include "core/params.h"

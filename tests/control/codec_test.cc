@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "control/codec.h"
-#include "control/messages.h"
+#include "control/wire/codec.h"
+#include "control/wire/messages.h"
 
 namespace rtft::control {
 namespace {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "control/agent_client.h"
-#include "control/coordinator.h"
-#include "control/keys.h"
+#include "control/agent/agent_client.h"
+#include "control/coordinator/coordinator.h"
+#include "control/wire/keys.h"
 
 namespace rtft::control::testing {
 

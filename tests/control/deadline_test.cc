@@ -9,8 +9,8 @@
 
 #include <chrono>
 
-#include "control/agent_client.h"
-#include "control/coordinator.h"
+#include "control/agent/agent_client.h"
+#include "control/coordinator/coordinator.h"
 
 namespace rtft::control {
 namespace {

@@ -1,7 +1,7 @@
 // Every background thread of the control plane ends with a recorded error, not std::terminate,
 // when an exception escapes its body (core/thread.h's guard, tested on its own in
 // tests/core/thread_test.cc): the coordinator (the job then ends with exit code 1), the
-// agent client (every call returns the error) and the local link's socket pumps.
+// agent client (every call returns the error) and the event loop that the local link runs on.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "control/control_test_util.h"
-#include "control/messages.h"
-#include "control/socket_pump.h"
+#include "control/net/event_loop.h"
+#include "control/wire/messages.h"
 #include "core/thread.h"
 
 namespace rtft::control {
@@ -59,23 +59,31 @@ TEST(Guarded, AgentClientThreadFailureFailsEveryCall) {
   EXPECT_EQ((*client)->ReportExit(0).code(), StatusCode::kInternal);
 }
 
-TEST(Guarded, SocketPumpHandlerExceptionIsRecorded) {
+TEST(Guarded, EventLoopHandlerExceptionIsRecorded) {
   zmq::context_t ctx;
   zmq::socket_t server(ctx, zmq::socket_type::router);
-  server.bind("inproc://guarded-pump");
+  server.bind("inproc://guarded-loop");
   std::atomic<bool> called{false};
-  SocketPump pump(&ctx, std::move(server), true, [&](const std::string&, Message) {
+  std::atomic<bool> reported{false};
+  EventLoop::Options o;
+  o.on_error = [&](const Status& s) { reported = s.code() == StatusCode::kInternal; };
+  EventLoop loop(o);
+  const auto id = loop.AddSocket(std::move(server), true, "test", [&](const std::string&, Message) {
     called = true;
     throw std::runtime_error("handler failed");
   });
+  ASSERT_TRUE(loop.Start().ok());
   zmq::socket_t client(ctx, zmq::socket_type::dealer);
   client.set(zmq::sockopt::linger, 0);
-  client.connect("inproc://guarded-pump");
+  client.connect("inproc://guarded-loop");
   ASSERT_TRUE(SendTo(client, nullptr, MsgType::kAttach, AttachBody(1)));
-  for (int i = 0; i < 200 && pump.error().ok(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  for (int i = 0; i < 200 && loop.error().ok(); ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_TRUE(called);
-  EXPECT_EQ(pump.error().code(), StatusCode::kInternal);
-  EXPECT_EQ(pump.Send("peer", MsgType::kAssign, AssignBody({})).code(), StatusCode::kInternal);
+  EXPECT_EQ(loop.error().code(), StatusCode::kInternal);
+  EXPECT_NE(loop.error().message().find("handler failed"), std::string::npos) << loop.error();
+  for (int i = 0; i < 200 && !reported; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(reported) << "the owner was not told";
+  EXPECT_EQ(loop.Post(id, "peer", MsgType::kAssign, AssignBody({})).code(), StatusCode::kInternal);
 }
 
 }  // namespace

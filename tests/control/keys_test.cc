@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "control/keys.h"
+#include "control/wire/keys.h"
 #include "test_util.h"
 
 namespace rtft::control {

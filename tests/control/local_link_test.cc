@@ -10,7 +10,7 @@
 
 #include <thread>
 
-#include "control/local_link.h"
+#include "control/link/local_link.h"
 
 namespace rtft::control {
 namespace {

@@ -1,7 +1,7 @@
 // The coordinator's decisions without sockets: classification, spares, policies, job end.
 #include <gtest/gtest.h>
 
-#include "control/membership_table.h"
+#include "control/coordinator/membership_table.h"
 
 namespace rtft::control {
 namespace {
@@ -21,6 +21,29 @@ TEST(MembershipTable, InitialAssignment) {
   EXPECT_EQ(RoleOfSlot(m, 4), Role::kSpare);
   EXPECT_EQ(RankOfSlot(m, 2), 2);
   EXPECT_EQ(RankOfSlot(m, 5), kNoRank);
+}
+
+TEST(MembershipTable, ADedicatedCoordinatorSlotHoldsNoRankAndCannotFail) {
+  TableOptions o = Opts(5, 1, 3, kCkpt);
+  o.coordinator_slots = 1;
+  MembershipTable t(o);
+  const Membership& m = t.membership();
+  EXPECT_EQ(m.world_size, 3);
+  EXPECT_EQ(m.rank_to_slot, (std::vector<SlotId>{1, 2, 3}));
+  EXPECT_EQ(m.spares, (std::vector<SlotId>{4}));
+  EXPECT_EQ(RoleOfSlot(m, 0), Role::kCoordinator);
+  EXPECT_EQ(RankOfSlot(m, 0), kNoRank);
+  EXPECT_FALSE(t.has_agent(0));
+  EXPECT_FALSE(t.Fail({{0, FailureKind::kSlotLost, 0}}).event);
+  EXPECT_FALSE(t.Exit(0, 3).event);
+  // Rank 0's slot lost: the spare takes it, as for any other rank.
+  Decision d = t.Fail({{1, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{4, 2, 3}));
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 0), Role::kCoordinator);
+  // The job ends when every rank exited, slot 0 not counted.
+  for (SlotId s : {2, 3}) EXPECT_FALSE(t.Exit(s, 0).job_exit_code);
+  EXPECT_EQ(t.Exit(4, 0).job_exit_code.value_or(-1), 0);
 }
 
 TEST(MembershipTable, CrashesAreTransientUntilTheLimit) {

@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "control/codec.h"
 #include "control/control_test_util.h"
-#include "control/messages.h"
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
+#include "control/wire/codec.h"
+#include "control/wire/messages.h"
 
 namespace rtft::control {
 namespace {

@@ -218,9 +218,16 @@ std::optional<int> Job::Wait(std::chrono::seconds timeout) {
   const bool done = WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
                             std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   if (!done) {
+    // What held the launcher, for the failure message (leftovers()).
+    leftovers_.clear();
+    for (const ProcInfo& p : JobProcesses(dir_))
+      leftovers_ += std::to_string(p.pid) + " " + p.comm + " state " + p.state + " (parent " +
+                    std::to_string(p.ppid) + ", slot " + p.Env("RTFT_SLOT") + ", rank " +
+                    p.Env("OMPI_COMM_WORLD_RANK") + ")\n";
     kill(-pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
+    KillLeftovers();
     return std::nullopt;
   }
   // No process of the job may outlive the launcher: give stragglers a moment to go, then record

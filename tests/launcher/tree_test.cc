@@ -153,12 +153,14 @@ TEST_F(TreeTest, Sigusr1ReachesTheApplication) {
   EXPECT_EQ(Starts(1).size(), 1u) << job_->Dump();
 }
 
-// A stopped process cannot end itself, and a stopped slot 0 takes the coordinator with it: its
-// keeper ends its application and then the dp-launch itself, the other slots end when they have
-// not heard from the coordinator for its timeout, and mpirun returns with the job's code (1, said
-// by a surviving slot).
-TEST_F(TreeTest, StoppedSlotZeroIsEndedAndTheLauncherReturns) {
+// A stopped process cannot end itself, and without a standby a stopped slot 0 takes the
+// coordinator with it: its keeper ends its application and then the dp-launch itself, the other
+// slots end when they have not heard from the coordinator for its timeout, and mpirun returns
+// with the job's code (1, said by a surviving slot). With a standby (the default) the job goes
+// on: launcher_coordinator_slot_test.
+TEST_F(TreeTest, StoppedSlotZeroWithoutAStandbyIsEndedAndTheLauncherReturns) {
   JobSpec spec = Spec(3, 1);
+  spec.dp_args.insert(spec.dp_args.end(), {"--standby-coordinator", "off"});
   spec.env["RTFT_CTRL_COORDINATOR_TIMEOUT_MS"] = "2000";
   job_->Start(spec);
   WaitStep(1, 3);

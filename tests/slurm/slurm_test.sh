@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Slurm batch scripts of scripts/slurm/ against a real slurmctld and three slurmd ("nodes"
-# n1..n3 of one machine) that tests/slurm/local_cluster.sh starts on localhost.
+# The Slurm batch scripts of scripts/slurm/ against a real slurmctld and four slurmd ("nodes"
+# n1..n4 of one machine) that tests/slurm/local_cluster.sh starts on localhost.
 #
 #   slurm_test.sh REPO_ROOT DP_LAUNCH TEST_APP [TRAINER]
 #
@@ -9,7 +9,8 @@
 # mpirun and the srun variant each run 2 active slots + 1 spare, one slot is killed, and the job
 # still exits 0 with a spare in its place; srun without --kill-on-bad-exit=0 is warned about.
 # When TRAINER (examples/train's rtft-train) exists: it runs under srun with a node crash and
-# ends with the digest of a run without one.
+# ends with the digest of a run without one, and again with --coordinator-slot dedicated (slot 0,
+# on the batch host, runs only the coordinator) through the crash of rank 0's node.
 # Exit 77 (skipped) when not root or when Slurm cannot be started here.
 set -u
 repo=$1
@@ -41,10 +42,11 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 start=$SECONDS
+nodes=4
 # A cluster whose nodes do not come up (a daemon that lost its port, say) is stopped and started
 # again, in a fresh directory, twice at most before the test fails: never skipped for that.
 for attempt in 1 2 3; do
-  rtft_cluster_start "$tmp/cluster-$attempt" 3
+  rtft_cluster_start "$tmp/cluster-$attempt" "$nodes"
   rc=$?
   ((rc == 1 && attempt < 3)) || break
   echo "[cluster] attempt $attempt did not start: stopping it and trying again"
@@ -175,7 +177,7 @@ expect_out '^task 1 done' "node-failure job (n2 survives)"
 expect_out 'Node failure on n3' "node-failure job (srun saw n3 fail)"
 show_out_if_failed
 rtft_cluster_restart_node n3
-rtft_cluster_wait_idle 3 || fail "n3 did not come back after its slurmd restarted"
+rtft_cluster_wait_idle "$nodes" || fail "n3 did not come back after its slurmd restarted"
 
 if [[ ! -x "$dp_launch" || ! -x "$test_app" ]]; then
   if [[ -x "$dp_launch" ]]; then
@@ -311,7 +313,7 @@ fi
 if [[ -x "$trainer" ]]; then
   # n2 crashed in 3c: back to three nodes first.
   rtft_cluster_restart_node n2
-  rtft_cluster_wait_idle 3 || fail "n2 did not come back after its slurmd restarted"
+  rtft_cluster_wait_idle "$nodes" || fail "n2 did not come back after its slurmd restarted"
   train_args=(--steps 40 --hidden 256 --batch 8 --log-every 10)
   RTFT_FAULT_LOG=$jobs_dir/train-ref-faults.log run_job train-ref 120 \
     "$repo/scripts/slurm/dp-srun.sbatch" "${dp_opts[@]}" -- "$trainer" "${train_args[@]}"
@@ -341,7 +343,46 @@ if [[ -x "$trainer" ]]; then
   fi
   show_out_if_failed
   rtft_cluster_restart_node n2
-  rtft_cluster_wait_idle 3 || fail "n2 did not come back after its slurmd restarted"
+  rtft_cluster_wait_idle "$nodes" || fail "n2 did not come back after its slurmd restarted"
+
+  # 5. --coordinator-slot dedicated under srun on four nodes: slot 0 (task 0, on n1: the batch
+  #    host) runs only the coordinator; ranks 0 and 1 run on n2 and n3, the spare on n4. Rank 0
+  #    stops at a named point of step 20 and its node n2 crashes: an ordinary slot loss, the
+  #    spare takes rank 0 and the run ends with section 4's digest.
+  faults=$jobs_dir/dedicated-faults.log
+  layout=$jobs_dir/dedicated-layout
+  rm -f "$faults" "$layout"
+  (
+    for i in {1..300}; do
+      grep -q '^fault protect.update hang' "$faults" 2>/dev/null && break
+      sleep 0.2
+    done
+    # Where slot 0 runs, and what: its dp-launch alone, on the batch host.
+    for pid in $(rtft_cluster_pids_with_env SLURM_PROCID=0 SLURM_STEPID=0 "RTFT_FAULT_LOG=$faults"); do
+      printf '%s %s %s\n' "$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^SLURMD_NODENAME=//p')" \
+        "$(cat "/proc/$pid/comm")" "$(rtft_with_descendants <<<"$pid" | wc -l)" >>"$layout"
+    done
+    rtft_cluster_crash_node n2
+  ) &
+  killer=$!
+  RTFT_FAULT_LOG=$faults run_job dedicated 150 --nodes=4 "$repo/scripts/slurm/dp-srun.sbatch" \
+    --coordinator-slot dedicated "${dp_opts[@]}" \
+    -- "$trainer" "${train_args[@]}" --fault 0:protect.update@20:hang
+  wait "$killer"
+  if ((job_rc != 0)); then fail "dedicated coordinator, node crash: job exited $job_rc"; fi
+  expect_out 'slot 0 runs only the coordinator' "dedicated coordinator: slot 0 ran no application"
+  expect_out '^\[train 0\] start role=spare-activated' "dedicated coordinator: the spare took rank 0"
+  expect_out '^\[train 0\] recovered ' "dedicated coordinator: rank 0's state was recovered"
+  if [[ "$(sort -u "$layout" 2>/dev/null)" != "n1 dp-launch 1" ]]; then
+    fail "dedicated coordinator: slot 0 should be one dp-launch on n1, alone; saw: $(cat "$layout" 2>/dev/null)"
+  fi
+  got=$(sed -n 's/^\[train 1\] done .* digest=\([0-9a-f]*\) .*/\1/p' "$job_out")
+  if [[ -z "$got" || "$got" != "$ref" ]]; then
+    fail "dedicated coordinator, node crash: digest '$got', the run without failures ended with '$ref'"
+  fi
+  show_out_if_failed
+  rtft_cluster_restart_node n2
+  rtft_cluster_wait_idle "$nodes" || fail "n2 did not come back after its slurmd restarted"
 elif [[ -n "$trainer" ]]; then
   fail "the trainer $trainer is not built"
 fi

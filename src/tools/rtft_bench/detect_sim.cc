@@ -11,8 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "control/coordinator.h"
-#include "control/messages.h"
+#include "control/coordinator/coordinator.h"
+#include "control/wire/messages.h"
 #include "tools/rtft_bench/sim_agents.h"
 
 namespace rtft::bench {

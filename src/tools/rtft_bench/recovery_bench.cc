@@ -1,8 +1,10 @@
 // `rtft-bench recovery`: one failure of each kind at a given step of rtft-train (4 ranks and a
 // spare under `mpirun --enable-recovery dp-launch`, L3 every 100 steps), against
 // checkpoint-restart of the same job: the whole job killed at the same step, started again, the
-// newest L3 version loaded and the lost steps replayed. Each figure is read off the trainer's
-// timestamped lines (docs/protect.md, "Measured").
+// newest L3 version loaded and the lost steps replayed. The kinds: a process crash, a lost slot,
+// and the loss of slot 0, whose dp-launch hosts the primary coordinator (the standby takes over;
+// its figures are held to the lost slot's plus one second). Each figure is read off the
+// trainer's timestamped lines (docs/protect.md, "Measured").
 #include "tools/rtft_bench/recovery_bench.h"
 
 #include <signal.h>
@@ -28,12 +30,40 @@ double FirstTime(const std::string& out, const std::string& pattern, std::string
   return std::stod(m[m.size() - 1]);
 }
 
+// What a recovery moved (every rank counts what it sent) and how long its stages took (the
+// slowest rank's, from the failure event).
+struct Stages {
+  double bytes_moved = 0, agree_s = 0, rebuild_s = 0, transfer_s = 0;
+};
+Stages ParseStages(const std::string& output) {
+  static const std::regex recovered(
+      R"(\[train \d+\] recovered .* bytes=(\d+) event_s=[0-9.]+ agree_s=([0-9.]+) )"
+      R"(rebuild_s=([0-9.]+) transfer_s=([0-9.]+))");
+  Stages st;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), recovered);
+       it != std::sregex_iterator(); ++it) {
+    st.bytes_moved += std::stod((*it)[1]);
+    st.agree_s = std::max(st.agree_s, std::stod((*it)[2]));
+    st.rebuild_s = std::max(st.rebuild_s, std::stod((*it)[3]));
+    st.transfer_s = std::max(st.transfer_s, std::stod((*it)[4]));
+  }
+  return st;
+}
+
+// One failure's figures, as read off a run.
+struct Figures {
+  double detect_s = 0, resumed_s = 0, step_s = 0;
+  int reexecuted = 0;
+  Stages stages;
+};
+
 class RecoveryCommand final : public BenchCommand {
  public:
   const char* name() const override { return "recovery"; }
   const char* help() const override {
-    return "recovery: a process crash and a lost slot at a step of rtft-train, against "
-           "checkpoint-restart (whole job killed, restarted from L3, lost steps replayed)";
+    return "recovery: a process crash, a lost slot and the lost coordinator's slot (slot 0) at "
+           "a step of rtft-train, against checkpoint-restart (whole job killed, restarted from "
+           "L3, lost steps replayed)";
   }
   void AddFlags(CLI::App* cmd) override {
     cmd->add_option("--step", step_, "the step the failure comes in")->capture_default_str();
@@ -69,6 +99,7 @@ class RecoveryCommand final : public BenchCommand {
                                const std::function<long long(BenchJob&, int)>& at_fault,
                                long long* failed_us);
   Status Failure(const std::string& kind, JsonLines* out);
+  void Emit(const std::string& kind, const Figures& f, JsonLines* out);
   StatusOr<double> CheckpointRestart(double* step_s);
 
   int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 0;
@@ -76,7 +107,12 @@ class RecoveryCommand final : public BenchCommand {
   int tp_ = 1, pp_ = 1;
   TrainDevice dev_;
   double restart_s_ = -1;
+  // The lost slot's figures: the coordinator's loss is held to them plus kTakeoverBudgetS.
+  double slot_detect_s_ = -1, slot_resumed_s_ = -1;
 };
+
+// What the standby's takeover may add to a lost slot's detection and resumption.
+constexpr double kTakeoverBudgetS = 1.0;
 
 std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                                const std::string& fault) const {
@@ -143,9 +179,13 @@ StatusOr<double> RecoveryCommand::CheckpointRestart(double* step_s) {
 
 Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-  const bool slot = kind == "slot";
+  const bool coordinator = kind == "coordinator";
+  const bool slot = kind == "slot" || coordinator;
+  // Rank 2's slot, or slot 0 (rank 0, the primary coordinator's). The step lines are rank 0's
+  // (the spare that took it, after a coordinator's loss: a step ends on every rank together).
+  const std::string failing = coordinator ? "0" : "2";
   const std::string fault =
-      "2:protect.update@" + std::to_string(step_ + 1) + (slot ? ":hang" : ":kill");
+      failing + ":protect.update@" + std::to_string(step_ + 1) + (slot ? ":hang" : ":kill");
   Progress("recovery: " + kind + " failure at step " + std::to_string(step_));
   long long failed_us = 0;
   std::function<long long(BenchJob&, int)> at_fault = [&](BenchJob& job, int s) -> long long {
@@ -165,12 +205,15 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
     if (!std::regex_search(faults, m, fired)) return Status::Internal("no fault line");
     failed = std::stoll(m[1]) / 1e6;
   }
+  if (coordinator && output.find("takes over from slot 0") == std::string::npos)
+    return Status::Internal("no standby took over (see " + dir + ")");
   const double event = FirstTime(output, R"(\[train \d+\] event epoch=2)");
   std::string rollback;
   FirstTime(output, R"(\[train \d+\] recovered epoch=\d+ step=(\d+))", &rollback);
-  const double resumed = FirstTime(output, R"(\[train 0\] step )" + std::to_string(step_) + " ");
-  const double step0 = FirstTime(output, R"(\[train 0\] step 10 )");
-  const double step1 = FirstTime(output, R"(\[train 0\] step )" + std::to_string(step_ - 10) + " ");
+  const std::string at = R"(\[train 0\] step )";
+  const double resumed = FirstTime(output, at + std::to_string(step_) + " ");
+  const double step0 = FirstTime(output, at + "10 ");
+  const double step1 = FirstTime(output, at + std::to_string(step_ - 10) + " ");
   if (event < 0 || resumed < 0 || rollback.empty())
     return Status::Internal("the " + kind + " run did not recover (see " + dir + ")");
   const double step_s = (step1 - step0) / (step_ - 20);
@@ -180,56 +223,63 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
     double restart_step_s = 0;
     RTFT_ASSIGN_OR_RETURN(restart_s_, CheckpointRestart(&restart_step_s));
   }
-  // What the recovery moved (every rank counts what it sent) and how long its stages took (the
-  // slowest rank's, from the failure event).
-  static const std::regex recovered(
-      R"(\[train \d+\] recovered .* bytes=(\d+) event_s=[0-9.]+ agree_s=([0-9.]+) )"
-      R"(rebuild_s=([0-9.]+) transfer_s=([0-9.]+))");
-  double bytes_moved = 0, agree_s = 0, rebuild_s = 0, transfer_s = 0;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), recovered);
-       it != std::sregex_iterator(); ++it) {
-    bytes_moved += std::stod((*it)[1]);
-    agree_s = std::max(agree_s, std::stod((*it)[2]));
-    rebuild_s = std::max(rebuild_s, std::stod((*it)[3]));
-    transfer_s = std::max(transfer_s, std::stod((*it)[4]));
-  }
-  const double hb = heartbeat_timeout_ms_ / 1000.0;
-  // A process holding a CUDA context takes about 60 ms to be reaped (docs/protect.md).
-  const double detect_target = slot ? 1.5 * hb : dev_.cuda() ? 0.1 : 0.05;
-  const double resumed_target = slot ? detect_s + 1.5 : 1.5;
-  const double speedup_target = slot ? 5 : 10;
-  const double speedup = restart_s_ / resumed_s;
-  out->Emit({{"name", "recovery"},
-             {"failure", slot ? "slot" : "process"},
-             {"slots", ranks_ + 1},
-             {"device", dev_.Name()},
-             {"ranks_share_gpu", dev_.cuda()},
-             {"step", step_},
-             {"batch", batch_},
-             {"layout", std::to_string(tp_) + "x" + std::to_string(pp_) + "x" +
-                            std::to_string(ranks_ / (tp_ * pp_))},
-             {"bytes_moved", bytes_moved},
-             {"agree_s", agree_s},
-             {"rebuild_s", rebuild_s},
-             {"transfer_s", transfer_s},
-             {"step_s", step_s},
-             {"detect_s", detect_s},
-             {"resumed_s", resumed_s},
-             {"reexecuted_steps", reexecuted},
-             {"restart_s", restart_s_},
-             {"speedup", speedup},
-             {"targets",
-              {{"detect_s", detect_target},
-               {"resumed_s", resumed_target},
-               {"speedup", speedup_target},
-               {"reexecuted_steps", 1}}},
-             {"met",
-              {{"detect_s", detect_s <= detect_target},
-               {"resumed_s", resumed_s <= resumed_target},
-               {"speedup", speedup >= speedup_target},
-               {"reexecuted_steps", reexecuted <= 1}}}});
+  const Stages stages = ParseStages(output);
+  Emit(kind, {detect_s, resumed_s, step_s, reexecuted, stages}, out);
   (void)RemoveTree(dir);
   return Status::Ok();
+}
+
+void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines* out) {
+  const bool coordinator = kind == "coordinator";
+  const bool slot = kind == "slot" || coordinator;
+  const double hb = heartbeat_timeout_ms_ / 1000.0;
+  // A process holding a CUDA context takes about 60 ms to be reaped (docs/protect.md).
+  double detect_target = slot ? 1.5 * hb : dev_.cuda() ? 0.1 : 0.05;
+  double resumed_target = slot ? f.detect_s + 1.5 : 1.5;
+  if (kind == "slot") {
+    slot_detect_s_ = f.detect_s;
+    slot_resumed_s_ = f.resumed_s;
+  } else if (coordinator) {
+    // The lost slot's figures measured in this run, plus the takeover's budget.
+    detect_target = slot_detect_s_ + kTakeoverBudgetS;
+    resumed_target = slot_resumed_s_ + kTakeoverBudgetS;
+  }
+  const double speedup_target = slot ? 5 : 10;
+  const double speedup = restart_s_ / f.resumed_s;
+  nlohmann::json line = {{"name", "recovery"},
+                         {"failure", kind},
+                         {"slots", ranks_ + 1},
+                         {"device", dev_.Name()},
+                         {"ranks_share_gpu", dev_.cuda()},
+                         {"step", step_},
+                         {"batch", batch_},
+                         {"layout", std::to_string(tp_) + "x" + std::to_string(pp_) + "x" +
+                                        std::to_string(ranks_ / (tp_ * pp_))},
+                         {"bytes_moved", f.stages.bytes_moved},
+                         {"agree_s", f.stages.agree_s},
+                         {"rebuild_s", f.stages.rebuild_s},
+                         {"transfer_s", f.stages.transfer_s},
+                         {"step_s", f.step_s},
+                         {"detect_s", f.detect_s},
+                         {"resumed_s", f.resumed_s},
+                         {"reexecuted_steps", f.reexecuted},
+                         {"restart_s", restart_s_},
+                         {"speedup", speedup},
+                         {"targets",
+                          {{"detect_s", detect_target},
+                           {"resumed_s", resumed_target},
+                           {"speedup", speedup_target},
+                           {"reexecuted_steps", 1}}},
+                         {"met",
+                          {{"detect_s", f.detect_s <= detect_target},
+                           {"resumed_s", f.resumed_s <= resumed_target},
+                           {"speedup", speedup >= speedup_target},
+                           {"reexecuted_steps", f.reexecuted <= 1}}}};
+  if (coordinator) {
+    line["extra_detect_s"] = f.detect_s - slot_detect_s_;
+    line["extra_resumed_s"] = f.resumed_s - slot_resumed_s_;
+  }
+  out->Emit(line);
 }
 
 int RecoveryCommand::Run() {
@@ -267,7 +317,8 @@ int RecoveryCommand::Run() {
     Progress("recovery: batch " + std::to_string(batch_) + " for a step of about 0.3 s");
   }
   JsonLines out;
-  for (const std::string kind : {"process", "slot"}) {
+  // The coordinator's line is held to the slot's: the slot runs first.
+  for (const std::string kind : {"process", "slot", "coordinator"}) {
     const Status s = Failure(kind, &out);
     if (!s.ok()) {
       Progress("recovery: " + s.ToString());

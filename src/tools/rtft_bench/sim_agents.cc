@@ -3,9 +3,9 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "control/codec.h"
-#include "control/messages.h"
-#include "control/zmq_util.h"
+#include "control/net/zmq_util.h"
+#include "control/wire/codec.h"
+#include "control/wire/messages.h"
 
 namespace rtft::bench {
 

@@ -12,8 +12,8 @@
 
 #include <zmq.hpp>
 
-#include "control/keys.h"
-#include "control/types.h"
+#include "control/wire/keys.h"
+#include "control/wire/types.h"
 
 namespace rtft::bench {
 

@@ -10,8 +10,9 @@
 #include <cstring>
 #include <string>
 
-#include "control/codec.h"
-#include "control/messages.h"
+#include "control/coordinator/repl_ops.h"
+#include "control/wire/codec.h"
+#include "control/wire/messages.h"
 
 namespace {
 
@@ -45,6 +46,13 @@ void Exercise(const Message& m) {
     case MsgType::kKvPut:
       (void)c::BytesFrom(m.body["value"]);
       break;
+    case MsgType::kRepl: {
+      // A change the standby applies: it reads, or is refused with a reason.
+      auto change = c::ReplFrom(m.body);
+      if (!change.ok() && change.status().message().empty()) std::abort();
+      if (change.ok()) (void)c::ReplBody(0, *change);
+      break;
+    }
     default:
       break;
   }
@@ -72,9 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   Exercise(*msg);
-  auto again = EncodeMessage(msg->type, msg->body);
+  auto again = EncodeMessage(msg->type, msg->body, msg->gen);
   if (!again.ok()) std::abort();
   auto back = DecodeMessage(again->data(), again->size());
-  if (!back.ok() || back->type != msg->type || back->body != msg->body) std::abort();
+  if (!back.ok() || back->type != msg->type || back->body != msg->body || back->gen != msg->gen)
+    std::abort();
   return 0;
 }

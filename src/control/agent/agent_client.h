@@ -1,0 +1,76 @@
+// An agent's (dp-launch's) connection to the coordinator: join and receive an assignment,
+// heartbeats on a background thread (carrying the application's step progress), failure and
+// exit reports, events (epoch changes, activation of a spare, shutdown) and the KV store. When
+// the primary names a standby, the agent connects to it too, votes for it once it lost the
+// primary, and follows it when it takes over (requests in flight are sent again).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/wire/codec.h"
+#include "control/wire/keys.h"
+#include "control/wire/types.h"
+#include "rtft/status.h"
+
+namespace rtft::control {
+
+// Defaults of AgentClientOptions from RTFT_CTRL_REQUEST_TIMEOUT_MS and
+// RTFT_CTRL_COORDINATOR_TIMEOUT_MS (malformed values fall back to 5 s, with a warning).
+std::chrono::milliseconds DefaultRequestTimeout();
+std::chrono::milliseconds DefaultCoordinatorTimeout();
+
+struct AgentClientOptions {
+  std::string endpoint;  // the coordinator's
+  JobKeys keys;
+  AgentInfo me;
+  std::chrono::milliseconds heartbeat_period{100};
+  std::chrono::milliseconds request_timeout = DefaultRequestTimeout();
+  // Silence of the primary this long makes the agent vote for the standby (when the primary
+  // named one): it lost the primary. 0: the coordinator timeout.
+  std::chrono::milliseconds primary_timeout{0};
+  // Silence of every coordinator this long (no primary, and no standby took over) means the
+  // job's coordinators are gone: WaitEvent then fails with kUnavailable and the agent should
+  // stop its application.
+  std::chrono::milliseconds coordinator_timeout = DefaultCoordinatorTimeout();
+  // Fault seam for tests: called at the top of every round of the client's thread; what it
+  // throws must end the thread with a recorded error, never the process.
+  std::function<void()> fault_point;
+};
+
+class AgentClient {
+ public:
+  static StatusOr<std::unique_ptr<AgentClient>> Connect(const AgentClientOptions& options);
+  virtual ~AgentClient() = default;
+
+  // Says hello and waits until every slot has joined; returns this slot's first assignment.
+  // The other calls fail with kFailedPrecondition until Join was called. Join may be called
+  // again after a timeout; it then keeps waiting for the same assignment.
+  virtual StatusOr<Assignment> Join(std::chrono::milliseconds timeout) = 0;
+  // The application failed on this slot; the coordinator answers with an epoch change event.
+  virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;
+  // Latest step the application reported; sent with the next heartbeat.
+  virtual void SetProgress(uint64_t step) = 0;
+  // The application exited for good with `code` (0: finished its work).
+  virtual Status ReportExit(int32_t code) = 0;
+  // The next event for this slot, or nullopt after `timeout`. kUnavailable once the coordinator
+  // is lost; kInternal when the client's own thread failed (then every call fails with it).
+  virtual StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) = 0;
+  // From now on no request waits past `deadline` (an agent shutting down within its grace: the
+  // coordinator may already be gone).
+  virtual void SetDeadline(std::chrono::steady_clock::time_point deadline) = 0;
+  virtual Status KvPut(const std::string& key, const std::string& value) = 0;
+  // The slot of the primary this agent follows, and its generation (0 before the first answer).
+  virtual SlotId primary_slot() const = 0;
+  virtual Generation generation() const = 0;
+  // Blocks until the key exists (or `timeout`: DeadlineExceeded).
+  virtual StatusOr<std::string> KvGet(const std::string& key,
+                                      std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace rtft::control

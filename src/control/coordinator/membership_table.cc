@@ -1,0 +1,238 @@
+#include "control/coordinator/membership_table.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace rtft::control {
+
+MembershipTable::MembershipTable(const TableOptions& options) : options_(options) {
+  RTFT_CHECK(options.slots >= 1 && options.slots <= kMaxSlots);
+  RTFT_CHECK(options.coordinator_slots >= 0 && options.coordinator_slots <= 1);
+  RTFT_CHECK(options.spares >= 0 && options.spares < options.slots - options.coordinator_slots);
+  const int32_t actives = options.slots - options.spares;
+  members_.resize(options.slots);
+  exit_codes_.resize(options.slots);
+  for (SlotId s = 0; s < options.slots; ++s) {
+    members_[s].slot = s;
+    if (s < options.coordinator_slots) {
+      members_[s].role = Role::kCoordinator;
+    } else if (s < actives) {
+      members_[s].rank = static_cast<LogicalRank>(m_.rank_to_slot.size());
+      members_[s].role = Role::kActive;
+      m_.rank_to_slot.push_back(s);
+    } else {
+      members_[s].role = Role::kSpare;
+      m_.spares.push_back(s);
+    }
+  }
+  m_.epoch = 1;
+  SyncRoles();
+}
+
+void MembershipTable::SyncRoles() {
+  m_.world_size = static_cast<int32_t>(m_.rank_to_slot.size());
+  m_.slot_roles.resize(members_.size());
+  for (size_t s = 0; s < members_.size(); ++s) m_.slot_roles[s] = members_[s].role;
+}
+
+ControlEvent MembershipTable::NewEvent(ControlEvent::Type type, std::vector<LogicalRank> failed,
+                                       std::string reason) {
+  SyncRoles();
+  ControlEvent e;
+  e.type = type;
+  e.membership = m_;
+  std::sort(failed.begin(), failed.end());
+  e.failed_ranks = std::move(failed);
+  e.reason = std::move(reason);
+  return e;
+}
+
+std::optional<int32_t> MembershipTable::AllExited() {
+  for (SlotId s : m_.rank_to_slot) {
+    if (s >= 0 && !exit_codes_[s]) return std::nullopt;
+  }
+  return first_bad_exit_.value_or(0);
+}
+
+Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
+  Decision d;
+  if (state_ == State::kOver) return d;
+  std::vector<SlotFailure> failures;
+  for (const auto& f : input) {
+    const bool seen = std::any_of(failures.begin(), failures.end(),
+                                  [&](const SlotFailure& g) { return g.slot == f.slot; });
+    // A slot whose application already finished has nothing left to lose.
+    if (f.slot < 0 || f.slot >= slots() || seen || retired(f.slot) || exit_codes_[f.slot] ||
+        !has_agent(f.slot))
+      continue;
+    failures.push_back(f);
+  }
+  if (failures.empty()) return d;
+  std::sort(failures.begin(), failures.end(),
+            [](const SlotFailure& a, const SlotFailure& b) { return a.slot < b.slot; });
+
+  std::vector<LogicalRank> failed, vacated;
+  std::string reason;
+  for (const auto& f : failures) {
+    Member& mb = members_[f.slot];
+    const bool restartable = f.kind == FailureKind::kProcessCrash || f.kind == FailureKind::kHang;
+    // While draining (checkpoint-and-exit) nothing is restarted: a lost rank just fails.
+    const bool transient =
+        state_ == State::kRunning && restartable && mb.restarts < options_.max_restarts_per_slot;
+    const FailureKind kind =
+        restartable && !transient && state_ == State::kRunning ? FailureKind::kRepeated : f.kind;
+    if (!reason.empty()) reason += "; ";
+    reason += "slot " + std::to_string(f.slot) +
+              (mb.rank != kNoRank ? " (rank " + std::to_string(mb.rank) + ")" : " (spare)") + ": " +
+              FailureKindName(kind);
+    if (mb.rank != kNoRank) failed.push_back(mb.rank);
+    if (transient) {
+      ++mb.restarts;
+      if (mb.rank != kNoRank) mb.role = Role::kRestarted;
+      reason += ", restart " + std::to_string(mb.restarts) + "/" +
+                std::to_string(options_.max_restarts_per_slot);
+      continue;
+    }
+    reason += ", slot retired";
+    if (mb.rank != kNoRank) {
+      vacated.push_back(mb.rank);
+      m_.rank_to_slot[mb.rank] = -1;
+      if (state_ == State::kDraining) {
+        exit_codes_[f.slot] = 1;
+        if (!first_bad_exit_) first_bad_exit_ = 1;
+      }
+    } else {
+      m_.spares.erase(std::remove(m_.spares.begin(), m_.spares.end(), f.slot), m_.spares.end());
+    }
+    mb.role = Role::kRetired;
+    mb.rank = kNoRank;
+    m_.retired.push_back(f.slot);
+  }
+
+  if (state_ == State::kDraining) {
+    // The shutdown was already announced; only the end of the job can follow.
+    SyncRoles();
+    if (auto code = AllExited()) {
+      state_ = State::kOver;
+      d.job_exit_code = code;
+    }
+    return d;
+  }
+
+  std::sort(vacated.begin(), vacated.end());
+  std::vector<LogicalRank> unfilled;
+  for (LogicalRank r : vacated) {
+    if (m_.spares.empty()) {
+      unfilled.push_back(r);
+      continue;
+    }
+    const SlotId s = m_.spares.front();
+    m_.spares.erase(m_.spares.begin());
+    members_[s].role = Role::kActivated;
+    members_[s].rank = r;
+    m_.rank_to_slot[r] = s;
+    reason += "; rank " + std::to_string(r) + " -> spare slot " + std::to_string(s);
+  }
+  ++m_.epoch;
+  if (!unfilled.empty()) return Exhausted(unfilled, std::move(failed), std::move(reason));
+  d.event = NewEvent(ControlEvent::Type::kEpochChange, std::move(failed), std::move(reason));
+  return d;
+}
+
+Decision MembershipTable::Exhausted(const std::vector<LogicalRank>& unfilled,
+                                    std::vector<LogicalRank> failed, std::string reason) {
+  Decision d;
+  reason += "; no spare left for " + std::to_string(unfilled.size()) +
+            " rank(s): " + PolicyName(options_.on_spares_exhausted);
+  switch (options_.on_spares_exhausted) {
+    case SparesExhaustedPolicy::kShrink: {
+      std::vector<SlotId> dense;
+      for (SlotId s : m_.rank_to_slot) {
+        if (s < 0) continue;
+        members_[s].rank = static_cast<LogicalRank>(dense.size());
+        dense.push_back(s);
+      }
+      m_.rank_to_slot = std::move(dense);
+      if (m_.rank_to_slot.empty()) {
+        state_ = State::kOver;
+        d.job_exit_code = 1;
+        d.event =
+            NewEvent(ControlEvent::Type::kShutdown, std::move(failed), reason + "; no rank left");
+        d.event->exit_code = 1;
+        return d;
+      }
+      if (auto code = AllExited()) {
+        // Every surviving rank had already finished: the job is complete.
+        state_ = State::kOver;
+        d.job_exit_code = code;
+        d.event = NewEvent(ControlEvent::Type::kShutdown, std::move(failed), std::move(reason));
+        d.event->exit_code = *code;
+        return d;
+      }
+      d.event = NewEvent(ControlEvent::Type::kEpochChange, std::move(failed), std::move(reason));
+      return d;
+    }
+    case SparesExhaustedPolicy::kCheckpointAndExit:
+      state_ = State::kDraining;
+      d.event = NewEvent(ControlEvent::Type::kShutdown, std::move(failed), std::move(reason));
+      d.event->checkpoint_first = true;
+      if (auto code = AllExited()) {
+        state_ = State::kOver;
+        d.job_exit_code = code;
+      }
+      return d;
+    case SparesExhaustedPolicy::kFail:
+      state_ = State::kOver;
+      d.job_exit_code = 1;
+      d.event = NewEvent(ControlEvent::Type::kShutdown, std::move(failed), std::move(reason));
+      d.event->exit_code = 1;
+      return d;
+  }
+  return d;
+}
+
+Decision MembershipTable::Exit(SlotId slot, int32_t code) {
+  Decision d;
+  if (state_ == State::kOver || slot < 0 || slot >= slots() || retired(slot) || exit_codes_[slot] ||
+      !has_agent(slot)) {
+    return d;
+  }
+  const LogicalRank rank = members_[slot].rank;
+  if (rank == kNoRank) {
+    // A spare whose application ended for good can no longer take a rank: it leaves the pool.
+    if (state_ != State::kRunning) return d;
+    Member& mb = members_[slot];
+    mb.role = Role::kRetired;
+    m_.spares.erase(std::remove(m_.spares.begin(), m_.spares.end(), slot), m_.spares.end());
+    m_.retired.push_back(slot);
+    ++m_.epoch;
+    d.event = NewEvent(ControlEvent::Type::kEpochChange, {},
+                       "slot " + std::to_string(slot) + " (spare): application exited with code " +
+                           std::to_string(code) + ", slot retired");
+    return d;
+  }
+  exit_codes_[slot] = code;
+  if (code != 0 && !first_bad_exit_) first_bad_exit_ = code;
+  const bool running = state_ == State::kRunning;
+  if (running && code != 0) {
+    state_ = State::kOver;
+    d.job_exit_code = code;
+    d.event = NewEvent(ControlEvent::Type::kShutdown, {rank},
+                       "rank " + std::to_string(rank) + " (slot " + std::to_string(slot) +
+                           ") exited with code " + std::to_string(code));
+    d.event->exit_code = code;
+    return d;
+  }
+  if (auto all = AllExited()) {
+    state_ = State::kOver;
+    d.job_exit_code = all;
+    if (running) {
+      d.event = NewEvent(ControlEvent::Type::kShutdown, {}, "every rank finished");
+      d.event->exit_code = *all;
+    }
+  }
+  return d;
+}
+
+}  // namespace rtft::control

@@ -1,0 +1,223 @@
+#include "control/wire/messages.h"
+
+#include <limits>
+
+namespace rtft::control {
+namespace {
+
+using json = nlohmann::json;
+using K = FieldSpec::Kind;
+
+constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMaxSlot = kMaxSlots - 1;
+constexpr int64_t kMaxTimeoutMs = int64_t{366} * 24 * 3600 * 1000;
+constexpr int64_t kMaxStatusCode = static_cast<int64_t>(kLastStatusCode);
+
+FieldSpec Int(const char* name, int64_t min, int64_t max, bool required = true) {
+  return {name, K::kInt, required, min, max, 0};
+}
+FieldSpec Bool(const char* name, bool required = true) { return {name, K::kBool, required}; }
+FieldSpec Str(const char* name, size_t max_len, bool required = true) {
+  return {name, K::kString, required, 0, 0, max_len};
+}
+FieldSpec Bytes(const char* name, size_t max_len, bool required = true) {
+  return {name, K::kBytes, required, 0, 0, max_len};
+}
+FieldSpec List(const char* name, int64_t min, int64_t max, bool required = true) {
+  return {name, K::kIntList, required, min, max, static_cast<size_t>(kMaxSlots)};
+}
+
+FieldSpec Req() { return Int("req", 0, kI64Max); }
+FieldSpec Slot() { return Int("slot", 0, kMaxSlot); }
+FieldSpec Code() { return Int("code", 0, kMaxStatusCode); }
+FieldSpec Msg() { return Str("msg", kMaxTextBytes); }
+
+Schema EventSchema(bool local) {
+  Schema s = {Int("ev", 0, 1),
+              Int("epoch", 0, kI64Max),
+              Int("ws", 0, kMaxSlots),
+              List("r2s", -1, kMaxSlot),
+              List("spares", 0, kMaxSlot),
+              List("retired", 0, kMaxSlot),
+              List("roles", 0, static_cast<int64_t>(Role::kCoordinator)),
+              List("failed", -1, kMaxSlot),
+              Str("reason", kMaxTextBytes),
+              Bool("ckpt"),
+              Int("xcode", kI32Min, kI32Max)};
+  if (local) {
+    s.push_back(Int("role", 0, static_cast<int64_t>(Role::kRetired)));
+    s.push_back(Int("rank", -1, kMaxSlot));
+  }
+  return s;
+}
+
+// A change the primary sends its standby (coordinator/repl_ops.h says which fields each op uses).
+Schema ReplSchema() {
+  return {Int("seq", 0, kI64Max),
+          Int("op", 0, kMaxReplOp),
+          Int("slot", 0, kMaxSlot, false),
+          Str("host", kMaxHostBytes, false),
+          Str("ep", kMaxEndpointBytes, false),
+          List("fslots", 0, kMaxSlot, false),
+          List("kinds", 0, static_cast<int64_t>(FailureKind::kRepeated), false),
+          List("details", kI32Min, kI32Max, false),
+          Int("xcode", kI32Min, kI32Max, false),
+          Str("key", kMaxKeyBytes, false),
+          Bytes("value", kMaxValueBytes, false),
+          Int("req", 0, kI64Max, false),
+          Int("slots", 1, kMaxSlots, false),
+          Int("epoch", 0, kI64Max, false)};
+}
+
+const Schema* Lookup(uint8_t type) {
+  static const Schema hello = {Slot(), Str("host", kMaxHostBytes), Int("pid", 0, kI32Max),
+                               Str("ep", kMaxEndpointBytes, false)};
+  static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max),
+                                   Bool("ack", false)};
+  static const Schema failure = {Req(), Slot(),
+                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kRepeated)),
+                                 Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
+  static const Schema exit = {Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
+  static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
+  static const Schema kv_get = {Req(), Str("key", kMaxKeyBytes), Int("tmo", 0, kMaxTimeoutMs)};
+  static const Schema vote = {Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema coordinators = {Int("primary", -1, kMaxSlot), Int("standby", -1, kMaxSlot),
+                                      Str("sbep", kMaxEndpointBytes)};
+  static const Schema repl = ReplSchema();
+  static const Schema repl_ack = {Int("seq", 0, kI64Max)};
+  static const Schema event = EventSchema(false);
+  static const Schema ack = {Req(), Code(), Msg()};
+  static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
+  static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
+  static const Schema attach = {Int("pid", 0, kI32Max)};
+  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kKvGet)),
+                                Int("step", 0, kI64Max, false),
+                                Str("detail", kMaxTextBytes, false),
+                                Str("key", kMaxKeyBytes, false),
+                                Bytes("value", kMaxValueBytes, false),
+                                Int("tmo", 0, kMaxTimeoutMs, false)};
+  static const Schema assign = {Int("role", 0, static_cast<int64_t>(Role::kRetired)),
+                                Int("rank", -1, kMaxSlot), Int("epoch", 0, kI64Max),
+                                Int("ws", 0, kMaxSlots)};
+  static const Schema local_event = EventSchema(true);
+  static const Schema local_kv_reply = {Str("key", kMaxKeyBytes), Code(), Msg(),
+                                        Bytes("value", kMaxValueBytes, false)};
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kHello:
+      return &hello;
+    case MsgType::kHeartbeat:
+      return &heartbeat;
+    case MsgType::kFailure:
+      return &failure;
+    case MsgType::kExit:
+      return &exit;
+    case MsgType::kKvPut:
+      return &kv_put;
+    case MsgType::kKvGet:
+      return &kv_get;
+    case MsgType::kVote:
+      return &vote;
+    case MsgType::kEvent:
+      return &event;
+    case MsgType::kAck:
+      return &ack;
+    case MsgType::kKvValue:
+      return &kv_value;
+    case MsgType::kHeartbeatAck:
+      return &heartbeat_ack;
+    case MsgType::kCoordinators:
+      return &coordinators;
+    case MsgType::kRepl:
+      return &repl;
+    case MsgType::kReplAck:
+      return &repl_ack;
+    case MsgType::kAttach:
+      return &attach;
+    case MsgType::kReport:
+      return &report;
+    case MsgType::kAssign:
+      return &assign;
+    case MsgType::kLocalEvent:
+      return &local_event;
+    case MsgType::kLocalKvReply:
+      return &local_kv_reply;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const Schema* SchemaFor(uint8_t type) { return Lookup(type); }
+
+const char* MsgTypeName(MsgType type) {
+  switch (type) {
+    case MsgType::kHello:
+      return "hello";
+    case MsgType::kHeartbeat:
+      return "heartbeat";
+    case MsgType::kFailure:
+      return "failure";
+    case MsgType::kExit:
+      return "exit";
+    case MsgType::kKvPut:
+      return "kv-put";
+    case MsgType::kKvGet:
+      return "kv-get";
+    case MsgType::kVote:
+      return "vote";
+    case MsgType::kEvent:
+      return "event";
+    case MsgType::kAck:
+      return "ack";
+    case MsgType::kKvValue:
+      return "kv-value";
+    case MsgType::kHeartbeatAck:
+      return "heartbeat-ack";
+    case MsgType::kCoordinators:
+      return "coordinators";
+    case MsgType::kRepl:
+      return "repl";
+    case MsgType::kReplAck:
+      return "repl-ack";
+    case MsgType::kAttach:
+      return "attach";
+    case MsgType::kReport:
+      return "report";
+    case MsgType::kAssign:
+      return "assign";
+    case MsgType::kLocalEvent:
+      return "local-event";
+    case MsgType::kLocalKvReply:
+      return "local-kv-reply";
+  }
+  return "unknown";
+}
+
+Status CheckMessageSemantics(MsgType type, const json& body) {
+  if (type == MsgType::kRepl) {
+    // A failure's three lists describe the same slots.
+    const bool any = body.contains("fslots") || body.contains("kinds") || body.contains("details");
+    if (!any) return Status::Ok();
+    if (!body.contains("fslots") || !body.contains("kinds") || !body.contains("details") ||
+        body["fslots"].size() != body["kinds"].size() ||
+        body["fslots"].size() != body["details"].size())
+      return Status::InvalidArgument("'fslots', 'kinds' and 'details' differ in length");
+    return Status::Ok();
+  }
+  if (type != MsgType::kEvent && type != MsgType::kLocalEvent) return Status::Ok();
+  const size_t slots = body["roles"].size();
+  const auto& r2s = body["r2s"];
+  if (body["ws"].get<int64_t>() != static_cast<int64_t>(r2s.size()))
+    return Status::InvalidArgument("'ws' differs from the length of 'r2s'");
+  for (const char* list : {"r2s", "spares", "retired"}) {
+    for (const auto& s : body[list]) {
+      if (s.get<int64_t>() >= static_cast<int64_t>(slots))
+        return Status::InvalidArgument(std::string("'") + list + "' names a slot beyond 'roles'");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace rtft::control

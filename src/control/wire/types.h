@@ -1,0 +1,121 @@
+// Vocabulary shared by the coordinator, the agents (dp-launch) and the application's runtime:
+// slots, logical ranks, epochs, roles, failures and the policies that answer them
+// (docs/architecture.md, "Failure handling"). Plain data only; the wire encoding is in messages.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rtft::control {
+
+// A slot is one dp-launch process (one per mpirun/srun task), fixed for the whole job.
+using SlotId = int32_t;
+// The rank the application sees; a spare slot takes over the logical rank of a failed slot.
+using LogicalRank = int32_t;
+constexpr LogicalRank kNoRank = -1;
+
+enum class Role : uint8_t {
+  kActive = 0,       // started with a logical rank
+  kSpare = 1,        // warm standby, no logical rank yet
+  kActivated = 2,    // a spare that was given a failed slot's logical rank
+  kRestarted = 3,    // the application restarted on the same slot after a transient failure
+  kRetired = 4,      // permanently failed or released; takes no further part
+  kCoordinator = 5,  // runs only the coordinator (--coordinator-slot dedicated): no agent, no rank
+};
+const char* RoleName(Role role);
+
+enum class FailureKind : uint8_t {
+  kProcessCrash = 0,  // the application died (signal or non-zero exit), its agent is alive
+  kHang = 1,          // no step progress within the watchdog period; the agent killed it
+  kDeviceError = 2,   // the runtime reported a sticky CUDA error / lost GPU
+  kSlotLost = 3,      // the agent's heartbeats stopped (agent or node gone)
+  kRepeated = 4,      // the same slot failed more often than allowed
+};
+const char* FailureKindName(FailureKind kind);
+
+enum class FailureClass : uint8_t {
+  kTransient = 0,  // restart the application on the same slot
+  kPermanent = 1,  // give the logical rank to a spare
+};
+
+enum class SparesExhaustedPolicy : uint8_t {
+  kShrink = 0,             // continue with fewer data-parallel ranks
+  kCheckpointAndExit = 1,  // every rank writes a persistent checkpoint, then the job ends (exit 0)
+  kFail = 2,               // the job ends with an error
+};
+const char* PolicyName(SparesExhaustedPolicy policy);
+bool ParsePolicy(const std::string& text, SparesExhaustedPolicy* policy);
+
+struct Member {
+  SlotId slot = -1;
+  LogicalRank rank = kNoRank;
+  Role role = Role::kSpare;
+  std::string host;
+  int32_t restarts = 0;
+};
+
+// The membership of one epoch: which slot holds each logical rank, and the spares left.
+struct Membership {
+  uint64_t epoch = 0;
+  int32_t world_size = 0;            // logical ranks in this epoch
+  std::vector<SlotId> rank_to_slot;  // index: logical rank
+  std::vector<SlotId> spares;        // in the order they will be activated
+  std::vector<SlotId> retired;
+  std::vector<Role> slot_roles;  // index: slot; every slot's role in this epoch
+};
+
+// This slot's rank and role in `m` (kNoRank for spares and retired slots).
+LogicalRank RankOfSlot(const Membership& m, SlotId slot);
+Role RoleOfSlot(const Membership& m, SlotId slot);
+
+struct AgentInfo {
+  SlotId slot = -1;
+  std::string host;
+  int32_t pid = 0;
+  // Where this slot's standby-capable coordinator listens (empty: none); the primary may appoint
+  // it the standby.
+  std::string coordinator_endpoint;
+};
+
+struct Assignment {
+  Role role = Role::kSpare;
+  LogicalRank rank = kNoRank;
+  uint64_t epoch = 0;
+  int32_t world_size = 0;
+};
+
+struct ControlEvent {
+  enum class Type : uint8_t {
+    kEpochChange = 0,  // membership changed; this slot's assignment may have changed too
+    kShutdown = 1,     // the job is over (or must checkpoint and exit): stop the application
+  };
+  Type type = Type::kEpochChange;
+  Membership membership;
+  std::vector<LogicalRank> failed_ranks;
+  std::string reason;
+  Assignment assignment;          // this slot's assignment in the new epoch
+  bool checkpoint_first = false;  // kShutdown under checkpoint-and-exit
+  int32_t exit_code = 0;          // kShutdown: the job's exit code
+};
+
+// Runtime → agent.
+struct RuntimeReport {
+  enum class Type : uint8_t {
+    kProgress = 0,
+    kDeviceError = 1,
+    kDetach = 2,
+    kKvPut = 3,
+    kKvGet = 4
+  };
+  Type type = Type::kProgress;
+  uint64_t step = 0;
+  std::string detail;      // device error text
+  std::string key, value;  // KV requests
+  int64_t timeout_ms = 0;  // kKvGet
+};
+
+// Wire limits (docs/control-protocol.md).
+constexpr int32_t kMaxSlots = 65536;
+
+}  // namespace rtft::control
