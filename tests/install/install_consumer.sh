@@ -2,10 +2,13 @@
 # Installs the built project into a fresh prefix, then configures, builds and runs the consumer
 # project against it with find_package(rtft). Driven by ctest (tests/install/CMakeLists.txt).
 #
-#   install_consumer.sh BUILD_DIR CONSUMER_SRC WORK_DIR GENERATOR CXX_COMPILER
+#   install_consumer.sh BUILD_DIR CONSUMER_SRC WORK_DIR GENERATOR COMPILER_DEFINITION
+#
+# COMPILER_DEFINITION is the consumer's compiler as a CMake definition (CMAKE_CXX_COMPILER=...
+# or CMAKE_C_COMPILER=...); CONSUMER_SRC/expected.txt holds the lines its app must print.
 set -euo pipefail
 
-build_dir="$1" consumer_src="$2" work="$3" generator="$4" cxx="$5"
+build_dir="$1" consumer_src="$2" work="$3" generator="$4" compiler="$5"
 
 rm -rf "${work}"
 mkdir -p "${work}"
@@ -25,7 +28,7 @@ for f in rtftConfigVersion.cmake rtftTargets.cmake; do
     exit 1
   }
 done
-for h in export.h status.h state.h; do
+for h in export.h status.h state.h rtft.h; do
   [[ -f "${prefix}/include/rtft/${h}" ]] || {
     echo "FAIL: include/rtft/${h} not installed"
     exit 1
@@ -40,7 +43,7 @@ fi
 
 echo "--- configure consumer (CMAKE_PREFIX_PATH=${prefix})"
 cmake -S "${consumer_src}" -B "${work}/consumer" -G "${generator}" \
-  -DCMAKE_CXX_COMPILER="${cxx}" -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  -D"${compiler}" -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
 echo "--- build consumer"
 cmake --build "${work}/consumer"
 
@@ -56,11 +59,7 @@ echo "librt-ft: ${lib}"
 }
 output="$("${app}")"
 echo "${output}"
-expected=(
-  "tensors=2 bytes=1056 dtypes=float32,bfloat16 groups=0,0"
-  "duplicate: INVALID_ARGUMENT: name 'model/weights' is used twice in one state"
-  "consumer: OK"
-)
+mapfile -t expected <"${consumer_src}/expected.txt"
 for line in "${expected[@]}"; do
   grep -qxF -e "${line}" <<<"${output}" || {
     echo "FAIL: expected line not printed: ${line}"
