@@ -34,6 +34,19 @@ for h in export.h status.h state.h rtft.h; do
     exit 1
   }
 done
+# The Fortran module, where the build has it (a Fortran compiler was found).
+if compgen -G "${build_dir}/lib/librt-ft-fortran.so*" >/dev/null; then
+  for f in include/rtft/rtft.f90 include/rtft/rtft.mod; do
+    [[ -f "${prefix}/${f}" ]] || {
+      echo "FAIL: ${f} not installed"
+      exit 1
+    }
+  done
+  compgen -G "${prefix}/lib*/librt-ft-fortran.so*" >/dev/null || {
+    echo "FAIL: librt-ft-fortran not installed"
+    exit 1
+  }
+fi
 # The installed package must not point back into the source or build tree.
 if grep -rqF -e "${build_dir}" "$(dirname "${config}")"; then
   echo "FAIL: installed package files mention the build tree:"
