@@ -33,8 +33,16 @@ struct ProtectOptions {
   // false: no snapshot and no replica (the steps only watch for failure events), to measure what
   // protection costs; a failure then cannot be recovered from.
   bool enabled = true;
-  // The training communicator's backend; replication always goes host to host over Gloo.
+  // The training communicator's backend; replication always goes host to host over Gloo. NCCL
+  // runs on `device`.
   CommBackend backend = CommBackend::kGloo;
+  // The CUDA device of this rank's training communicator and step (-1: the runtime's,
+  // RuntimeInfo::device).
+  int device = -1;
+  // The CUDA stream (a cudaStream_t) the application computes on, passed to the step functions:
+  // a snapshot of device tensors waits for the work queued on it before it copies them (null:
+  // the legacy default stream).
+  void* stream = nullptr;
   // Name of the training communicator ("train").
   std::string comm_name = "train";
   // L3: a persistent checkpoint every this many steps (0: RTFT_PROTECT_L3_EVERY; negative: none)
@@ -81,6 +89,9 @@ struct StepContext {
   // The epoch's training communicator (every rank of the epoch). Aborted at a failure: its calls
   // then return kAborted, which the step function returns.
   Communicator* comm = nullptr;
+  // The CUDA device and stream of the step (ProtectOptions::device and ::stream).
+  int device = 0;
+  void* stream = nullptr;
   // Set on the first step after a recovery (a spare's, a restarted process's, or every rank's
   // after a failure); null otherwise.
   const RecoveryInfo* recovered = nullptr;
@@ -131,7 +142,8 @@ class RTFT_EXPORT Protector {
   // The state, described once, before the first step: tensors without shard coordinates are
   // replicated (identical on every rank: the parameters); tensors with ShardCoords are this
   // rank's shard of a tensor sharded over the ranks (ZeRO optimizer state); objects are small
-  // serialized state. Host memory. After a restore the provider's Restored() runs. `resize`
+  // serialized state. Host or device memory (a device tensor's pointer must be of its device).
+  // After a restore the provider's Restored() runs. `resize`
   // lays the state out for fewer ranks after a shrink; without it a shrink ends the job with an
   // error (run with --on-spares-exhausted checkpoint-and-exit instead).
   virtual Status Protect(std::shared_ptr<StateProvider> state, ResizeState resize = nullptr) = 0;

@@ -34,6 +34,8 @@ struct RuntimeInfo {
   int world_size = 1;
   uint64_t epoch = 0;
   int slot = 0;
+  // The CUDA device this process uses (RTFT_DEVICE; 0 when unset).
+  int device = 0;
 };
 
 struct FailureEvent {

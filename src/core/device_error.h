@@ -3,7 +3,7 @@
 // out of device memory is kResourceExhausted, a machine without a usable driver or device is
 // kFailedPrecondition, and only the rest is kInternal, a bug in rt-ft. Core knows no CUDA: the
 // error comes as the integer value of its cudaError_t, and the CUDA side
-// (checkpoint/capture/cuda_status.h) checks at compile time that these values are CUDA's.
+// (core/cuda_status.h) checks at compile time that these values are CUDA's.
 #pragma once
 
 #include <string>

@@ -50,6 +50,7 @@ RTFT_PARAM(kShmDir, "RTFT_SHM_DIR", kString, "", "set by dp-launch for the appli
 RTFT_PARAM(kRank, "RTFT_RANK", kInt, "-1", "set by dp-launch for the application: its logical rank at start (-1: a warm spare)")
 RTFT_PARAM(kWorldSize, "RTFT_WORLD_SIZE", kInt, "0", "set by dp-launch for the application: the logical ranks of the epoch it started in")
 RTFT_PARAM(kEpoch, "RTFT_EPOCH", kInt, "0", "set by dp-launch for the application: the epoch it started in")
+RTFT_PARAM(kDevice, "RTFT_DEVICE", kInt, "0", "the CUDA device ordinal of the application (rtft::RuntimeInfo::device): the device its protector's NCCL communicator and step use")
 RTFT_PARAM(kSlot, "RTFT_SLOT", kInt, "-1", "set by dp-launch for the application: its slot (a process of the launch)")
 RTFT_PARAM(kRole, "RTFT_ROLE", kString, "", "set by dp-launch for the application: its role when it was started (initial, spare, restarted, activated)")
 RTFT_PARAM(kRestartCount, "RTFT_RESTART_COUNT", kInt, "0", "set by dp-launch for the application: how many times it was started on this slot before")

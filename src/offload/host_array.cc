@@ -12,7 +12,7 @@
 #if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "checkpoint/capture/cuda_status.h"
+#include "core/cuda_status.h"
 #endif
 
 namespace rtft::offload {

@@ -45,7 +45,7 @@ void Capturer::Run() {
       job_.reset();
     }
     Status s = RunGuarded("the L1 capture", [&] {
-      return l1_->Capture(job.step, job.epoch, job.rank, job.world, job.objects);
+      return l1_->Capture(job.step, job.epoch, job.rank, job.world, job.objects, job.stream);
     });
     if (s.ok() && job.done)
       s = RunGuarded("the L1 capture's hand-off", [&] { job.done(job.step); });

@@ -26,6 +26,7 @@ class Capturer {
     int rank = 0;
     int world = 1;
     std::string objects;  // serialized on the training thread, as they were at the step's start
+    const void* stream = nullptr;  // the application's CUDA stream, for device tensors
     Done done;
   };
   static StatusOr<std::unique_ptr<Capturer>> Start(Snapshot* l1);

@@ -35,6 +35,8 @@ StatusOr<RunResult> ProtectorImpl::Run(uint64_t end_step, const StepFns& fns) {
     ctx.rank = train_->rank();
     ctx.world_size = train_->world_size();
     ctx.comm = train_.get();
+    ctx.device = device_;
+    ctx.stream = o_.stream;
     ctx.recovered = recovered;
     Status s = BeginStep(step);
     if (s.ok()) s = fns.compute(ctx);

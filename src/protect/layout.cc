@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "checkpoint/capture/device_copy.h"
 #include "core/checksum.h"
 
 namespace rtft::protect {
@@ -24,11 +25,12 @@ Status CheckTensor(const TensorDesc& t, std::set<std::string>* names) {
   if (t.name.empty() || !names->insert(t.name).second)
     return Status::InvalidArgument("protected state: tensor name '" + t.name +
                                    "' is empty or used twice");
-  if (t.memory != MemoryKind::kHost)
-    return Status::Unimplemented("protected state: '" + t.name +
-                                 "' is in device memory; this build protects host tensors");
   if (t.bytes() > 0 && t.data == nullptr)
     return Status::InvalidArgument("protected state: '" + t.name + "' has no data");
+  // A device tensor's pointer must be of its device, so that a wrong description fails here and
+  // not in a copy (Unimplemented in a build without CUDA).
+  if (t.memory == MemoryKind::kDevice && t.bytes() > 0)
+    return CheckDevicePointer(t.data, t.device, "protected state: '" + t.name + "'");
   return Status::Ok();
 }
 

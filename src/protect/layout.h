@@ -38,7 +38,7 @@ struct Layout {
   // it hold nothing the others can use.
   uint64_t shared_hash = 0;
 
-  // Lays out `state` (host memory only) with room for `object_capacity` bytes of objects.
+  // Lays out `state` (host or device tensors) with room for `object_capacity` bytes of objects.
   static StatusOr<Layout> Build(const StateDescription& state, size_t object_capacity);
   // Offsets and hashes again, after tensors were replaced (a shrink's new shards).
   Status Finish(size_t object_capacity);

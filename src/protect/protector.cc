@@ -80,6 +80,7 @@ Status ProtectorImpl::Open() {
     RTFT_ASSIGN_OR_RETURN(ms, ParamInt(Param::kCommCreateTimeoutMs));
   }
   recovery_timeout_ = milliseconds(std::max<int64_t>(ms, 1));
+  device_ = o_.device >= 0 ? o_.device : rt_->info().device;
   const std::string ckpt = o_.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o_.ckpt_dir;
   int64_t every = o_.l3_every;
   if (every == 0) {
@@ -180,6 +181,7 @@ Status ProtectorImpl::BuildComms(uint64_t epoch) {
   train_.reset();
   CommOptions train;
   train.backend = o_.backend;
+  train.device = device_;
   train.create_timeout = recovery_timeout_;
   RTFT_ASSIGN_OR_RETURN(train_, rt_->CreateCommunicator(o_.comm_name, train));
   if (train_->epoch() != epoch)

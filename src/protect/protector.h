@@ -106,6 +106,7 @@ class ProtectorImpl final : public Protector {
   Runtime* rt_;
   ProtectOptions o_;
   milliseconds recovery_timeout_{0};
+  int device_ = 0;  // the CUDA device of the training communicator and step
   std::shared_ptr<StateProvider> state_;
   ResizeState resize_;
   Layout layout_;

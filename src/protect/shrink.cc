@@ -90,6 +90,11 @@ StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankS
 StatusOr<uint64_t> ProtectorImpl::ShrinkFromMemory(uint64_t epoch, const RecoveryPlan& plan,
                                                    const std::vector<int>& new_of_old,
                                                    ResizedState resized, Clock::time_point t0) {
+  // The rows move straight into the new shards' memory, which must be the host's.
+  for (const Entry& e : resized.layout.sharded)
+    if (e.tensor.memory == MemoryKind::kDevice)
+      return Status::Unimplemented("a shrink of shards in device memory ('" + e.tensor.name +
+                                   "'): run with --on-spares-exhausted checkpoint-and-exit");
   // Replicated tensors and objects from this survivor's own snapshot, then the shards.
   RTFT_RETURN_IF_ERROR(l1_->RestoreShared(plan.step, resized.layout));
   FaultPoint("protect.transfer");
@@ -104,7 +109,7 @@ StatusOr<uint64_t> ProtectorImpl::ShrinkFromMemory(uint64_t epoch, const Recover
   // the snapshot replicated to the new ring neighbour.
   RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
   RTFT_RETURN_IF_ERROR(
-      l1_->Capture(plan.step, epoch, train_->rank(), train_->world_size(), objects));
+      l1_->Capture(plan.step, epoch, train_->rank(), train_->world_size(), objects, o_.stream));
   info_.step = step_ = plan.step;
   info_.source = "l1";
   info_.ranks_fed = static_cast<int>(plan.needy.size());

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<Snapshot>> Snapshot::Open(const std::string& dir, const
     }
     fh->magic = kFileMagic;
   }
+  RTFT_RETURN_IF_ERROR(s->Pin());
   return s;
 }
 
@@ -81,11 +82,14 @@ std::optional<Snapshot::FileLayout> Snapshot::Peek(const std::string& dir) {
 }
 
 Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {
+  Unpin();  // the mapping goes: the fresh one is registered instead
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Snapshot> fresh, Open(dir, layout));
   // Areas of an equal layout hold another rank's shards of the old world: never valid here.
   for (uint64_t k = 0; k < 2; ++k) fresh->Invalidate(k);
   layout_ = fresh->layout_;
   file_ = std::move(fresh->file_);
+  pinned_ = fresh->pinned_;
+  fresh->pinned_ = false;
   return Status::Ok();
 }
 
@@ -147,12 +151,14 @@ class AreaHasher {
 };
 
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
-                         const std::string& objects) {
+                         const std::string& objects, const void* stream) {
   if (objects.size() > layout_.object_capacity)
     return Status::ResourceExhausted(
         "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
         std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
   Invalidate(step);
+  std::vector<std::unique_ptr<CopyTicket>> device;
+  RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
   char* p = payload(step);
   AreaHasher hash(layout_.shard_begin);
   size_t at = 0;  // what is hashed so far: payload [0, at)
@@ -167,8 +173,25 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     }
     at = offset + bytes;
   };
-  for (const auto* list : {&layout_.replicated, &layout_.sharded})
-    for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
+  // A device tensor's bytes are in the area once its device's copies are done: hashed in place.
+  auto landed = [&](const Entry& e) -> Status {
+    for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
+    device.clear();
+    hash.Update(p + at, e.offset - at);
+    for (size_t done = 0; done < e.bytes; done += kPiece)
+      hash.Update(p + e.offset + done, std::min(kPiece, e.bytes - done));
+    at = e.offset + e.bytes;
+    return Status::Ok();
+  };
+  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
+    for (const Entry& e : *list) {
+      if (e.tensor.memory == MemoryKind::kDevice) {
+        RTFT_RETURN_IF_ERROR(landed(e));
+      } else {
+        put(e.offset, e.tensor.data, e.bytes);
+      }
+    }
+  }
   put(layout_.objects_begin, objects.data(), objects.size());
   Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
   return Status::Ok();
@@ -211,7 +234,7 @@ Status Snapshot::RestoreShared(uint64_t step, const Layout& target) const {
     const Entry& e = target.replicated[i];
     if (e.offset != layout_.replicated[i].offset || e.bytes != layout_.replicated[i].bytes)
       return Status::Internal("'" + e.tensor.name + "' is laid out apart from the snapshot's");
-    if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+    RTFT_RETURN_IF_ERROR(Write(e, p + e.offset));
   }
   return DeserializeObjects(target.objects, p + layout_.objects_begin, header(step)->object_bytes);
 }
@@ -223,8 +246,7 @@ Status Snapshot::Restore(uint64_t step, bool sharded) const {
   const char* p = payload(step);
   for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
     if (list == &layout_.sharded && !sharded) break;
-    for (const Entry& e : *list)
-      if (e.bytes > 0) std::memcpy(e.tensor.data, p + e.offset, e.bytes);
+    for (const Entry& e : *list) RTFT_RETURN_IF_ERROR(Write(e, p + e.offset));
   }
   return DeserializeObjects(layout_.objects, p + layout_.objects_begin, header(step)->object_bytes);
 }

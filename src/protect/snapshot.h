@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/capture/device_copy.h"
 #include "protect/layout.h"
 #include "protect/shm_file.h"
 
@@ -57,9 +59,13 @@ class Snapshot {
   char* payload(uint64_t step) const;
 
   // Capture: every tensor and then the objects (already serialized, so they are as at the call),
-  // into the area of `step`, marked complete with its checksums at the end. The copy goes in
-  // pieces that stay in cache and each piece is hashed as it lands: one pass over the state.
-  Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects);
+  // into the area of `step`, marked complete with its checksums at the end. A host tensor is
+  // copied in pieces that stay in cache and each piece is hashed as it lands: one pass over the
+  // state. Device tensors are copied to the area on a copy stream of their device's, once the
+  // work queued on `stream` (the application's cudaStream_t; null: the default stream) is done,
+  // all at once while the host tensors are copied, and hashed on the host after they land.
+  Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects,
+                 const void* stream = nullptr);
   // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
   void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
   // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors
@@ -75,9 +81,20 @@ class Snapshot {
   void Invalidate(uint64_t step);
 
   const Layout& layout() const { return layout_; }
+  ~Snapshot();
 
  private:
   Snapshot(const Layout& layout) : layout_(layout) {}
+  // snapshot_device.cc: what device tensors need. The file's mapping is registered with CUDA
+  // (page-locked, in pieces) while the layout has device tensors, once per mapping, never per step.
+  Status Pin();
+  void Unpin();
+  StatusOr<DeviceCopier*> Copier(int device) const;
+  // Starts the copies of every device tensor into the area of `step`; one ticket per device.
+  Status StartDeviceCopies(uint64_t step, const void* stream,
+                           std::vector<std::unique_ptr<CopyTicket>>* tickets) const;
+  // Copies `bytes` at `src` (an area) into `e`'s tensor, host or device.
+  Status Write(const Entry& e, const char* src) const;
   size_t area_bytes() const { return kAlign + layout_.payload_bytes; }
   // Writes the header of `step`'s area and marks it complete, last.
   void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
@@ -85,6 +102,8 @@ class Snapshot {
 
   Layout layout_;
   std::unique_ptr<ShmFile> file_;
+  bool pinned_ = false;
+  mutable std::map<int, std::unique_ptr<DeviceCopier>> copiers_;  // by device ordinal
 };
 
 }  // namespace rtft::protect

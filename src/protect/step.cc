@@ -45,6 +45,7 @@ Status ProtectorImpl::StartCapture(uint64_t step) {
   job.rank = train_->rank();
   job.world = train_->world_size();
   job.objects = std::move(objects);
+  job.stream = o_.stream;
   // Runs on the capture worker; the replicator outlives the capture (recovery waits for it).
   job.done = [this](uint64_t s) {
     if (replicator_) replicator_->Submit(s);

@@ -160,8 +160,13 @@ class RuntimeBase : public Runtime {
 // Rank 0 of 1 without an agent; the KV store is this process's own.
 class StandaloneRuntime final : public RuntimeBase {
  public:
-  StandaloneRuntime() : RuntimeBase(RuntimeInfo{}) {}
+  explicit StandaloneRuntime(int device) : RuntimeBase(Info(device)) {}
   Status ReportStep(uint64_t) override { return Status::Ok(); }
+  static RuntimeInfo Info(int device) {
+    RuntimeInfo info;
+    info.device = device;
+    return info;
+  }
   Status ReportDeviceError(const std::string& detail) override {
     RTFT_LOG(kError, kLogRuntime) << "device error (standalone, no spare to take over): " << detail;
     return Status::Ok();
@@ -293,6 +298,15 @@ StatusOr<std::unique_ptr<Communicator>> Runtime::CreateCommunicator(const std::s
 
 namespace {
 
+// RTFT_DEVICE, checked: a negative or malformed value is device 0, with a warning.
+int Device() {
+  auto d = ParamInt(Param::kDevice);
+  if (d.ok() && *d >= 0 && *d < (1 << 16)) return static_cast<int>(*d);
+  RTFT_LOG(kWarn, kLogRuntime) << "RTFT_DEVICE=" << ParamString(Param::kDevice)
+                               << " is no CUDA device ordinal: device 0";
+  return 0;
+}
+
 // No agent: a standalone runtime, unless a launcher started several processes, which would all
 // become rank 0 of 1 and write one checkpoint directory.
 StatusOr<std::unique_ptr<Runtime>> CreateStandalone() {
@@ -307,7 +321,7 @@ StatusOr<std::unique_ptr<Runtime>> CreateStandalone() {
     if (required) return Status::FailedPrecondition(what + " (RTFT_REQUIRE_AGENT=1)");
     RTFT_LOG(kError, kLogRuntime) << what << " (RTFT_REQUIRE_AGENT=1 makes this an error)";
   }
-  return std::unique_ptr<Runtime>(new StandaloneRuntime());
+  return std::unique_ptr<Runtime>(new StandaloneRuntime(Device()));
 }
 
 }  // namespace
@@ -327,6 +341,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   info.epoch = a->epoch;
   auto slot = ParamInt(Param::kSlot);
   info.slot = slot.ok() && *slot >= 0 ? static_cast<int>(*slot) : 0;
+  info.device = Device();
   SetLogRank(info.rank);
   RTFT_LOG(kInfo, kLogRuntime) << "runtime: " << RuntimeRoleName(info.role) << " rank " << info.rank
                                << " of " << info.world_size << ", epoch " << info.epoch << ", slot "

@@ -54,6 +54,7 @@ struct FakeCopier : DeviceCopier {
     bool waited_ = false;
   };
 
+  Status After(const void*) override { return Status::Ok(); }
   StatusOr<std::unique_ptr<CopyTicket>> CopyToHost(const std::vector<CopyPiece>&) override {
     return Status::Unimplemented("restore only");
   }

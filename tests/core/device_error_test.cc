@@ -1,7 +1,7 @@
 // CUDA errors are classified by what the caller must do (core/device_error.h): a sticky error is
 // kDeviceLost with the way out in its message, out of memory is kResourceExhausted, a missing
 // driver or device is kFailedPrecondition, and only the rest is kInternal. Runs without a GPU: it
-// uses CUDA's error values, which checkpoint/capture/cuda_status.h holds to CUDA's headers.
+// uses CUDA's error values, which core/cuda_status.h holds to CUDA's headers.
 #include "core/device_error.h"
 
 #include <gtest/gtest.h>

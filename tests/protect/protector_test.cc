@@ -14,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "core/build_config.h"
 #include "core/checksum.h"
 #include "core/params.h"
 #include "protect/fake_runtime.h"
@@ -215,6 +216,14 @@ TEST_F(ProtectorTest, AProcessRestartedOnItsSlotRestoresItsOwnSnapshot) {
   }
 }
 
+TEST_F(ProtectorTest, AOneRankJobRestartedInPlaceRestoresItsOwnSnapshot) {
+  const std::vector<uint64_t> want = Reference(1);
+  std::vector<RankResult> got = RunWithFailure(1, 0, 6, RuntimeRole::kRestarted);
+  ASSERT_TRUE(got[0].run.ok()) << got[0].run.status();
+  EXPECT_EQ(got[0].digest, want[0]);
+  EXPECT_EQ(got[0].recovered, 1);
+}
+
 TEST_F(ProtectorTest, AStepErrorThatIsNotAnAbortComesBackAsItIs) {
   FakeJob job(1);
   RankResult r = RunRank(&job, 0, RuntimeRole::kInitial, Dir("error", 0), [](StepContext& c) {
@@ -295,7 +304,7 @@ TEST_F(ProtectorTest, TheBracketRefusesCallsOutOfOrder) {
   EXPECT_EQ(pr.Run(5, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(ProtectorTest, DeviceTensorsAndDifferentStatesAreRefused) {
+TEST_F(ProtectorTest, HostMemoryDescribedAsDeviceMemoryAndNoStateAreRefused) {
   FakeJob job(1);
   auto rt = job.Rank(0);
   auto p = Protector::Create(rt.get());
@@ -305,7 +314,8 @@ TEST_F(ProtectorTest, DeviceTensorsAndDifferentStatesAreRefused) {
   TensorDesc t{"x", DType::kFloat32, {4}, x};
   t.memory = MemoryKind::kDevice;
   state->AddTensor(t);
-  EXPECT_EQ((*p)->Protect(state).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ((*p)->Protect(state).code(),
+            RTFT_WITH_CUDA ? StatusCode::kInvalidArgument : StatusCode::kUnimplemented);
   EXPECT_EQ((*p)->Protect(nullptr).code(), StatusCode::kInvalidArgument);
 }
 

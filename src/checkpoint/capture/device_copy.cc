@@ -8,7 +8,7 @@
 #if RTFT_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "checkpoint/capture/cuda_status.h"
+#include "core/cuda_status.h"
 #endif
 
 namespace rtft {
@@ -43,6 +43,17 @@ class CudaCopier : public DeviceCopier {
           cudaMemcpyAsync(p.dst, p.src, p.bytes, cudaMemcpyDeviceToHost, stream_), "D2H copy"));
     }
     return RecordTicket();
+  }
+
+  Status After(const void* stream) override {
+    RTFT_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting device"));
+    cudaEvent_t event;
+    RTFT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event"));
+    cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(stream)));
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(stream_, event, 0);
+    cudaEventDestroy(event);  // released once the wait is done with it
+    return CudaStatus(err, "ordering a copy after the application's stream");
   }
 
   Status CopyToDevice(void* dst, const void* src, size_t bytes) override {

@@ -34,6 +34,10 @@ class DeviceCopier {
   // Enqueues device-to-host copies on this copier's stream and returns at once.
   virtual StatusOr<std::unique_ptr<CopyTicket>> CopyToHost(
       const std::vector<CopyPiece>& pieces) = 0;
+  // Makes the copies enqueued from now on wait for the work already queued on `stream` (a
+  // cudaStream_t of the application; null: the legacy default stream), which the copier's own
+  // non-blocking stream would not wait for.
+  virtual Status After(const void* stream) = 0;
   // Synchronous host-to-device copy (restore).
   virtual Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   // Enqueues one host-to-device copy on this copier's stream and returns at once; `src` must

@@ -7,6 +7,7 @@
 #include <list>
 #include <mutex>
 
+#include "core/cuda_status.h"
 #include "core/host_env.h"
 #include "core/logging.h"
 #include "core/params.h"
@@ -38,14 +39,6 @@ class Backoff {
  private:
   const Clock::time_point start_ = Clock::now();
 };
-
-Status CudaStatus(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  if (e == cudaErrorMemoryAllocation)
-    return Status::ResourceExhausted(what + ": " + cudaGetErrorString(e));
-  return Status::Unavailable(what + ": CUDA error " + cudaGetErrorName(e) + " (" +
-                             cudaGetErrorString(e) + ")");
-}
 
 // NCCL_ALGO and NCCL_PROTO are read once per process, by NCCL's first communicator: dp-launch
 // exports Ring and Simple to the application before exec unless the user set them (the library
@@ -197,13 +190,18 @@ Status NcclComm::Usable() const {
                          std::to_string(opts_.o.epoch) + " aborted: " + abort_reason_);
 }
 
+// An NCCL error aborts the communicator. What the caller does next follows from its cause: a bad
+// call is the caller's to fix; a CUDA error under NCCL that is sticky means the GPU is gone
+// (kDeviceLost, core/cuda_status.h: retire the slot, not rebuild the communicator); anything
+// else (a peer gone, the network) is kAborted: the next epoch's communicator.
 Status NcclComm::Fail(const std::string& what, ncclResult_t rc) {
   const std::string why = what + ": " + ncclGetErrorString(rc);
-  if (rc == ncclInvalidArgument || rc == ncclInvalidUsage) {
-    Abort(why);
-    return Status::InvalidArgument(why);
-  }
   Abort(why);
+  if (rc == ncclInvalidArgument || rc == ncclInvalidUsage) return Status::InvalidArgument(why);
+  if (rc == ncclUnhandledCudaError) {
+    const cudaError_t e = cudaPeekAtLastError();
+    if (e != cudaSuccess && IsStickyCudaError(static_cast<int>(e))) return CudaStatus(e, why);
+  }
   return Status::Aborted(why);
 }
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "checkpoint/capture/cuda_status.h"
+#include "core/cuda_status.h"
 #include "core/logging.h"
 #include "offload/gpu/adamw_kernels.h"
 

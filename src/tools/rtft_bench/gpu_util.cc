@@ -7,7 +7,7 @@
 #include <chrono>
 #include <vector>
 
-#include "checkpoint/capture/cuda_status.h"
+#include "core/cuda_status.h"
 #include "tools/rtft_bench/bench_util.h"
 #endif
 

@@ -13,9 +13,9 @@ namespace {
 using std::chrono::milliseconds;
 
 // What protection costs, measured within one run: the trainer alternates blocks of protected
-// steps (L1 + L2) and paused ones (Protector::Pause), so that the machine's drift between runs,
-// several percent on two shared cores, slows both kinds of step alike (docs/protect.md,
-// "Benchmarks").
+// steps (L1 + L2) and unprotected ones (ProtectOptions::protect_step), so that the machine's drift
+// between runs, several percent on two shared cores, slows both kinds of step alike
+// (docs/protect.md, "Benchmarks").
 class ProtectCommand final : public BenchCommand {
  public:
   const char* name() const override { return "protect"; }

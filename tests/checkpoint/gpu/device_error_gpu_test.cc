@@ -6,10 +6,12 @@
 
 #include <vector>
 
-#include "checkpoint/capture/cuda_status.h"
 #include "checkpoint/capture/device_copy.h"
+#include "core/build_config.h"
+#include "core/cuda_status.h"
 #include "engine_test_util.h"
 #include "gpu/out_of_bounds.h"
+#include "rtft/comm.h"
 #include "test_util.h"
 
 namespace rtft {
@@ -57,6 +59,17 @@ TEST(DeviceError, AKernelFaultIsADeviceLostEverywhere) {
   auto ticket = (*copier)->CopyToHost({CopyPiece{back.data(), device, 64}});
   ExpectDeviceLost(ticket.ok() ? (*ticket)->Wait() : ticket.status(), "copier");
   ExpectDeviceLost((*copier)->CopyToDevice(device, back.data(), 64), "copier H2D");
+#if RTFT_WITH_NCCL
+  // The communicators map CUDA's errors the same way: a new epoch's NCCL communicator on a lost
+  // GPU says the slot must go, not that the call may be retried.
+  auto store = NewLocalCommStore();
+  CommOptions c;
+  c.backend = CommBackend::kNccl;
+  c.world_size = 1;
+  c.name = "after-the-fault";
+  c.store = store.get();
+  ExpectDeviceLost(Communicator::Create(c).status(), "NCCL communicator");
+#endif
 }
 
 }  // namespace

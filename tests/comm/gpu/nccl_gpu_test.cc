@@ -158,9 +158,15 @@ TEST(NcclGpuTest, Float64ReductionsAreExact) {
       ASSERT_TRUE(comms[r]->Wait(nullptr, milliseconds(30000)).ok());
       got[r] = o.To(count * 8);
     });
-    for (int r = 0; r < n; ++r)
-      EXPECT_EQ(std::memcmp(got[r].data(), want.data(), count * 8), 0)
-          << ReduceOpName(op) << " rank " << r << " of " << n;
+    for (int r = 0; r < n; ++r) {
+      const double* g = reinterpret_cast<const double*>(got[r].data());
+      size_t first = 0, wrong = 0;
+      for (size_t i = 0; i < count; ++i)
+        if (std::memcmp(&g[i], &want[i], 8) != 0 && wrong++ == 0) first = i;
+      EXPECT_EQ(wrong, 0u) << ReduceOpName(op) << " rank " << r << " of " << n << ": first at "
+                           << first << " of " << count << ", " << g[first] << " for " << want[first]
+                           << " (input " << in[0][first] << ")";
+    }
   }
 }
 

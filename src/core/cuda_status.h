@@ -1,6 +1,8 @@
 // The one helper that turns a cudaError_t into rt-ft's Status (core/device_error.h classifies
-// it): for CUDA code only (capture, offload's GPU path, rtft-bench's GPU helpers). Every CUDA
-// call goes through it, so a sticky error is kDeviceLost everywhere, never "a bug in rt-ft".
+// it), for every layer's CUDA code (checkpoint capture, comm/nccl, offload's GPU path,
+// rtft-bench's GPU helpers); included only by sources built with RTFT_WITH_CUDA, the rest of
+// core knows no CUDA. Every CUDA call goes through it, so a sticky error is kDeviceLost
+// everywhere, never "a bug in rt-ft" nor a retryable one.
 #pragma once
 
 #include <cuda_runtime.h>
