@@ -11,6 +11,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -133,6 +134,38 @@ Status WriteField(const Options& o, rtft::Communicator* comm, const Block& b) {
   return Status::Ok();
 }
 
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// rtft-bench heatdis (--bench-blocks B): steps alternate in blocks of B protected and B
+// unprotected ones, and each kind's time per iteration, from one step's start to the next's, is
+// printed at the end. The first step of each block is left out: it waits for the replica of the
+// block before, or does not.
+struct BenchTimer {
+  int64_t blocks = 0, per_step = 1;
+  uint64_t last_step = 0;
+  double last_t = -1, sum[2] = {0, 0};
+  int64_t count[2] = {0, 0};
+
+  void Tick(uint64_t step) {
+    const double t = WallSeconds();
+    const uint64_t s = step - 1;  // the step that just ended
+    if (blocks > 0 && last_t >= 0 && step == last_step + 1 && s % blocks != 0) {
+      const int on = (s / blocks) % 2 == 0;
+      sum[on] += (t - last_t) / per_step;
+      ++count[on];
+    }
+    last_step = step;
+    last_t = t;
+  }
+  void Print() const {
+    std::printf(
+        "bench protected_iter_s=%.9f unprotected_iter_s=%.9f steps=%" PRId64 ",%" PRId64 "\n",
+        count[1] ? sum[1] / count[1] : 0.0, count[0] ? sum[0] / count[0] : 0.0, count[1], count[0]);
+  }
+};
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "rtft-heatdis: %s\n", s.ToString().c_str());
   return 1;
@@ -199,6 +232,9 @@ int main(int argc, char** argv) {
   rtft::ProtectOptions po;
   po.l3_every = o.l3_every;
   po.ckpt_dir = o.ckpt_dir;
+  BenchTimer timer{o.bench_blocks, o.protect_every};
+  if (o.bench_blocks > 0)
+    po.protect_step = [blocks = o.bench_blocks](uint64_t s) { return (s / blocks) % 2 == 0; };
   auto p = rtft::Protector::Create(rt->get(), po);
   if (!p.ok()) return Fail(p.status());
   Status s = (*p)->Protect(*describe(world, (*rt)->info().rank), [&](const rtft::ShrinkPlace& at) {
@@ -210,9 +246,10 @@ int main(int argc, char** argv) {
   // snapshot's memory, while rt-ft copies it), the others in update.
   const int64_t k_per = o.protect_every;
   auto compute = [&](rtft::StepContext& c) {
+    timer.Tick(c.step);
     if (c.recovered && c.rank == 0)
-      std::printf("recovered epoch %" PRIu64 ": iteration %" PRId64 " again on %d ranks\n", c.epoch,
-                  int64_t(c.step) * k_per + 1, c.world_size);
+      std::printf("recovered epoch %" PRIu64 ": iteration %" PRId64 " again on %d ranks t=%.6f\n",
+                  c.epoch, int64_t(c.step) * k_per + 1, c.world_size, WallSeconds());
     return Iterate(o, c, b, b.now.data(), b.next.data(), int64_t(c.step) * k_per + 1);
   };
   auto update = [&](rtft::StepContext& c) {
@@ -227,6 +264,7 @@ int main(int argc, char** argv) {
   auto result = (*p)->Run((o.iterations + k_per - 1) / k_per, {compute, update});
   if (!result.ok()) return Fail(result.status());
   if (result->outcome == rtft::RunOutcome::kShutdown) return 0;  // the job is ending
+  if (o.bench_blocks > 0 && (*p)->comm()->rank() == 0) timer.Print();
   if (!o.output.empty() && !(s = WriteField(o, (*p)->comm(), b)).ok()) return Fail(s);
   return 0;
 }

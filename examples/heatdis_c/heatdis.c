@@ -6,12 +6,14 @@
  *
  *   mpirun -np 5 --enable-recovery dp-launch --spares 1 -- heatdis-c --rows 1024 --cols 1024 \
  *       --iterations 5000 --protect-every 100 --output field.h5 */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <hdf5.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "options.h"
 #include "rtft/rtft.h"
@@ -163,6 +165,12 @@ static int write_field(rtft_comm_t* comm, const block_t* b) {
   return ok ? 0 : -1;
 }
 
+static double wall_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static int fail(const char* what, rtft_status_t s) {
   fprintf(stderr, "heatdis-c: %s: %s\n", what, s == RTFT_OK ? "failed" : rtft_last_error());
   return 1;
@@ -214,8 +222,8 @@ int main(int argc, char** argv) {
     if (s != RTFT_OK) return fail("recovery", s);
     rtft_comm_epoch(comm, &epoch);
     if (b.rank == 0)
-      printf("recovered epoch %" PRIu64 ": iteration %" PRId64 " again on %d ranks\n", epoch,
-             (int64_t)step * o.protect_every + 1, b.world);
+      printf("recovered epoch %" PRIu64 ": iteration %" PRId64 " again on %d ranks t=%.6f\n", epoch,
+             (int64_t)step * o.protect_every + 1, b.world, wall_seconds());
   }
   if (o.output && write_field(comm, &b) != 0) return fail("writing the field", RTFT_OK);
   free(b.now);
