@@ -15,6 +15,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -139,30 +140,34 @@ double WallSeconds() {
 }
 
 // rtft-bench heatdis (--bench-blocks B): steps alternate in blocks of B protected and B
-// unprotected ones, and each kind's time per iteration, from one step's start to the next's, is
-// printed at the end. The first step of each block is left out: it waits for the replica of the
-// block before, or does not.
+// unprotected ones, and each kind's wall and CPU time (every thread of the process) per
+// iteration, from one step's start to the next's, is printed at the end. The first step of each
+// block is left out: it waits for the replica of the block before, or does not.
 struct BenchTimer {
   int64_t blocks = 0, per_step = 1;
   uint64_t last_step = 0;
-  double last_t = -1, sum[2] = {0, 0};
+  double last_t = -1, last_cpu = 0, wall[2] = {0, 0}, cpu[2] = {0, 0};
   int64_t count[2] = {0, 0};
 
   void Tick(uint64_t step) {
-    const double t = WallSeconds();
+    const double t = WallSeconds(), c = double(std::clock()) / CLOCKS_PER_SEC;
     const uint64_t s = step - 1;  // the step that just ended
     if (blocks > 0 && last_t >= 0 && step == last_step + 1 && s % blocks != 0) {
       const int on = (s / blocks) % 2 == 0;
-      sum[on] += (t - last_t) / per_step;
+      wall[on] += (t - last_t) / per_step;
+      cpu[on] += (c - last_cpu) / per_step;
       ++count[on];
     }
     last_step = step;
     last_t = t;
+    last_cpu = c;
   }
   void Print() const {
+    auto mean = [&](const double* v, int on) { return count[on] ? v[on] / count[on] : 0.0; };
     std::printf(
-        "bench protected_iter_s=%.9f unprotected_iter_s=%.9f steps=%" PRId64 ",%" PRId64 "\n",
-        count[1] ? sum[1] / count[1] : 0.0, count[0] ? sum[0] / count[0] : 0.0, count[1], count[0]);
+        "bench protected_iter_s=%.9f unprotected_iter_s=%.9f protected_cpu_s=%.9f "
+        "unprotected_cpu_s=%.9f steps=%" PRId64 ",%" PRId64 "\n",
+        mean(wall, 1), mean(wall, 0), mean(cpu, 1), mean(cpu, 0), count[1], count[0]);
   }
 };
 

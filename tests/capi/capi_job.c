@@ -119,6 +119,20 @@ static uint64_t fnv(const void* data, size_t n, uint64_t h) {
   return h;
 }
 
+/* The failure events this process saw (the protector does not consume them). */
+static void report_events(rtft_runtime_t* rt, int rank) {
+  rtft_event_t e;
+  int has = 0, n = 0, i;
+  char failed[128] = "";
+  while (rtft_runtime_poll_event(rt, &e, &has) == RTFT_OK && has) {
+    ++n;
+    for (i = 0; i < e.failed_count && i < RTFT_EVENT_MAX_FAILED; ++i)
+      snprintf(failed + strlen(failed), sizeof(failed) - strlen(failed), "%s%d",
+               failed[0] ? "," : "", (int)e.failed_ranks[i]);
+  }
+  printf("[capi %d] events=%d failed=%s\n", rank, n, failed[0] ? failed : "none");
+}
+
 int main(int argc, char** argv) {
   rtft_runtime_t* rt = NULL;
   rtft_protector_t* p = NULL;
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
   CHECK(rtft_protector_run(p, (uint64_t)steps, compute, update, &m, &result));
   if (result.outcome == RTFT_RUN_SHUTDOWN) return 0;
 
+  report_events(rt, rank);
   CHECK(rtft_protector_comm(p, &comm));
   CHECK(rtft_comm_all_gather_v(comm, m.momentum, all_momentum, m.counts, RTFT_FLOAT64));
   h = fnv(m.weights, sizeof(m.weights), 14695981039346656037ull);

@@ -87,6 +87,7 @@ TEST_F(CapiJobTest, CollectivesAndTheDriverSurviveALostSlotAndACrash) {
   const std::string want = ref.done.begin()->second;
   EXPECT_NE(want.find("steps=30 counter=30 "), std::string::npos) << want;
   for (const auto& [rank, done] : ref.done) EXPECT_EQ(done, want) << rank;
+  EXPECT_NE(ref.output.find("[capi 0] events=0 failed=none"), std::string::npos) << ref.output;
 
   for (const auto& [name, fault, lose] : std::vector<std::tuple<std::string, std::string, bool>>{
            {"lost", "1/protect.update@12:hang", true}, {"crash", "1/capi.compute@9:kill", false}}) {
@@ -94,6 +95,9 @@ TEST_F(CapiJobTest, CollectivesAndTheDriverSurviveALostSlotAndACrash) {
     const Run run = Start(name, fault, lose);
     EXPECT_EQ(run.exit_code, 0) << run.output;
     EXPECT_NE(run.output.find("[capi 1] recovered at step"), std::string::npos) << run.output;
+    // The survivors polled the failure event that named rank 1 (rtft_runtime_poll_event).
+    for (const char* line : {"[capi 0] events=1 failed=1", "[capi 2] events=1 failed=1"})
+      EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
     ASSERT_EQ(run.done.size(), 3u) << run.output;
     for (const auto& [rank, done] : run.done) EXPECT_EQ(done, want) << rank << "\n" << run.output;
   }

@@ -202,10 +202,14 @@ static rtft_status_t update(void* user, const rtft_step_context_t* ctx) {
   return RTFT_OK;
 }
 
-static void test_protector(rtft_runtime_t* rt) {
+/* The bracket, the driver, pause and an L3 version written on demand (into `l3`). */
+static void test_protector(rtft_runtime_t* rt, const char* l3) {
   model_t m;
+  double back[8] = {0};
   const int64_t shape[1] = {8};
-  rtft_state_t* state = NULL;
+  rtft_state_t *state = NULL, *fresh = NULL;
+  uint64_t version = 99;
+  int i;
   rtft_protector_t* p = NULL;
   rtft_protect_options_t opts;
   rtft_comm_t* comm = NULL;
@@ -213,10 +217,13 @@ static void test_protector(rtft_runtime_t* rt) {
   uint64_t step = 99;
   memset(&m, 0, sizeof(m));
   m.fail_at = -1;
+  for (i = 0; i < 8; ++i) m.value[i] = 0.5 * i;
   EXPECT_OK(rtft_state_create(&state));
   EXPECT_OK(rtft_state_add_tensor(state, "value", RTFT_FLOAT64, 1, shape, m.value));
   EXPECT_OK(rtft_protect_options_init(&opts));
   EXPECT(opts.enabled == 1);
+  opts.ckpt_dir = l3;
+  opts.l3_every = -1; /* no L3 but on demand */
   EXPECT_OK(rtft_protector_create(rt, &opts, &p));
   EXPECT_OK(rtft_protector_protect(p, state, NULL, NULL));
   EXPECT_OK(rtft_state_destroy(state)); /* the protector keeps what it needs */
@@ -233,11 +240,26 @@ static void test_protector(rtft_runtime_t* rt) {
   EXPECT_OK(rtft_protector_before_update(p));
   m.value[0] = 1.0;
   EXPECT_OK(rtft_protector_end_step(p));
+  /* Step 0's snapshot (the state as it began) on disk now, read back by the engine. */
+  EXPECT_OK(rtft_protector_checkpoint_now(p));
+  EXPECT_OK(rtft_ckpt_latest(l3, &version));
+  EXPECT(version == 0);
+  EXPECT_OK(rtft_state_create(&fresh));
+  EXPECT_OK(rtft_state_add_tensor(fresh, "value", RTFT_FLOAT64, 1, shape, back));
+  EXPECT_OK(rtft_ckpt_restore(l3, 0, fresh));
+  EXPECT(back[0] == 0.0 && back[7] == 3.5);
+  EXPECT_OK(rtft_state_destroy(fresh));
   /* The driver from step 1 to 5, then a compute that fails with its own status. */
   EXPECT_OK(rtft_protector_run(p, 5, compute, update, &m, &result));
   EXPECT(result.outcome == RTFT_RUN_DONE && result.next_step == 5);
   EXPECT(m.computes == 4 && m.updates == 4 && m.last_step == 4);
-  EXPECT(m.value[7] == 1 + 2 + 3 + 4 && m.value[0] == 11);
+  EXPECT(m.value[7] == 3.5 + 1 + 2 + 3 + 4 && m.value[0] == 11);
+  /* Paused, step 5 takes no snapshot: there is none to write. */
+  EXPECT_OK(rtft_protector_pause(p, 1));
+  EXPECT_OK(rtft_protector_run(p, 6, compute, update, &m, &result));
+  EXPECT(rtft_protector_checkpoint_now(p) == RTFT_FAILED_PRECONDITION);
+  EXPECT(contains(rtft_last_error(), "no complete snapshot"));
+  EXPECT_OK(rtft_protector_pause(p, 0));
   m.fail_at = 6;
   EXPECT(rtft_protector_run(p, 8, compute, update, &m, &result) == RTFT_DATA_LOSS);
   EXPECT(contains(rtft_last_error(), "compute returned DATA_LOSS"));
@@ -247,18 +269,19 @@ static void test_protector(rtft_runtime_t* rt) {
 
 int main(int argc, char** argv) {
   rtft_runtime_t* rt = NULL;
-  char dir[4096];
+  char dir[4096], l3[4096];
   if (argc != 3) {
     fprintf(stderr, "usage: capi_test SCRATCH_DIR EXPECTED_VERSION\n");
     return 2;
   }
   snprintf(dir, sizeof(dir), "%s/ckpt", argv[1]);
+  snprintf(l3, sizeof(l3), "%s/l3", argv[1]);
   test_statuses(argv[2]);
   test_checkpoint(dir);
   EXPECT_OK(rtft_runtime_create(&rt));
   if (rt) {
     test_runtime_and_comm(rt);
-    test_protector(rt);
+    test_protector(rt, l3);
   }
   EXPECT_OK(rtft_runtime_destroy(rt));
   if (failures) {

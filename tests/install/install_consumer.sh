@@ -36,7 +36,7 @@ for h in export.h status.h state.h rtft.h; do
 done
 # The Fortran module, where the build has it (a Fortran compiler was found).
 if compgen -G "${build_dir}/lib/librt-ft-fortran.so*" >/dev/null; then
-  for f in include/rtft/rtft.f90 include/rtft/rtft.mod; do
+  for f in include/rtft/rtft.f90 include/rtft/rtft_c.f90 include/rtft/rtft.mod include/rtft/rtft_c.mod; do
     [[ -f "${prefix}/${f}" ]] || {
       echo "FAIL: ${f} not installed"
       exit 1
