@@ -153,7 +153,7 @@ struct BenchTimer {
     const double t = WallSeconds(), c = double(std::clock()) / CLOCKS_PER_SEC;
     const uint64_t s = step - 1;  // the step that just ended
     if (blocks > 0 && last_t >= 0 && step == last_step + 1 && s % blocks != 0) {
-      const int on = (s / blocks) % 2 == 0;
+      const int on = (s / blocks) % 2 == 1;
       wall[on] += (t - last_t) / per_step;
       cpu[on] += (c - last_cpu) / per_step;
       ++count[on];
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
   po.ckpt_dir = o.ckpt_dir;
   BenchTimer timer{o.bench_blocks, o.protect_every};
   if (o.bench_blocks > 0)
-    po.protect_step = [blocks = o.bench_blocks](uint64_t s) { return (s / blocks) % 2 == 0; };
+    po.protect_step = [blocks = o.bench_blocks](uint64_t s) { return (s / blocks) % 2 == 1; };
   auto p = rtft::Protector::Create(rt->get(), po);
   if (!p.ok()) return Fail(p.status());
   Status s = (*p)->Protect(*describe(world, (*rt)->info().rank), [&](const rtft::ShrinkPlace& at) {
