@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that every tracked C++/CUDA source is formatted by clang-format (.clang-format at the
+# Checks that every tracked C/C++/CUDA source is formatted by clang-format (.clang-format at the
 # repository root). CI runs it from scripts/test.sh; a difference fails the run.
 #
 #   scripts/check-format.sh          check, print the offending lines, exit 1 on any difference
@@ -21,14 +21,14 @@ files=()
 if git -C "${root}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   while IFS= read -r -d '' f; do
     [[ -f "${f}" ]] && files+=("${f}")  # skip tracked files deleted in the work tree
-  done < <(git ls-files -z -- "${dirs[@]/%//*.h}" "${dirs[@]/%//*.cc}" "${dirs[@]/%//*.cu}")
+  done < <(git ls-files -z -- "${dirs[@]/%//*.h}" "${dirs[@]/%//*.cc}" "${dirs[@]/%//*.cu}" "${dirs[@]/%//*.c}")
 else
   # Not a git checkout (e.g. an unpacked archive): check what is there.
   existing=()
   for d in "${dirs[@]}"; do [[ -d "${d}" ]] && existing+=("${d}"); done
   if ((${#existing[@]} > 0)); then
     while IFS= read -r -d '' f; do files+=("${f}"); done < <(
-      find "${existing[@]}" -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) -print0)
+      find "${existing[@]}" -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.c' \) -print0)
   fi
 fi
 

@@ -19,7 +19,9 @@ RTFT_APT_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
-  python3-h5py python3-xxhash clang-format
+  python3-h5py python3-numpy python3-xxhash clang-format
+  # The Fortran module over the C API (include/rtft/rtft.f90) and its test (tests/fortran).
+  gfortran
   # The control-plane decoder's libFuzzer target (scripts/fuzz.sh, the `fuzz` ctest).
   clang libclang-rt-14-dev
   # MPICH next to Open MPI (which stays the default: its alternatives have priority 50, MPICH's

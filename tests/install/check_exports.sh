@@ -31,6 +31,7 @@ echo "${#symbols[@]} exported symbols in ${lib}"
 
 bad=0
 rtft_count=0
+c_count=0
 tolerated=()
 exported=()
 for line in "${symbols[@]}"; do
@@ -45,6 +46,17 @@ for line in "${symbols[@]}"; do
     "virtual thunk to " "covariant return thunk to "; do
     core="${core#"${prefix}"}"
   done
+  # The C API (include/rtft/rtft.h): extern "C" functions named rtft_*.
+  if [[ "${type}" == T && "${core}" =~ ^rtft_[a-z0-9_]+$ ]]; then
+    if grep -qw -e "${core}" <<<"${public_text}"; then
+      c_count=$((c_count + 1))
+      exported+=("${core}")
+    else
+      echo "FAIL: C function exported but not declared in ${include_dir}: ${line}"
+      bad=1
+    fi
+    continue
+  fi
   if [[ "${core}" == rtft::* ]]; then
     top="${core#rtft::}"
     top="${top%%[^A-Za-z0-9_]*}"
@@ -74,7 +86,7 @@ fi
 # Entry points that the public headers promise; a lost RTFT_EXPORT drops them.
 for want in "rtft::Status::ToString" "rtft::StatusCodeName" "rtft::DTypeName" \
   "rtft::ValidateDescription" "rtft::CompositeProvider::Describe" "rtft::StateProvider" \
-  "rtft::TensorDesc::elements"; do
+  "rtft::TensorDesc::elements" "rtft_last_error" "rtft_protector_run" "rtft_ckpt_restore"; do
   found=0
   for e in "${exported[@]}"; do
     [[ "${e}" == "${want}"* ]] && found=1 && break
@@ -86,4 +98,4 @@ for want in "rtft::Status::ToString" "rtft::StatusCodeName" "rtft::DTypeName" \
 done
 
 ((bad == 0)) || exit 1
-echo "PASS: ${rtft_count} rtft symbols, all declared in public headers"
+echo "PASS: ${rtft_count} rtft symbols and ${c_count} C API functions, all declared in public headers"

@@ -2,10 +2,13 @@
 # Installs the built project into a fresh prefix, then configures, builds and runs the consumer
 # project against it with find_package(rtft). Driven by ctest (tests/install/CMakeLists.txt).
 #
-#   install_consumer.sh BUILD_DIR CONSUMER_SRC WORK_DIR GENERATOR CXX_COMPILER
+#   install_consumer.sh BUILD_DIR CONSUMER_SRC WORK_DIR GENERATOR COMPILER_DEFINITION
+#
+# COMPILER_DEFINITION is the consumer's compiler as a CMake definition (CMAKE_CXX_COMPILER=...
+# or CMAKE_C_COMPILER=...); CONSUMER_SRC/expected.txt holds the lines its app must print.
 set -euo pipefail
 
-build_dir="$1" consumer_src="$2" work="$3" generator="$4" cxx="$5"
+build_dir="$1" consumer_src="$2" work="$3" generator="$4" compiler="$5"
 
 rm -rf "${work}"
 mkdir -p "${work}"
@@ -25,12 +28,25 @@ for f in rtftConfigVersion.cmake rtftTargets.cmake; do
     exit 1
   }
 done
-for h in export.h status.h state.h; do
+for h in export.h status.h state.h rtft.h; do
   [[ -f "${prefix}/include/rtft/${h}" ]] || {
     echo "FAIL: include/rtft/${h} not installed"
     exit 1
   }
 done
+# The Fortran module, where the build has it (a Fortran compiler was found).
+if compgen -G "${build_dir}/lib/librt-ft-fortran.so*" >/dev/null; then
+  for f in include/rtft/rtft.f90 include/rtft/rtft_c.f90 include/rtft/rtft.mod include/rtft/rtft_c.mod; do
+    [[ -f "${prefix}/${f}" ]] || {
+      echo "FAIL: ${f} not installed"
+      exit 1
+    }
+  done
+  compgen -G "${prefix}/lib*/librt-ft-fortran.so*" >/dev/null || {
+    echo "FAIL: librt-ft-fortran not installed"
+    exit 1
+  }
+fi
 # The installed package must not point back into the source or build tree.
 if grep -rqF -e "${build_dir}" "$(dirname "${config}")"; then
   echo "FAIL: installed package files mention the build tree:"
@@ -40,7 +56,7 @@ fi
 
 echo "--- configure consumer (CMAKE_PREFIX_PATH=${prefix})"
 cmake -S "${consumer_src}" -B "${work}/consumer" -G "${generator}" \
-  -DCMAKE_CXX_COMPILER="${cxx}" -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  -D"${compiler}" -DCMAKE_PREFIX_PATH="${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
 echo "--- build consumer"
 cmake --build "${work}/consumer"
 
@@ -56,11 +72,7 @@ echo "librt-ft: ${lib}"
 }
 output="$("${app}")"
 echo "${output}"
-expected=(
-  "tensors=2 bytes=1056 dtypes=float32,bfloat16 groups=0,0"
-  "duplicate: INVALID_ARGUMENT: name 'model/weights' is used twice in one state"
-  "consumer: OK"
-)
+mapfile -t expected <"${consumer_src}/expected.txt"
 for line in "${expected[@]}"; do
   grep -qxF -e "${line}" <<<"${output}" || {
     echo "FAIL: expected line not printed: ${line}"

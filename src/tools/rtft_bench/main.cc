@@ -12,6 +12,7 @@
 #include "tools/rtft_bench/comm_bench.h"
 #include "tools/rtft_bench/detect_sim.h"
 #include "tools/rtft_bench/goodput_bench.h"
+#include "tools/rtft_bench/heatdis_bench.h"
 #include "tools/rtft_bench/offload_bench.h"
 #include "tools/rtft_bench/protect_bench.h"
 #include "tools/rtft_bench/recovery_bench.h"
@@ -29,6 +30,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewProtectCommand());
   commands.push_back(rtft::bench::NewRecoveryCommand());
   commands.push_back(rtft::bench::NewGoodputCommand());
+  commands.push_back(rtft::bench::NewHeatdisCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);

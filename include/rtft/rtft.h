@@ -1,0 +1,297 @@
+/* rt-ft's C API: what a C or Fortran solver needs of librt-ft, over the C++ API
+ * (docs/capi.md). The runtime of the job a process runs in under dp-launch, state described by
+ * pointer (tensors) and by callback (byte-string objects), the checkpoint engine, communicators
+ * that survive a failed peer, and per-step protection (the bracket and the step driver).
+ *
+ * C99. Opaque handles; every call but rtft_version() and rtft_last_error() returns an
+ * rtft_status_t: RTFT_OK (0), or minus the rtft::StatusCode of the failure, whose message
+ * rtft_last_error() gives on the same thread. Outputs come last. No C++ exception crosses it.
+ * examples/heatdis_c is a complete solver; include/rtft/rtft.f90 the Fortran module over it. */
+#ifndef RTFT_RTFT_H_
+#define RTFT_RTFT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(RTFT_BUILDING_LIBRARY)
+#define RTFT_CAPI __attribute__((visibility("default")))
+#else
+#define RTFT_CAPI
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status ---------------------------------------------------------------------------- */
+
+/* RTFT_OK, or one of the codes below: minus rtft::StatusCode (include/rtft/status.h), which
+ * says how far to roll back (RTFT_ABORTED: a peer failed, recover; RTFT_SHUTDOWN: the job is
+ * ending, exit 0). */
+typedef int rtft_status_t;
+enum {
+  RTFT_OK = 0,
+  RTFT_INVALID_ARGUMENT = -1,
+  RTFT_NOT_FOUND = -2,
+  RTFT_ALREADY_EXISTS = -3,
+  RTFT_FAILED_PRECONDITION = -4,
+  RTFT_OUT_OF_RANGE = -5,
+  RTFT_RESOURCE_EXHAUSTED = -6,
+  RTFT_PERMISSION_DENIED = -7,
+  RTFT_DEADLINE_EXCEEDED = -8,
+  RTFT_UNAVAILABLE = -9,
+  RTFT_ABORTED = -10,
+  RTFT_DATA_LOSS = -11,
+  RTFT_IO_ERROR = -12,
+  RTFT_UNIMPLEMENTED = -13,
+  RTFT_INTERNAL = -14,
+  RTFT_DEVICE_LOST = -15,
+  RTFT_SHUTDOWN = -16
+};
+
+/* The message of the last call on this thread that failed ("CODE: message"); "" if none did.
+ * Valid until this thread's next failing call. */
+RTFT_CAPI const char* rtft_last_error(void);
+/* librt-ft's version, "MAJOR.MINOR.PATCH". */
+RTFT_CAPI const char* rtft_version(void);
+
+/* ---- Types ----------------------------------------------------------------------------- */
+
+/* The numeric values are rtft::DType's (they travel in frames and files). */
+typedef enum rtft_dtype {
+  RTFT_FLOAT32 = 0,
+  RTFT_FLOAT16 = 1,
+  RTFT_BFLOAT16 = 2,
+  RTFT_INT8 = 3,
+  RTFT_INT32 = 4,
+  RTFT_INT64 = 5,
+  RTFT_UINT8 = 6,
+  RTFT_FLOAT64 = 7
+} rtft_dtype_t;
+
+typedef enum rtft_reduce_op {
+  RTFT_SUM = 0,
+  RTFT_AVG = 1,
+  RTFT_MAX = 2,
+  RTFT_MIN = 3
+} rtft_reduce_op_t;
+typedef enum rtft_backend { RTFT_BACKEND_GLOO = 0, RTFT_BACKEND_NCCL = 1 } rtft_backend_t;
+typedef enum rtft_role {
+  RTFT_ROLE_INITIAL = 0,         /* started with its logical rank */
+  RTFT_ROLE_SPARE_ACTIVATED = 1, /* a warm spare that took a failed slot's rank */
+  RTFT_ROLE_RESTARTED = 2,       /* restarted on its slot after a crash */
+  RTFT_ROLE_STANDALONE = 3       /* not under dp-launch: rank 0 of 1 */
+} rtft_role_t;
+
+typedef struct rtft_runtime rtft_runtime_t;
+typedef struct rtft_state rtft_state_t;
+typedef struct rtft_ckpt rtft_ckpt_t;
+typedef struct rtft_comm rtft_comm_t;
+typedef struct rtft_protector rtft_protector_t;
+
+/* ---- Runtime: the application's side of its dp-launch agent ----------------------------- */
+
+/* Under dp-launch, attaches to the slot's agent and returns once this process has a logical
+ * rank (a warm spare waits here until it takes a failed slot's); otherwise a standalone runtime.
+ * Destroy it last, after every other handle. */
+RTFT_CAPI rtft_status_t rtft_runtime_create(rtft_runtime_t** runtime);
+RTFT_CAPI rtft_status_t rtft_runtime_destroy(rtft_runtime_t* runtime);
+/* This process's place now: the latest failure event's epoch, rank and world size. */
+RTFT_CAPI rtft_status_t rtft_runtime_rank(rtft_runtime_t* runtime, int* rank);
+RTFT_CAPI rtft_status_t rtft_runtime_world_size(rtft_runtime_t* runtime, int* world_size);
+RTFT_CAPI rtft_status_t rtft_runtime_epoch(rtft_runtime_t* runtime, uint64_t* epoch);
+/* How it started (rtft_role_t). */
+RTFT_CAPI rtft_status_t rtft_runtime_role(rtft_runtime_t* runtime, int* role);
+
+#define RTFT_EVENT_MAX_FAILED 16
+typedef struct rtft_event {
+  uint64_t epoch;     /* the new epoch */
+  int32_t rank;       /* this process's rank in it (a shrink renumbers) */
+  int32_t world_size; /* ranks in it */
+  int32_t shutdown;   /* 1: the job is ending (write the checkpoint first if asked) */
+  int32_t checkpoint_first;
+  int32_t failed_count; /* ranks that failed; the first RTFT_EVENT_MAX_FAILED are listed */
+  int32_t failed_ranks[RTFT_EVENT_MAX_FAILED];
+  char reason[256]; /* NUL-terminated, cut short if longer */
+} rtft_event_t;
+/* The next failure event not yet polled: *has_event 1 and *event filled, or *has_event 0. */
+RTFT_CAPI rtft_status_t rtft_runtime_poll_event(rtft_runtime_t* runtime, rtft_event_t* event,
+                                                int* has_event);
+/* Step progress for the agent's hang watchdog (the step API reports it itself). */
+RTFT_CAPI rtft_status_t rtft_runtime_report_step(rtft_runtime_t* runtime, uint64_t step);
+
+/* ---- State: what to save, described without copying it ---------------------------------- */
+
+/* An object's bytes: its save callback hands them over with rtft_bytes_set (copied). */
+typedef struct rtft_bytes rtft_bytes_t;
+RTFT_CAPI rtft_status_t rtft_bytes_set(rtft_bytes_t* bytes, const void* data, size_t size);
+/* Called when the state is saved (checkpoint, snapshot): a status, RTFT_OK on success. */
+typedef rtft_status_t (*rtft_object_save_fn)(void* user, rtft_bytes_t* bytes);
+/* Called on restore with the saved bytes. */
+typedef rtft_status_t (*rtft_object_load_fn)(void* user, const void* data, size_t size);
+/* Called once everything the state describes was restored (state derived from it). */
+typedef rtft_status_t (*rtft_restored_fn)(void* user);
+
+RTFT_CAPI rtft_status_t rtft_state_create(rtft_state_t** state);
+/* The checkpoint engine and the protector keep what they were given: destroy it when done. */
+RTFT_CAPI rtft_status_t rtft_state_destroy(rtft_state_t* state);
+/* A whole tensor in host memory (replicated: the same on every rank), `ndim` dimensions of
+ * `shape`, C order. `data` is read when saving and written when restoring. */
+RTFT_CAPI rtft_status_t rtft_state_add_tensor(rtft_state_t* state, const char* name, int dtype,
+                                              int ndim, const int64_t* shape, void* data);
+/* This rank's shard of a tensor of `global_shape`: `shape` at `offset` in it. */
+RTFT_CAPI rtft_status_t rtft_state_add_shard(rtft_state_t* state, const char* name, int dtype,
+                                             int ndim, const int64_t* shape,
+                                             const int64_t* global_shape, const int64_t* offset,
+                                             void* data);
+RTFT_CAPI rtft_status_t rtft_state_add_object(rtft_state_t* state, const char* name,
+                                              rtft_object_save_fn save, rtft_object_load_fn load,
+                                              void* user);
+RTFT_CAPI rtft_status_t rtft_state_on_restored(rtft_state_t* state, rtft_restored_fn restored,
+                                               void* user);
+/* The even split of `n` rows over `parts` (rtft::SplitEvenly): part `index` holds n / parts
+ * rows, one more when index < n % parts, starting at *offset. How shards are laid out after a
+ * shrink. */
+RTFT_CAPI rtft_status_t rtft_even_split(int64_t n, int parts, int index, int64_t* offset,
+                                        int64_t* count);
+
+/* ---- Checkpoint engine: lazy asynchronous checkpoints on disk --------------------------- */
+
+/* Zero fields take their defaults from the RTFT_CKPT_* settings (README, "Settings"). */
+typedef struct rtft_ckpt_options {
+  const char* dir; /* checkpoint root, shared by every rank (required) */
+  int32_t rank;
+  int32_t world_size;     /* 0: 1 */
+  uint64_t pool_bytes;    /* host pool (RTFT_CKPT_POOL_BYTES) */
+  int32_t keep_versions;  /* -1: RTFT_CKPT_KEEP_VERSIONS; 0 keeps all */
+  int32_t pin_pool;       /* 0: never register the pool with CUDA (host state) */
+  const char* io_backend; /* NULL: RTFT_CKPT_IO_BACKEND (auto, uring, posix) */
+} rtft_ckpt_options_t;
+/* The defaults: dir NULL, rank 0, world_size 1, keep_versions -1, pin_pool 0. */
+RTFT_CAPI rtft_status_t rtft_ckpt_options_init(rtft_ckpt_options_t* options);
+RTFT_CAPI rtft_status_t rtft_ckpt_create(const rtft_ckpt_options_t* options, rtft_ckpt_t** ckpt);
+/* Waits for the versions in flight. */
+RTFT_CAPI rtft_status_t rtft_ckpt_destroy(rtft_ckpt_t* ckpt);
+/* Starts `version` (increasing) of `state` and returns at once; its memory must not change until
+ * rtft_ckpt_wait_captured(version) returns. */
+RTFT_CAPI rtft_status_t rtft_ckpt_checkpoint(rtft_ckpt_t* ckpt, uint64_t version,
+                                             rtft_state_t* state);
+RTFT_CAPI rtft_status_t rtft_ckpt_wait_captured(rtft_ckpt_t* ckpt, uint64_t version);
+/* Durable; on rank 0 also committed (LATEST moved). */
+RTFT_CAPI rtft_status_t rtft_ckpt_wait_persisted(rtft_ckpt_t* ckpt, uint64_t version);
+/* The version LATEST names (RTFT_NOT_FOUND: none yet). */
+RTFT_CAPI rtft_status_t rtft_ckpt_latest(const char* dir, uint64_t* version);
+/* Fills `state` from `version` of the checkpoints in `dir` (RTFT_CKPT_LATEST: LATEST's),
+ * checksums verified, shards assembled from the saved ones (another number of ranks). */
+#define RTFT_CKPT_LATEST UINT64_MAX
+RTFT_CAPI rtft_status_t rtft_ckpt_restore(const char* dir, uint64_t version, rtft_state_t* state);
+
+/* ---- Communicators of one epoch, over every rank of it ---------------------------------- */
+
+/* `name`: 1 to 64 of [A-Za-z0-9_.-]. After a failure its calls return RTFT_ABORTED: destroy it
+ * and create the next epoch's. */
+RTFT_CAPI rtft_status_t rtft_comm_create(rtft_runtime_t* runtime, const char* name, int backend,
+                                         rtft_comm_t** comm);
+/* Not for the protector's communicator (rtft_protector_comm), which it owns. */
+RTFT_CAPI rtft_status_t rtft_comm_destroy(rtft_comm_t* comm);
+RTFT_CAPI rtft_status_t rtft_comm_rank(rtft_comm_t* comm, int* rank);
+RTFT_CAPI rtft_status_t rtft_comm_world_size(rtft_comm_t* comm, int* world_size);
+RTFT_CAPI rtft_status_t rtft_comm_epoch(rtft_comm_t* comm, uint64_t* epoch);
+/* Counts in elements of `dtype`; send and receive buffers may be the same. */
+RTFT_CAPI rtft_status_t rtft_comm_all_reduce(rtft_comm_t* comm, const void* send, void* recv,
+                                             size_t count, int dtype, int op);
+RTFT_CAPI rtft_status_t rtft_comm_broadcast(rtft_comm_t* comm, void* buffer, size_t count,
+                                            int dtype, int root);
+/* recv holds world_size * count elements, rank r's at r * count. */
+RTFT_CAPI rtft_status_t rtft_comm_all_gather(rtft_comm_t* comm, const void* send, void* recv,
+                                             size_t count, int dtype);
+/* Rank r contributes counts[r] elements (counts: world_size of them), after those of 0..r-1. */
+RTFT_CAPI rtft_status_t rtft_comm_all_gather_v(rtft_comm_t* comm, const void* send, void* recv,
+                                               const size_t* counts, int dtype);
+/* send holds world_size * count elements; rank r receives the reduction of slice r. */
+RTFT_CAPI rtft_status_t rtft_comm_reduce_scatter(rtft_comm_t* comm, const void* send, void* recv,
+                                                 size_t count, int dtype, int op);
+/* Completes once `peer` received it. */
+RTFT_CAPI rtft_status_t rtft_comm_send(rtft_comm_t* comm, const void* buffer, size_t count,
+                                       int dtype, int peer);
+RTFT_CAPI rtft_status_t rtft_comm_recv(rtft_comm_t* comm, void* buffer, size_t count, int dtype,
+                                       int peer);
+RTFT_CAPI rtft_status_t rtft_comm_barrier(rtft_comm_t* comm);
+/* From any thread: a call in flight and every later call return RTFT_ABORTED. */
+RTFT_CAPI rtft_status_t rtft_comm_abort(rtft_comm_t* comm);
+
+/* ---- Per-step protection: L1 snapshot, L2 replica, L3 checkpoint, recovery --------------- */
+
+typedef struct rtft_protect_options {
+  int32_t enabled;       /* 0: no snapshot and no replica (to measure what protection costs) */
+  int64_t l3_every;      /* L3 every this many steps (0: RTFT_PROTECT_L3_EVERY; <0: none) */
+  const char* ckpt_dir;  /* L3's directory (NULL: RTFT_PROTECT_CKPT_DIR) */
+  const char* comm_name; /* the training communicator's name (NULL: "train") */
+} rtft_protect_options_t;
+/* The defaults: enabled 1, l3_every 0, ckpt_dir NULL, comm_name NULL. */
+RTFT_CAPI rtft_status_t rtft_protect_options_init(rtft_protect_options_t* options);
+/* `options` may be NULL (the defaults). The runtime must outlive the protector. */
+RTFT_CAPI rtft_status_t rtft_protector_create(rtft_runtime_t* runtime,
+                                              const rtft_protect_options_t* options,
+                                              rtft_protector_t** protector);
+RTFT_CAPI rtft_status_t rtft_protector_destroy(rtft_protector_t* protector);
+
+/* After a shrink (no spare left, the job goes on with fewer ranks): describes the state again
+ * into `state` (empty) with shards of the new rank and world size (each sharded tensor's first
+ * dimension split by rtft_even_split); rt-ft fills them from the old ones. */
+typedef rtft_status_t (*rtft_resize_fn)(void* user, int rank, int world_size, rtft_state_t* state);
+/* The state, described once before the first step; `resize` may be NULL (a shrink then ends the
+ * job with an error). */
+RTFT_CAPI rtft_status_t rtft_protector_protect(rtft_protector_t* protector, rtft_state_t* state,
+                                               rtft_resize_fn resize, void* user);
+
+/* The bracket. start: the step to run first (0, or where a spare, a restarted process or a job
+ * started again from L3 resumes, its state restored). begin_step: snapshot of the state as it is
+ * (in the background). before_update: returns once the snapshot is taken; change the state after
+ * it. end_step: progress and L3. A call that returns RTFT_ABORTED (or a communicator call that
+ * does) is followed by recover, which returns the step to resume at, or RTFT_SHUTDOWN when the
+ * job is ending (exit 0). */
+RTFT_CAPI rtft_status_t rtft_protector_start(rtft_protector_t* protector, uint64_t* step);
+RTFT_CAPI rtft_status_t rtft_protector_begin_step(rtft_protector_t* protector, uint64_t step);
+RTFT_CAPI rtft_status_t rtft_protector_before_update(rtft_protector_t* protector);
+RTFT_CAPI rtft_status_t rtft_protector_end_step(rtft_protector_t* protector);
+RTFT_CAPI rtft_status_t rtft_protector_recover(rtft_protector_t* protector, uint64_t* step);
+/* The epoch's training communicator, owned by the protector: always the current epoch's. */
+RTFT_CAPI rtft_status_t rtft_protector_comm(rtft_protector_t* protector, rtft_comm_t** comm);
+/* Steps that begin while paused take no snapshot. */
+RTFT_CAPI rtft_status_t rtft_protector_pause(rtft_protector_t* protector, int paused);
+/* Writes the current step's snapshot to L3 now and waits for its commit. */
+RTFT_CAPI rtft_status_t rtft_protector_checkpoint_now(rtft_protector_t* protector);
+
+/* The driver: runs steps up to `end_step` (exclusive) through the bracket, recovering inside. */
+typedef struct rtft_step_context {
+  uint64_t step;
+  uint64_t epoch;
+  int32_t rank;
+  int32_t world_size;
+  rtft_comm_t* comm; /* the epoch's training communicator (the protector's) */
+  int32_t recovered; /* 1 on the first step after a recovery */
+} rtft_step_context_t;
+/* compute: reads the state, never changes it; update: changes it (after the snapshot). Return
+ * RTFT_OK, or the status of the call that failed (RTFT_ABORTED recovers). */
+typedef rtft_status_t (*rtft_step_fn)(void* user, const rtft_step_context_t* context);
+enum { RTFT_RUN_DONE = 0, RTFT_RUN_SHUTDOWN = 1 };
+typedef struct rtft_run_result {
+  int32_t outcome;      /* RTFT_RUN_DONE, or RTFT_RUN_SHUTDOWN (the job is ending: exit 0) */
+  int32_t checkpointed; /* shutdown: the checkpoint the job asked for is written */
+  uint64_t next_step;   /* the first step not run */
+} rtft_run_result_t;
+RTFT_CAPI rtft_status_t rtft_protector_run(rtft_protector_t* protector, uint64_t end_step,
+                                           rtft_step_fn compute, rtft_step_fn update, void* user,
+                                           rtft_run_result_t* result);
+
+/* ---- Test hooks (docs/testing.md) ------------------------------------------------------- */
+
+/* A named fault point of the application's (rtft::FaultPoint), armed by RTFT_FAULT. */
+RTFT_CAPI rtft_status_t rtft_fault_point(const char* name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RTFT_RTFT_H_ */

@@ -1,0 +1,287 @@
+! rt-ft for Fortran, the lower half: the C API's constants, its structs as bind(c) types, and the
+! interfaces of every C function that takes no name (rtft.h, docs/capi.md). Use module rtft
+! (rtft.f90), which adds the calls that take names and return text.
+module rtft_c
+  use, intrinsic :: iso_c_binding
+  implicit none
+
+  integer(c_int), parameter :: RTFT_OK = 0, RTFT_INVALID_ARGUMENT = -1, RTFT_NOT_FOUND = -2, &
+    RTFT_ALREADY_EXISTS = -3, RTFT_FAILED_PRECONDITION = -4, RTFT_OUT_OF_RANGE = -5, &
+    RTFT_RESOURCE_EXHAUSTED = -6, RTFT_PERMISSION_DENIED = -7, RTFT_DEADLINE_EXCEEDED = -8, &
+    RTFT_UNAVAILABLE = -9, RTFT_ABORTED = -10, RTFT_DATA_LOSS = -11, RTFT_IO_ERROR = -12, &
+    RTFT_UNIMPLEMENTED = -13, RTFT_INTERNAL = -14, RTFT_DEVICE_LOST = -15, RTFT_SHUTDOWN = -16
+  integer(c_int), parameter :: RTFT_FLOAT32 = 0, RTFT_FLOAT16 = 1, RTFT_BFLOAT16 = 2, &
+    RTFT_INT8 = 3, RTFT_INT32 = 4, RTFT_INT64 = 5, RTFT_UINT8 = 6, RTFT_FLOAT64 = 7
+  integer(c_int), parameter :: RTFT_SUM = 0, RTFT_AVG = 1, RTFT_MAX = 2, RTFT_MIN = 3
+  integer(c_int), parameter :: RTFT_BACKEND_GLOO = 0, RTFT_BACKEND_NCCL = 1
+  integer(c_int), parameter :: RTFT_ROLE_INITIAL = 0, RTFT_ROLE_SPARE_ACTIVATED = 1, &
+    RTFT_ROLE_RESTARTED = 2, RTFT_ROLE_STANDALONE = 3
+  integer(c_int), parameter :: RTFT_RUN_DONE = 0, RTFT_RUN_SHUTDOWN = 1
+  ! RTFT_CKPT_LATEST of rtft.h (UINT64_MAX); Fortran names ignore case, and rtft_ckpt_latest is
+  ! a function.
+  integer(c_int64_t), parameter :: RTFT_LATEST_VERSION = -1_c_int64_t
+  integer, parameter :: RTFT_EVENT_MAX_FAILED = 16
+
+  type, bind(c) :: rtft_event
+    integer(c_int64_t) :: epoch
+    integer(c_int32_t) :: rank, world_size, shutdown, checkpoint_first, failed_count
+    integer(c_int32_t) :: failed_ranks(RTFT_EVENT_MAX_FAILED)
+    character(kind=c_char) :: reason(256)
+  end type
+  ! String fields (dir, io_backend, ckpt_dir, comm_name) are c_loc of a NUL-terminated TARGET
+  ! string (rtft_c_string), or c_null_ptr.
+  type, bind(c) :: rtft_ckpt_options
+    type(c_ptr) :: dir
+    integer(c_int32_t) :: rank, world_size
+    integer(c_int64_t) :: pool_bytes
+    integer(c_int32_t) :: keep_versions, pin_pool
+    type(c_ptr) :: io_backend
+  end type
+  type, bind(c) :: rtft_protect_options
+    integer(c_int32_t) :: enabled
+    integer(c_int64_t) :: l3_every
+    type(c_ptr) :: ckpt_dir, comm_name
+  end type
+  type, bind(c) :: rtft_step_context
+    integer(c_int64_t) :: step, epoch
+    integer(c_int32_t) :: rank, world_size
+    type(c_ptr) :: comm
+    integer(c_int32_t) :: recovered
+  end type
+  type, bind(c) :: rtft_run_result
+    integer(c_int32_t) :: outcome, checkpointed
+    integer(c_int64_t) :: next_step
+  end type
+
+  ! Calls without a name argument: the C functions themselves.
+  interface
+    integer(c_int) function rtft_runtime_create(runtime) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), intent(out) :: runtime
+    end function
+    integer(c_int) function rtft_runtime_destroy(runtime) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+    end function
+    integer(c_int) function rtft_runtime_rank(runtime, rank) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+      integer(c_int), intent(out) :: rank
+    end function
+    integer(c_int) function rtft_runtime_world_size(runtime, world_size) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+      integer(c_int), intent(out) :: world_size
+    end function
+    integer(c_int) function rtft_runtime_epoch(runtime, epoch) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: runtime
+      integer(c_int64_t), intent(out) :: epoch
+    end function
+    integer(c_int) function rtft_runtime_role(runtime, role) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime
+      integer(c_int), intent(out) :: role
+    end function
+    integer(c_int) function rtft_runtime_poll_event(runtime, event, has_event) bind(c)
+      import :: c_int, c_ptr, rtft_event
+      type(c_ptr), value :: runtime
+      type(rtft_event), intent(out) :: event
+      integer(c_int), intent(out) :: has_event
+    end function
+    integer(c_int) function rtft_runtime_report_step(runtime, step) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: runtime
+      integer(c_int64_t), value :: step
+    end function
+    integer(c_int) function rtft_bytes_set(bytes, data, size) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: bytes, data
+      integer(c_size_t), value :: size
+    end function
+    integer(c_int) function rtft_state_create(state) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), intent(out) :: state
+    end function
+    integer(c_int) function rtft_state_destroy(state) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: state
+    end function
+    integer(c_int) function rtft_state_on_restored(state, restored, user) bind(c)
+      import :: c_int, c_ptr, c_funptr
+      type(c_ptr), value :: state, user
+      type(c_funptr), value :: restored
+    end function
+    integer(c_int) function rtft_even_split(n, parts, index, offset, count) bind(c)
+      import :: c_int, c_int64_t
+      integer(c_int64_t), value :: n
+      integer(c_int), value :: parts, index
+      integer(c_int64_t), intent(out) :: offset, count
+    end function
+    integer(c_int) function rtft_ckpt_options_init(options) bind(c)
+      import :: c_int, rtft_ckpt_options
+      type(rtft_ckpt_options), intent(out) :: options
+    end function
+    integer(c_int) function rtft_ckpt_create(options, ckpt) bind(c)
+      import :: c_int, c_ptr, rtft_ckpt_options
+      type(rtft_ckpt_options), intent(in) :: options
+      type(c_ptr), intent(out) :: ckpt
+    end function
+    integer(c_int) function rtft_ckpt_destroy(ckpt) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ckpt
+    end function
+    integer(c_int) function rtft_ckpt_checkpoint(ckpt, version, state) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: ckpt, state
+      integer(c_int64_t), value :: version
+    end function
+    integer(c_int) function rtft_ckpt_wait_captured(ckpt, version) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: ckpt
+      integer(c_int64_t), value :: version
+    end function
+    integer(c_int) function rtft_ckpt_wait_persisted(ckpt, version) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: ckpt
+      integer(c_int64_t), value :: version
+    end function
+    integer(c_int) function rtft_comm_destroy(comm) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+    end function
+    integer(c_int) function rtft_comm_rank(comm, rank) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: rank
+    end function
+    integer(c_int) function rtft_comm_world_size(comm, world_size) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: world_size
+    end function
+    integer(c_int) function rtft_comm_epoch(comm, epoch) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: comm
+      integer(c_int64_t), intent(out) :: epoch
+    end function
+    integer(c_int) function rtft_comm_all_reduce(comm, send, recv, count, dtype, op) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, send, recv
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype, op
+    end function
+    integer(c_int) function rtft_comm_broadcast(comm, buffer, count, dtype, root) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, buffer
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype, root
+    end function
+    integer(c_int) function rtft_comm_all_gather(comm, send, recv, count, dtype) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, send, recv
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+    end function
+    integer(c_int) function rtft_comm_all_gather_v(comm, send, recv, counts, dtype) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, send, recv
+      integer(c_size_t), intent(in) :: counts(*)
+      integer(c_int), value :: dtype
+    end function
+    integer(c_int) function rtft_comm_reduce_scatter(comm, send, recv, count, dtype, op) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, send, recv
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype, op
+    end function
+    integer(c_int) function rtft_comm_send(comm, buffer, count, dtype, peer) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, buffer
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype, peer
+    end function
+    integer(c_int) function rtft_comm_recv(comm, buffer, count, dtype, peer) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm, buffer
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype, peer
+    end function
+    integer(c_int) function rtft_comm_barrier(comm) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+    end function
+    integer(c_int) function rtft_comm_abort(comm) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+    end function
+    integer(c_int) function rtft_protect_options_init(options) bind(c)
+      import :: c_int, rtft_protect_options
+      type(rtft_protect_options), intent(out) :: options
+    end function
+    ! options: c_loc of an rtft_protect_options, or c_null_ptr for the defaults.
+    integer(c_int) function rtft_protector_create(runtime, options, protector) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: runtime, options
+      type(c_ptr), intent(out) :: protector
+    end function
+    integer(c_int) function rtft_protector_destroy(protector) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+    end function
+    ! resize: c_funloc of a bind(c) function (user, rank, world_size, state) by value, or
+    ! c_null_funptr.
+    integer(c_int) function rtft_protector_protect(protector, state, resize, user) bind(c)
+      import :: c_int, c_ptr, c_funptr
+      type(c_ptr), value :: protector, state, user
+      type(c_funptr), value :: resize
+    end function
+    integer(c_int) function rtft_protector_start(protector, step) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: protector
+      integer(c_int64_t), intent(out) :: step
+    end function
+    integer(c_int) function rtft_protector_begin_step(protector, step) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: protector
+      integer(c_int64_t), value :: step
+    end function
+    integer(c_int) function rtft_protector_before_update(protector) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+    end function
+    integer(c_int) function rtft_protector_end_step(protector) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+    end function
+    integer(c_int) function rtft_protector_recover(protector, step) bind(c)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: protector
+      integer(c_int64_t), intent(out) :: step
+    end function
+    integer(c_int) function rtft_protector_comm(protector, comm) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+      type(c_ptr), intent(out) :: comm
+    end function
+    integer(c_int) function rtft_protector_pause(protector, paused) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+      integer(c_int), value :: paused
+    end function
+    integer(c_int) function rtft_protector_checkpoint_now(protector) bind(c)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: protector
+    end function
+    ! compute, update: c_funloc of bind(c) functions (user by value, context by reference).
+    integer(c_int) function rtft_protector_run(protector, end_step, compute, update, user, &
+                                               result) bind(c)
+      import :: c_int, c_ptr, c_funptr, c_int64_t, rtft_run_result
+      type(c_ptr), value :: protector, user
+      integer(c_int64_t), value :: end_step
+      type(c_funptr), value :: compute, update
+      type(rtft_run_result), intent(out) :: result
+    end function
+  end interface
+
+end module rtft_c

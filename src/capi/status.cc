@@ -1,0 +1,80 @@
+// The C API's statuses and last-error message (include/rtft/rtft.h, "Status"), and the checks
+// every call makes of what a C caller hands in.
+#include <cstring>
+
+#include "capi/handles.h"
+#include "core/build_config.h"
+#include "rtft/testing.h"
+
+namespace rtft::capi {
+namespace {
+
+thread_local std::string last_error;
+
+}  // namespace
+
+rtft_status_t Record(const Status& s) noexcept {
+  if (s.ok()) return RTFT_OK;
+  try {
+    last_error = s.ToString();
+  } catch (...) {
+    last_error.clear();  // out of memory: the code still says what happened
+  }
+  return -static_cast<int>(s.code());
+}
+
+Status FromC(rtft_status_t code, const std::string& what) {
+  if (code == RTFT_OK) return Status::Ok();
+  if (code < 0 && -code <= static_cast<int>(kLastStatusCode))
+    return Status(static_cast<StatusCode>(-code),
+                  what + " returned " + StatusCodeName(static_cast<StatusCode>(-code)));
+  return Status::Internal(what + " returned " + std::to_string(code) + ", not an rtft_status_t");
+}
+
+Status NotNull(const void* p, const char* what) {
+  return p ? Status::Ok() : Status::InvalidArgument(std::string(what) + " is NULL");
+}
+
+Status CheckDType(int dtype, DType* out) {
+  if (dtype < 0 || dtype > static_cast<int>(DType::kFloat64))
+    return Status::InvalidArgument("dtype " + std::to_string(dtype) + " is not an rtft_dtype_t");
+  *out = static_cast<DType>(dtype);
+  return Status::Ok();
+}
+
+Status CheckReduceOp(int op, ReduceOp* out) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kMin))
+    return Status::InvalidArgument("op " + std::to_string(op) + " is not an rtft_reduce_op_t");
+  *out = static_cast<ReduceOp>(op);
+  return Status::Ok();
+}
+
+Status CheckName(const char* name, size_t max, const char* what) {
+  RTFT_RETURN_IF_ERROR(NotNull(name, what));
+  const size_t n = strnlen(name, max + 1);
+  if (n == 0 || n > max)
+    return Status::InvalidArgument(std::string(what) + ": 1 to " + std::to_string(max) +
+                                   " bytes expected");
+  return Status::Ok();
+}
+
+}  // namespace rtft::capi
+
+using rtft::Status;
+using rtft::capi::Call;
+
+extern "C" {
+
+const char* rtft_last_error(void) { return rtft::capi::last_error.c_str(); }
+
+const char* rtft_version(void) { return RTFT_VERSION_STRING; }
+
+rtft_status_t rtft_fault_point(const char* name) {
+  return Call([&] {
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(name, 256, "rtft_fault_point: name"));
+    rtft::FaultPoint(name);
+    return Status::Ok();
+  });
+}
+
+}  // extern "C"
