@@ -20,6 +20,8 @@ RTFT_APT_PACKAGES=(
   libhdf5-dev hdf5-tools liburing-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin libzmq3-dev cppzmq-dev libgloo-dev
   python3-h5py python3-xxhash clang-format
+  # The Python module rtft (src/python) and its tests: Debian's interpreter, torch and NumPy.
+  python3-dev pybind11-dev python3-torch python3-numpy
   # The control-plane decoder's libFuzzer target (scripts/fuzz.sh, the `fuzz` ctest).
   clang libclang-rt-14-dev
   # MPICH next to Open MPI (which stays the default: its alternatives have priority 50, MPICH's
