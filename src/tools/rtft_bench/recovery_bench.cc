@@ -47,6 +47,11 @@ class RecoveryCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms_, "dp-launch heartbeat timeout")
         ->capture_default_str();
+    cmd->add_option("--tp", tp_,
+                    "tensor-parallel degree of rtft-train (--ranks must be a "
+                    "multiple of tp x pp)")
+        ->capture_default_str();
+    cmd->add_option("--pp", pp_, "pipeline-parallel degree of rtft-train")->capture_default_str();
   }
   int Run() override;
 
@@ -61,6 +66,7 @@ class RecoveryCommand final : public BenchCommand {
 
   int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 0;
   int heartbeat_timeout_ms_ = 1000;
+  int tp_ = 1, pp_ = 1;
   double restart_s_ = -1;
 };
 
@@ -70,7 +76,8 @@ std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
       ranks_, hidden_, batch_,
       {"--heartbeat-ms", "100", "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_)},
       {"--steps", std::to_string(step_ + 3), "--log-every", "1", "--l3-every",
-       std::to_string(l3_every_), "--ckpt-dir", ckpt});
+       std::to_string(l3_every_), "--ckpt-dir", ckpt, "--tp", std::to_string(tp_), "--pp",
+       std::to_string(pp_)});
   if (!fault.empty()) a.insert(a.end(), {"--fault", fault});
   return a;
 }
@@ -163,6 +170,19 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
     double restart_step_s = 0;
     RTFT_ASSIGN_OR_RETURN(restart_s_, CheckpointRestart(&restart_step_s));
   }
+  // What the recovery moved (every rank counts what it sent) and how long its stages took (the
+  // slowest rank's, from the failure event).
+  static const std::regex recovered(
+      R"(\[train \d+\] recovered .* bytes=(\d+) event_s=[0-9.]+ agree_s=([0-9.]+) )"
+      R"(rebuild_s=([0-9.]+) transfer_s=([0-9.]+))");
+  double bytes_moved = 0, agree_s = 0, rebuild_s = 0, transfer_s = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), recovered);
+       it != std::sregex_iterator(); ++it) {
+    bytes_moved += std::stod((*it)[1]);
+    agree_s = std::max(agree_s, std::stod((*it)[2]));
+    rebuild_s = std::max(rebuild_s, std::stod((*it)[3]));
+    transfer_s = std::max(transfer_s, std::stod((*it)[4]));
+  }
   const double hb = heartbeat_timeout_ms_ / 1000.0;
   const double detect_target = slot ? 1.5 * hb : 0.05;
   const double resumed_target = slot ? detect_s + 1.5 : 1.5;
@@ -173,6 +193,12 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
              {"slots", ranks_ + 1},
              {"step", step_},
              {"batch", batch_},
+             {"layout", std::to_string(tp_) + "x" + std::to_string(pp_) + "x" +
+                            std::to_string(ranks_ / (tp_ * pp_))},
+             {"bytes_moved", bytes_moved},
+             {"agree_s", agree_s},
+             {"rebuild_s", rebuild_s},
+             {"transfer_s", transfer_s},
              {"step_s", step_s},
              {"detect_s", detect_s},
              {"resumed_s", resumed_s},
@@ -196,6 +222,14 @@ Status RecoveryCommand::Failure(const std::string& kind, JsonLines* out) {
 int RecoveryCommand::Run() {
   if (step_ < 30 || l3_every_ < 1 || l3_every_ >= step_ || ranks_ < 3) {
     Progress("recovery: --step >= 30, 1 <= --l3-every < --step, --ranks >= 3");
+    return kExitUsage;
+  }
+  if (tp_ < 1 || pp_ < 1 || ranks_ % (tp_ * pp_) != 0 || ranks_ / (tp_ * pp_) < 2) {
+    Progress("recovery: --tp x --pp must divide --ranks with two data-parallel replicas or more");
+    return kExitUsage;
+  }
+  if ((tp_ > 1 || pp_ > 1) && batch_ == 0) {
+    Progress("recovery: give --batch with --tp/--pp (the calibration runs the flat trainer)");
     return kExitUsage;
   }
   if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
