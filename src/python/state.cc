@@ -191,6 +191,7 @@ py::object PyState::TakeException() const {
 
 void PyState::ThrowFor(const Status& status) const {
   py::object exc = TakeException();
+  if (status.ok()) return;
   if (!exc.is_none()) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     throw py::error_already_set();

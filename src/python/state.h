@@ -43,7 +43,8 @@ class PyState final : public StateProvider {
 
   // The first exception a callable of this state raised since the last call (GIL held), or None.
   py::object TakeException() const;
-  // Raises it when there is one; otherwise raises `status` when it is not OK.
+  // When `status` is not OK, raises that exception if there is one, else `status`; forgets the
+  // exception either way.
   void ThrowFor(const Status& status) const;
 
  private:

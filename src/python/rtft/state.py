@@ -135,8 +135,9 @@ class State(_core.State):
         if logical == "bool":
             if not self._logical:
                 # Readers of the files (h5py) see uint8; this object says what the bytes mean.
+                dtypes = self._logical  # not self: rt-ft holds the callable
                 self.add_object(_LOGICAL_DTYPES,
-                                lambda: json.dumps(self._logical, sort_keys=True).encode(),
+                                lambda: json.dumps(dtypes, sort_keys=True).encode(),
                                 lambda data: None)
             self._logical[name] = logical
 
