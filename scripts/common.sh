@@ -22,6 +22,8 @@ RTFT_APT_PACKAGES=(
   python3-h5py python3-numpy python3-xxhash clang-format
   # The Fortran module over the C API (include/rtft/rtft.f90) and its test (tests/fortran).
   gfortran
+  # The Python module rtft (src/python) and its tests: Debian's interpreter, torch and NumPy.
+  python3-dev pybind11-dev python3-torch
   # The control-plane decoder's libFuzzer target (scripts/fuzz.sh, the `fuzz` ctest).
   clang libclang-rt-14-dev
   # MPICH next to Open MPI (which stays the default: its alternatives have priority 50, MPICH's

@@ -40,15 +40,23 @@ class ExamplesTest : public ::testing::Test {
   // `lose` SIGKILLs slot 1's dp-launch once it stands at the point.
   Run Start(const std::string& name, const std::string& program, std::vector<std::string> args,
             const std::string& fault = "", bool lose = false) {
+    std::vector<std::string> app = {std::string(RTFT_EXAMPLES_DIR) + "/" + program};
+    app.insert(app.end(), args.begin(), args.end());
+    return StartApp(name, app, {}, fault, lose);
+  }
+  // The same with a command line of its own (an interpreter and its script) and more variables.
+  Run StartApp(const std::string& name, const std::vector<std::string>& app,
+               const std::map<std::string, std::string>& env, const std::string& fault = "",
+               bool lose = false) {
     const std::string dir = root_ + "/" + name;
     EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
     Job job(dir);
     JobSpec spec;
     spec.slots = 4;
     spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
-    spec.app = {std::string(RTFT_EXAMPLES_DIR) + "/" + program};
-    spec.app.insert(spec.app.end(), args.begin(), args.end());
+    spec.app = app;
     spec.env = {{"RTFT_FAULT_LOG", dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
+    spec.env.insert(env.begin(), env.end());
     if (!fault.empty()) spec.env["RTFT_FAULT"] = fault;
     job.Start(spec);
     if (lose) {
@@ -140,6 +148,42 @@ TEST_F(ExamplesTest, OffloadEndsLikeARunWithoutTheCrash) {
   const Run ref = Start("04-ref", "example-04-offload", {"--steps", "24"});
   const Run run =
       Start("04-crash", "example-04-offload", {"--steps", "24"}, "1/protect.capture@9:kill");
+  ExpectLikeTheReference(run, ref);
+}
+
+// examples/python/train.py (a PyTorch loop) under the interpreter the module rtft was built for.
+class PythonExampleTest : public ExamplesTest {
+ protected:
+  void SetUp() override {
+#if !defined(RTFT_PYTHON_EXECUTABLE)
+    GTEST_SKIP() << "the Python module rtft is not built";
+#endif
+    ExamplesTest::SetUp();
+  }
+  Run StartTrain(const std::string& name, const std::string& fault = "", bool lose = false) {
+#if defined(RTFT_PYTHON_EXECUTABLE)
+    return StartApp(name,
+                    {RTFT_PYTHON_EXECUTABLE,
+                     std::string(RTFT_SOURCE_DIR) + "/examples/python/train.py", "--steps", "30"},
+                    {{"PYTHONPATH", RTFT_PYTHON_DIR},
+                     { "PYTHONDONTWRITEBYTECODE",
+                       "1" }},
+                    fault, lose);
+#else
+    return {};
+#endif
+  }
+};
+
+TEST_F(PythonExampleTest, PythonTrainEndsLikeARunWithoutTheLostSlot) {
+  const Run ref = StartTrain("py-ref");
+  const Run run = StartTrain("py-lost", "1/protect.update@12:hang", /*lose=*/true);
+  ExpectLikeTheReference(run, ref);
+}
+
+TEST_F(PythonExampleTest, PythonTrainEndsLikeARunWithoutTheCrash) {
+  const Run ref = StartTrain("py-ref");
+  const Run run = StartTrain("py-crash", "1/protect.capture@9:kill");
   ExpectLikeTheReference(run, ref);
 }
 

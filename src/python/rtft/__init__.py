@@ -1,0 +1,47 @@
+"""rt-ft for Python: checkpoints, per-step protection and the hot swap for PyTorch loops.
+
+The compiled module ``rtft._core`` binds librt-ft's C++ API; tensors reach it through DLPack, by
+their memory, without a copy, and it links no torch library.  Every call that can block
+releases the GIL; callbacks from rt-ft (a step function, an object's serializer, a failure
+listener) take it again.  Errors are ``rtft.Error`` subclasses keyed by rt-ft's status codes.
+
+    state = rtft.State({"model": model, "optim": optimizer, "extra": {"epoch": 0}})
+    engine = rtft.CheckpointEngine("/lustre/run/ckpt")
+    engine.checkpoint(step, state)       # returns at once; the copy overlaps forward/backward
+    engine.wait_captured(step)           # the fence before the optimizer's update
+    rtft.restore("/lustre/run/ckpt", state)   # LATEST, in place, checksums verified
+
+Restoring unpickles the state's non-tensor values: load only checkpoints you trust.
+docs/python.md in rt-ft's repository describes the package.
+"""
+
+import atexit
+
+from rtft import _core
+from rtft._core import (  # noqa: F401 (re-exported)
+    CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore, Protector,
+    RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
+    StepContext, VersionInfo, fault_point, latest_version, list_versions, split_evenly,
+    verify_version)
+from rtft.errors import *  # noqa: F401,F403 (the exception classes)
+from rtft.errors import Error, error_class  # noqa: F401
+from rtft.state import Shard, State, init_optimizer_state  # noqa: F401
+
+
+def restore(dir, state, version=None, *, verify_checksums=True):
+    """Fills every tensor of ``state`` in place, and every object, from the checkpoint under
+    ``dir`` (LATEST, or ``version``); shards are reassembled from whichever saved shards overlap
+    them, so a state saved by N ranks restores into M.  Releases the GIL while it reads."""
+    _core.restore(str(dir), state, version, verify_checksums)
+
+
+# rt-ft's threads stop calling into Python before the interpreter goes away.
+atexit.register(_core._at_exit)
+
+__all__ = [
+    "CheckpointEngine", "Communicator", "Error", "FailureEvent", "Grid", "GridPlace",
+    "LocalCommStore", "Protector", "RecoveryInfo", "RunOutcome", "RunResult", "Runtime",
+    "RuntimeInfo", "RuntimeRole", "Shard", "State", "StatusCode", "StepContext", "VersionInfo",
+    "error_class", "fault_point", "init_optimizer_state", "latest_version", "list_versions",
+    "restore", "split_evenly", "verify_version",
+]

@@ -1,0 +1,335 @@
+"""``torch.distributed.checkpoint`` (DCP) over rt-ft's engine: a storage writer and reader.
+
+    import torch.distributed.checkpoint as dcp
+    from rtft.dcp import RtftStorageReader, RtftStorageWriter
+
+    dcp.save(state_dict, storage_writer=RtftStorageWriter("/lustre/run/step-100"))
+    future = dcp.async_save(state_dict, storage_writer=RtftStorageWriter("/lustre/run/step-200"))
+    dcp.load(state_dict, storage_reader=RtftStorageReader("/lustre/run/step-200"))
+
+The directory is an rt-ft checkpoint root (docs/format.md: HDF5 rank files, checksums, atomic
+commit) plus DCP's own ``.metadata``.  Tensors are written from their memory (host or GPU) by
+rt-ft's engine; each rank's chunk of a tensor is an rt-ft shard at its offset, so rt-ft's
+resharding reads any box of it back.  Objects that are not tensors, and tensors of a dtype rt-ft
+lacks, are stored as the bytes DCP gives them.  With ``async_save`` the writer is its own stager:
+staging completes when rt-ft's capture of the state is in host memory, the upload when the version
+is persisted.  ``.metadata`` and the objects are pickles: load only directories you trust.
+
+Written against the DCP API of PyTorch 2.x (``dcp.save``/``async_save``/``load``); PyTorch 1.13
+has neither call, and the tests skip there.
+"""
+
+import copy
+import dataclasses
+import io
+import math
+import os
+import pickle
+import threading
+
+import torch
+from torch.distributed.checkpoint import StorageReader, StorageWriter
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+import rtft
+from rtft.state import _key
+
+_METADATA = ".metadata"
+_SUPPORTED = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
+              torch.int32, torch.int64, torch.uint8, torch.bool}
+
+
+def _place():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _fits(tensor):
+    return type(tensor) is torch.Tensor and tensor.dtype in _SUPPORTED
+
+
+def _torch_bytes(value):
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+class _Names:
+    """Unique rt-ft names for DCP's fully qualified names (a rank may hold several chunks)."""
+
+    def __init__(self):
+        self.used = set()
+
+    def __call__(self, kind, fqn):
+        base, n = f"dcp/{kind}/{_key(fqn)}", 0
+        name = base
+        while name in self.used:
+            n += 1
+            name = f"{base}#{n}"
+        self.used.add(name)
+        return name
+
+
+def _write_atomically(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RtftStorageWriter(StorageWriter):
+    """Writes DCP checkpoints with rt-ft's engine; ``engine_options`` go to CheckpointEngine."""
+
+    _synchronize_after_execute = False  # staging is complete when stage() returns
+
+    def __init__(self, path=None, **engine_options):
+        super().__init__()
+        self.path = None if path is None else os.fspath(path)
+        self.engine_options = engine_options
+        self._engine = None
+        self._staged = None
+        self.is_coordinator = False
+
+    # ---- StorageWriter -----------------------------------------------------------------------
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        if self.path is None:
+            raise ValueError("RtftStorageWriter needs a path (or dcp.save's checkpoint_id)")
+        self.is_coordinator = is_coordinator
+        os.makedirs(self.path, exist_ok=True)
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        # The coordinator numbers the version, so that every rank writes the same one.
+        version = self._next_version()
+        return [dataclasses.replace(plan, storage_data=version) for plan in plans]
+
+    def write_data(self, plan, planner):
+        if self._staged is not None:
+            version, names = self._staged
+            self._staged = None
+            results = [self._staged_result(item, names, version) for item in plan.items]
+        else:
+            version = plan.storage_data if isinstance(plan.storage_data, int) else \
+                self._next_version()
+            state, results = rtft.State(), []
+            new_name = _Names()
+            for item in plan.items:
+                results.append(self._describe(state, new_name, item, planner, version))
+            self._engine_for().checkpoint(version, state)
+        return self._when_persisted(version, results)
+
+    def finish(self, metadata, results):
+        metadata.storage_data = {r.index: r.storage_data for rank in results for r in rank}
+        _write_atomically(os.path.join(self.path, _METADATA), pickle.dumps(metadata))
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    def storage_meta(self):
+        return None
+
+    # ---- AsyncStager (dcp.async_save) --------------------------------------------------------
+
+    @property
+    def should_synchronize_after_execute(self):
+        return self._synchronize_after_execute
+
+    def stage(self, state_dict):
+        """Captures the state into rt-ft's pinned host memory and returns once it is there; the
+        tensors may change from then on. Non-tensor values are copied."""
+        from torch.distributed.checkpoint._nested_dict import (flatten_state_dict,
+                                                               unflatten_state_dict)
+        flat, mapping = flatten_state_dict(state_dict)
+        version, state, names, staged = self._next_version(), rtft.State(), {}, {}
+        new_name = _Names()
+        for fqn, value in flat.items():
+            if torch.is_tensor(value) and not _fits(value):
+                raise NotImplementedError(
+                    f"rtft.dcp: async staging takes plain tensors of rt-ft's dtypes; '{fqn}' is "
+                    f"a {type(value).__name__} of {value.dtype} (use dcp.save)")
+            if torch.is_tensor(value):
+                tensor = value.detach()
+                tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
+                names[fqn] = new_name("tensors", fqn)
+                state.add_tensor(names[fqn], tensor, list(tensor.shape), [0] * tensor.dim())
+                staged[fqn] = value
+            else:
+                names[fqn] = new_name("bytes", fqn)
+                blob = _torch_bytes(value)
+                state.add_object(names[fqn], lambda b=blob: b, lambda data: None)
+                staged[fqn] = copy.deepcopy(value)
+        engine = self._engine_for()
+        engine.checkpoint(version, state)
+        engine.wait_captured(version)
+        self._staged = (version, names)
+        return unflatten_state_dict(staged, mapping)
+
+    def synchronize_staging(self):
+        pass
+
+    def close(self):
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    # ---- parts ---------------------------------------------------------------------------------
+
+    def _engine_for(self):
+        rank, world = _place()
+        if self._engine is None or self._engine.dir != self.path or \
+                (self._engine.rank, self._engine.world_size) != (rank, world):
+            self.close()
+            self._engine = rtft.CheckpointEngine(self.path, rank=rank, world_size=world,
+                                                 **self.engine_options)
+        return self._engine
+
+    def _next_version(self):
+        return (rtft.latest_version(self.path) or 0) + 1
+
+    def _describe(self, state, new_name, item, planner, version):
+        fqn = item.index.fqn
+        if item.type == WriteItemType.BYTE_IO:
+            blob = planner.resolve_data(item).getvalue()
+            name = new_name("bytes", fqn)
+            state.add_object(name, lambda b=blob: b, lambda data: None)
+            return WriteResult(item.index, len(blob), {"name": name, "version": version})
+        tensor = planner.resolve_data(item).detach()
+        chunk = item.tensor_data.chunk
+        if not _fits(tensor):  # a dtype rt-ft lacks: the bytes DCP's own writer would store
+            name = new_name("pickled", fqn)
+            blob = _torch_bytes(tensor.cpu())
+            state.add_object(name, lambda b=blob: b, lambda data: None)
+            return WriteResult(item.index, len(blob),
+                               {"name": name, "version": version, "pickled": True})
+        tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
+        name = new_name("tensors", fqn)
+        state.add_tensor(name, tensor, list(item.tensor_data.size), list(chunk.offsets))
+        return WriteResult(item.index, tensor.numel() * tensor.element_size(),
+                           {"name": name, "version": version, "offsets": list(chunk.offsets)})
+
+    def _staged_result(self, item, names, version):
+        fqn = item.index.fqn
+        if fqn not in names:
+            raise RuntimeError(f"rtft.dcp: '{fqn}' was planned but not staged")
+        if item.type == WriteItemType.BYTE_IO:
+            return WriteResult(item.index, 0, {"name": names[fqn], "version": version})
+        chunk = item.tensor_data.chunk
+        dtype = item.tensor_data.properties.dtype
+        size = math.prod(chunk.sizes) * torch.empty((), dtype=dtype).element_size()
+        return WriteResult(item.index, size, {"name": names[fqn], "version": version,
+                                              "offsets": list(chunk.offsets)})
+
+    def _when_persisted(self, version, results):
+        engine, future = self._engine_for(), Future()
+
+        def wait():  # wait_persisted releases the GIL
+            try:
+                engine.wait_persisted(version)
+                future.set_result(results)
+            except BaseException as e:  # handed to whoever waits on the future
+                future.set_exception(e)
+
+        threading.Thread(target=wait, name="rtft-dcp-persist", daemon=True).start()
+        return future
+
+
+class RtftStorageReader(StorageReader):
+    """Reads what RtftStorageWriter wrote, resharding through rt-ft's restore."""
+
+    def __init__(self, path=None):
+        super().__init__()
+        self.path = None if path is None else os.fspath(path)
+        self.metadata = None
+        self._planner = None
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    def read_metadata(self):
+        with open(os.path.join(self.path, _METADATA), "rb") as f:
+            return pickle.load(f)  # trusted directories only (see the module's documentation)
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        self.metadata = metadata
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        self._planner = planner
+        pending = list(plan.items)
+        while pending:  # one restore per round: a State names each stored tensor once
+            pending = self._read_round(pending, planner)
+        future = Future()
+        future.set_result(None)
+        return future
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return os.path.isfile(os.path.join(os.fspath(checkpoint_id), _METADATA))
+
+    def _read_round(self, items, planner):
+        by_version, later, used = {}, [], set()
+        for item in items:
+            stored = self.metadata.storage_data[item.storage_index]
+            if stored["name"] in used:
+                later.append(item)
+                continue
+            used.add(stored["name"])
+            by_version.setdefault(stored["version"], []).append((item, stored))
+        for version, group in by_version.items():
+            state, done = rtft.State(), []
+            for item, stored in group:
+                done.append(self._describe(state, item, stored))
+            rtft.restore(self.path, state, version=version)
+            for finish in done:
+                finish()
+        return later
+
+    def _describe(self, state, item, stored):
+        name = stored["name"]
+        if item.type == LoadItemType.BYTE_IO or stored.get("pickled"):
+            got = {}
+            state.add_object(name, lambda: b"", lambda data: got.__setitem__("data", data))
+            if item.type == LoadItemType.BYTE_IO:
+                return lambda: self._planner.load_bytes(item, io.BytesIO(got["data"]))
+            return lambda: self._copy_pickled(item, got)
+        md = self.metadata.state_dict_metadata[item.storage_index.fqn]
+        box = [o + s for o, s in zip(stored["offsets"], item.storage_offsets)]
+        buffer = torch.empty(list(item.lengths), dtype=md.properties.dtype)
+        state.add_tensor(name, buffer, list(md.size), box)
+        return lambda: self._commit(item, buffer)
+
+    def _commit(self, item, buffer):
+        target = self._planner.resolve_tensor(item).detach()
+        target.copy_(buffer)
+        self._planner.commit_tensor(item, target)
+
+    def _copy_pickled(self, item, got):
+        tensor = torch.load(io.BytesIO(got["data"]), weights_only=False)
+        for dim, (start, length) in enumerate(zip(item.storage_offsets, item.lengths)):
+            tensor = tensor.narrow(dim, start, length)
+        self._commit(item, tensor)

@@ -1,0 +1,217 @@
+"""A training job's state, described once for rt-ft from state dicts, modules and optimizers.
+
+``State`` walks a mapping and describes what it finds without copying it:
+
+* tensors (``torch.Tensor``, ``numpy.ndarray``, anything with ``__dlpack__``) by their memory,
+  saved from and restored into that memory in place;
+* ``Shard(tensor, global_shape, offset)``: this rank's shard of a larger tensor;
+* a ``torch.nn.Module``: its ``state_dict()`` tensors (the live parameters and buffers);
+* a ``torch.optim.Optimizer``: its live per-parameter state (``state/<index>/<key>``, indexed as
+  in its ``state_dict()``) and each group's hyperparameters (``param_groups/<i>``, written back
+  into the live group on restore);
+* any other object with ``state_dict()`` and ``load_state_dict()`` (an LR scheduler): one
+  pickled object, handed to ``load_state_dict`` on restore;
+* nested dicts and lists; any other value is pickled, read from its container when saved and
+  put back into it when restored.
+
+Names join the keys with ``/`` (a ``/`` or ``%`` inside a key is written ``%2F``, ``%25``).
+Loading a pickle runs code: restore only from directories you trust (the checksums catch
+corruption, not tampering).
+"""
+
+import collections.abc
+import json
+import pickle
+
+from rtft import _core
+
+_PICKLE_PROTOCOL = 4
+_LOGICAL_DTYPES = "rtft/logical_dtypes"
+
+
+class Shard:
+    """``tensor`` is this rank's shard of a tensor of ``global_shape``, starting at ``offset``."""
+
+    def __init__(self, tensor, global_shape, offset):
+        self.tensor = tensor
+        self.global_shape = [int(d) for d in global_shape]
+        self.offset = [int(d) for d in offset]
+
+
+def _key(key):
+    if isinstance(key, bool) or not isinstance(key, (str, int)):
+        raise TypeError(f"rtft.State: key {key!r} is a {type(key).__name__}; keys are str or int")
+    return str(key).replace("%", "%25").replace("/", "%2F")
+
+
+def _join(prefix, key):
+    return f"{prefix}/{_key(key)}" if prefix else _key(key)
+
+
+def _is_tensor(value):
+    return hasattr(value, "__dlpack__") and not isinstance(value, type)
+
+
+def _holds_tensor(value):
+    if _is_tensor(value) or isinstance(value, Shard):
+        return True
+    if isinstance(value, collections.abc.Mapping):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+def _is_module(value):
+    return hasattr(value, "state_dict") and hasattr(value, "named_parameters")
+
+
+def _is_optimizer(value):
+    return (hasattr(value, "param_groups") and hasattr(value, "state")
+            and hasattr(value, "state_dict"))
+
+
+def _is_stateful(value):
+    return hasattr(value, "state_dict") and hasattr(value, "load_state_dict")
+
+
+class State(_core.State):
+    """The state rt-ft saves, restores and protects; see the module's documentation.
+
+    ``State(state)`` describes the mapping ``state``; ``restored()``, when given, runs after
+    every restore (a checkpoint's or a recovery's), once every tensor and object is back.
+    """
+
+    def __init__(self, state=None, *, restored=None):
+        super().__init__()
+        self._logical = {}
+        if restored is not None:
+            self.set_restored(restored)
+        if state is not None:
+            if not isinstance(state, collections.abc.Mapping):
+                raise TypeError("rtft.State takes a mapping (a dict of state dicts, modules, "
+                                f"optimizers, tensors and values), not a {type(state).__name__}")
+            self.add(state)
+
+    def add(self, value, prefix=""):
+        """Describes ``value`` (see the module's documentation) under the name ``prefix``."""
+        if isinstance(value, Shard):
+            self._tensor(prefix, value.tensor, value.global_shape, value.offset)
+        elif _is_tensor(value):
+            self._tensor(prefix, value)
+        elif _is_module(value):
+            self.add(value.state_dict(), prefix)
+        elif _is_optimizer(value):
+            self._optimizer(value, prefix)
+        elif _is_stateful(value):
+            self._stateful(value, prefix)
+        elif isinstance(value, collections.abc.Mapping):
+            for key, item in value.items():
+                self._item(value, key, item, _join(prefix, key))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                self._item(value, index, item, _join(prefix, index))
+        else:
+            raise TypeError(f"rtft.State: {prefix or 'the state'} is a {type(value).__name__}: "
+                            "describe values inside a mapping")
+        return self
+
+    def add_value(self, name, get, put):
+        """An object pickled from ``get()`` when saved and given to ``put(value)`` on restore."""
+        self.add_object(name, lambda: pickle.dumps(get(), protocol=_PICKLE_PROTOCOL),
+                        lambda data: put(pickle.loads(data)))
+
+    @property
+    def logical_dtypes(self):
+        """Tensors saved under another dtype than their own (bool as uint8): name -> dtype."""
+        return dict(self._logical)
+
+    # ---- the parts of add() -----------------------------------------------------------------
+
+    def _tensor(self, name, tensor, global_shape=None, offset=None):
+        if not name:
+            raise TypeError("rtft.State: a tensor needs a name (put it in a mapping)")
+        logical = self.add_tensor(name, tensor, global_shape, offset)
+        if logical == "bool":
+            if not self._logical:
+                # Readers of the files (h5py) see uint8; this object says what the bytes mean.
+                dtypes = self._logical  # not self: rt-ft holds the callable
+                self.add_object(_LOGICAL_DTYPES,
+                                lambda: json.dumps(dtypes, sort_keys=True).encode(),
+                                lambda data: None)
+            self._logical[name] = logical
+
+    def _item(self, container, key, item, name):
+        mutable = not isinstance(container, tuple)
+        if _holds_tensor(item) or _is_module(item) or _is_optimizer(item) or _is_stateful(item):
+            self.add(item, name)
+        elif isinstance(item, (collections.abc.Mapping, list)) and item and mutable:
+            self.add(item, name)
+        elif mutable:
+            self.add_value(name, lambda: container[key],
+                           lambda value: container.__setitem__(key, value))
+        else:
+            # Inside a tuple (immutable): saved, but there is nowhere to put it back.
+            self.add_value(name, lambda: item, lambda value: None)
+
+    def _optimizer(self, optimizer, prefix):
+        index = 0
+        for group_index, group in enumerate(optimizer.param_groups):
+            for param in group["params"]:
+                per_param = optimizer.state.get(param)
+                if not per_param:
+                    raise ValueError(
+                        f"rtft.State: {prefix or 'the optimizer'} has no state for parameter "
+                        f"{index} yet (optimizers create it at their first step): call "
+                        "rtft.init_optimizer_state(optimizer) first")
+                where = _join(_join(prefix, "state"), index)
+                for key, value in per_param.items():
+                    self._item(per_param, key, value, _join(where, key))
+                index += 1
+            self.add_value(_join(_join(prefix, "param_groups"), group_index),
+                           lambda g=group: {k: v for k, v in g.items() if k != "params"},
+                           lambda value, g=group: g.update(value))
+
+    def _stateful(self, obj, prefix):
+        if not prefix:
+            raise TypeError("rtft.State: an object with state_dict() needs a name")
+        self.add_value(prefix, obj.state_dict, obj.load_state_dict)
+
+
+def init_optimizer_state(optimizer):
+    """Creates the per-parameter state an optimizer makes at its first step, so that it can be
+    described before any step: one step with zero gradients and a learning rate of 0 on the
+    parameters that have none, its step counters then set back to 0. The parameters do not
+    change; for Adam and AdamW the state is exactly the one their first real step would create
+    (zero moments, step 0). Other optimizers get the state a zero step leaves."""
+    import torch
+
+    groups = optimizer.param_groups
+    params = [p for g in groups for p in g["params"]]
+    missing = {id(p) for p in params if not optimizer.state.get(p)}
+    if not missing:
+        return optimizer
+    grads = [p.grad for p in params]
+    rates = [g["lr"] for g in groups]
+    try:
+        for p in params:
+            p.grad = torch.zeros_like(p) if id(p) in missing else None
+        for g in groups:
+            g["lr"] = g["lr"] * 0 if torch.is_tensor(g["lr"]) else 0.0
+        with torch.no_grad():
+            optimizer.step()
+    finally:
+        for g, lr in zip(groups, rates):
+            g["lr"] = lr
+        for p, grad in zip(params, grads):
+            p.grad = grad
+    for p in params:
+        if id(p) in missing:
+            per_param = optimizer.state[p]
+            if "step" in per_param:
+                step = per_param["step"]
+                if torch.is_tensor(step):
+                    step.zero_()
+                else:
+                    per_param["step"] = type(step)(0)
+    return optimizer

@@ -1,0 +1,167 @@
+"""rtft.State: tensors from state dicts, modules and optimizers by their memory (DLPack, no copy),
+the dtypes rt-ft saves and clear errors for the rest, hostile input refused, names, and
+init_optimizer_state leaving AdamW exactly as its first step would."""
+
+import unittest
+
+import numpy as np
+import torch
+
+import rtft
+
+
+def entry(info, name):
+    return next(t for t in info if t["name"] == name)
+
+
+class DtypeTest(unittest.TestCase):
+    def test_supported_dtypes(self):
+        cases = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+                 torch.float64: "float64", torch.int8: "int8", torch.int32: "int32",
+                 torch.int64: "int64", torch.uint8: "uint8"}
+        state = rtft.State()
+        for dtype, name in cases.items():
+            self.assertEqual(state.add_tensor(name, torch.zeros(3, dtype=dtype)), name)
+        info = {t["name"]: t for t in state.tensor_info()}
+        for name in cases.values():
+            self.assertEqual(info[name]["dtype"], name)
+
+    def test_bool_goes_as_uint8_with_its_logical_dtype(self):
+        flags = torch.tensor([True, False, True])
+        state = rtft.State({"flags": flags})
+        info = state.tensor_info()[0]
+        self.assertEqual((info["dtype"], info["logical_dtype"]), ("uint8", "bool"))
+        self.assertEqual(state.logical_dtypes, {"flags": "bool"})
+        self.assertIn("rtft/logical_dtypes", state.object_names())
+
+    def test_unsupported_dtypes_are_refused_clearly(self):
+        for tensor in (torch.zeros(2, dtype=torch.int16), torch.zeros(2, dtype=torch.complex64),
+                       np.zeros(2, dtype=np.uint16), np.zeros(2, dtype=np.uint64)):
+            with self.assertRaises(rtft.InvalidArgumentError) as caught:
+                rtft.State({"t": tensor})
+            self.assertIn("is not one rt-ft saves", str(caught.exception))
+            self.assertIn("tensor 't'", str(caught.exception))
+
+    def test_numpy_arrays_by_their_memory(self):
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        info = rtft.State({"a": a}).tensor_info()[0]
+        self.assertEqual((info["shape"], info["nbytes"]), ([2, 3], 24))
+        self.assertEqual(info["data_ptr"], a.ctypes.data)
+
+
+class HostileInputTest(unittest.TestCase):
+    def test_not_contiguous_is_refused(self):
+        base = torch.zeros(4, 6)
+        for view in (base.t(), base[:, ::2], base[::2]):
+            with self.assertRaises(rtft.InvalidArgumentError) as caught:
+                rtft.State({"v": view})
+            self.assertIn("not contiguous", str(caught.exception))
+        rtft.State({"ok": base[1:3]})  # a contiguous slice is fine
+        rtft.State({"column": torch.zeros(4, 1)[:, :1]})  # dimensions of one: any stride
+
+    def test_things_that_are_no_tensor(self):
+        with self.assertRaises(TypeError):
+            rtft.State().add_tensor("x", [1.0, 2.0])
+        with self.assertRaises(TypeError):
+            rtft.State().add_tensor("x", torch.Tensor)  # the class, not a tensor
+        with self.assertRaises(TypeError):
+            rtft.State([torch.zeros(1)])
+        with self.assertRaises(TypeError):
+            rtft.State({(1, 2): torch.zeros(1)})
+
+    def test_read_only_and_meta_memory(self):
+        frozen = np.zeros(3, dtype=np.float32)
+        frozen.flags.writeable = False
+        with self.assertRaises(Exception):  # NumPy refuses to export it
+            rtft.State({"ro": frozen})
+        with self.assertRaises(Exception):
+            rtft.State({"meta": torch.empty(3, device="meta")})
+
+    def test_names(self):
+        state = rtft.State({"a/b": torch.zeros(1), "c%d": torch.zeros(1), 7: torch.zeros(1)})
+        self.assertEqual([t["name"] for t in state.tensor_info()], ["a%2Fb", "c%25d", "7"])
+        with self.assertRaises(rtft.InvalidArgumentError):
+            state.add_tensor("7", torch.zeros(1))  # used twice
+        with self.assertRaises(rtft.InvalidArgumentError):
+            state.add_tensor("", torch.zeros(1))
+        with self.assertRaises(rtft.InvalidArgumentError):
+            state.add_tensor("bad\nname", torch.zeros(1))
+        with self.assertRaises(rtft.InvalidArgumentError):
+            state.add_tensor("s", torch.zeros(4), global_shape=[3], offset=[0])  # outside
+
+    def test_shards(self):
+        state = rtft.State({"m": rtft.Shard(torch.zeros(2, 3), [8, 3], [4, 0])})
+        info = state.tensor_info()[0]
+        self.assertEqual((info["global_shape"], info["offset"]), ([8, 3], [4, 0]))
+        self.assertEqual(rtft.split_evenly(10, 4, 1), (3, 3))
+        self.assertEqual(rtft.split_evenly(10, 4, 3), (8, 2))
+        with self.assertRaises(rtft.InvalidArgumentError):
+            rtft.split_evenly(10, 0, 0)
+
+
+class ModelTest(unittest.TestCase):
+    def test_module_and_optimizer_by_their_memory(self):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        rtft.init_optimizer_state(optimizer)
+        info = rtft.State({"model": model, "optim": optimizer}).tensor_info()
+        names = [t["name"] for t in info]
+        self.assertIn("model/0.weight", names)
+        self.assertIn("model/1.running_mean", names)
+        self.assertIn("optim/state/0/exp_avg", names)
+        # No copy: the described memory is the parameter's and the moment's own.
+        weight = entry(info, "model/0.weight")
+        self.assertEqual(weight["shape"], [8, 4])
+        self.assertEqual(weight["data_ptr"], model[0].weight.data_ptr())
+        self.assertEqual(entry(info, "optim/state/0/exp_avg")["data_ptr"],
+                         optimizer.state[model[0].weight]["exp_avg"].data_ptr())
+
+    def test_an_optimizer_without_state_is_refused_clearly(self):
+        model = torch.nn.Linear(2, 2)
+        with self.assertRaises(ValueError) as caught:
+            rtft.State({"optim": torch.optim.AdamW(model.parameters())})
+        self.assertIn("init_optimizer_state", str(caught.exception))
+
+    def test_init_optimizer_state_is_the_first_steps_state(self):
+        def train(init):
+            torch.manual_seed(0)
+            model = torch.nn.Linear(5, 3)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+            before = [p.detach().clone() for p in model.parameters()]
+            if init:
+                rtft.init_optimizer_state(opt)
+                for p, b in zip(model.parameters(), before):
+                    self.assertTrue(torch.equal(p, b), "init changed a parameter")
+                    self.assertIsNone(p.grad)
+                self.assertEqual(float(opt.state[model.weight]["step"]), 0.0)
+            for step in range(5):
+                x = torch.linspace(-1, 1, 10 * 5).reshape(10, 5) * (step + 1)
+                opt.zero_grad()
+                model(x).square().sum().backward()
+                opt.step()
+            return [p.detach().clone() for p in model.parameters()] + [
+                opt.state[p][k].clone() for p in model.parameters() for k in opt.state[p]]
+
+        for a, b in zip(train(False), train(True)):
+            self.assertTrue(torch.equal(a, b))
+
+
+class ValuesTest(unittest.TestCase):
+    def test_values_are_read_when_saved_and_put_back_when_restored(self):
+        extra = {"epoch": 1, "tags": ["a"], "nested": {"lr": 0.5}}
+        state = rtft.State({"extra": extra})
+        self.assertEqual(sorted(state.object_names()),
+                         ["extra/epoch", "extra/nested/lr", "extra/tags/0"])
+
+    def test_frozen_after_protect(self):
+        state = rtft.State({"w": torch.zeros(4)})
+        protector = rtft.Protector(rtft.Runtime())
+        protector.protect(state)
+        self.assertTrue(state.frozen)
+        with self.assertRaises(rtft.FailedPreconditionError):
+            state.add_tensor("late", torch.zeros(1))
+        protector.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
