@@ -153,6 +153,27 @@ TEST(Standby, ALostStandbyIsReplacedAndCostsNothingElse) {
   EXPECT_EQ(end.membership.rank_to_slot, (std::vector<SlotId>{-1, 4, 2, 3}));
 }
 
+TEST(Standby, HalfTheSlotsLostWithTheStandbyLeaveThePrimaryDeciding) {
+  // Four slots (three ranks and a spare): the standby's slot and another lost together leave the
+  // primary hearing two of four. No standby can gather more than half of the votes, so the
+  // primary goes on deciding: rank 1 to the spare, rank 2 without one.
+  StandbyJobConfig cfg;
+  cfg.slots = 4;
+  StandbyJob job(cfg);
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_EQ(job.coord(0).stats().standby_slot, 1);
+  job.Lose(1);
+  job.Lose(2);
+  ControlEvent e = job.EventAtLeast(0, 2);
+  EXPECT_FALSE(job.coord(0).fenced());
+  EXPECT_TRUE(job.coord(0).is_primary());
+  EXPECT_EQ(RoleOfSlot(e.membership, 1), Role::kRetired);
+  EXPECT_TRUE(
+      Eventually([&] { return RoleOfSlot(job.coord(0).membership(), 2) == Role::kRetired; }));
+  // The spare's slot is the standby now.
+  EXPECT_TRUE(Eventually([&] { return job.coord(0).stats().standby_slot == 3; }));
+}
+
 TEST(Standby, LosingPrimaryAndStandbyEndsTheAgentsWaitOnTime) {
   StandbyJobConfig cfg;
   cfg.coordinator_timeout = milliseconds(1500);

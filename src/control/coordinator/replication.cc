@@ -1,7 +1,7 @@
 // The primary's side of primary-backup replication (docs/control-protocol.md "Standby
 // coordinator"): it appoints a standby in another slot, copies its state there, sends it every
 // change before the change's answer goes out, replaces a standby that is lost, and steps down
-// when it hears neither its standby nor a majority of the agents (a partition it is on the wrong
+// when it hears neither its standby nor half of the agents (a partition it is on the wrong
 // side of, or a newer primary).
 #include "control/coordinator/coordinator_impl.h"
 #include "core/logging.h"
@@ -55,7 +55,11 @@ bool CoordinatorImpl::MajorityHeard(SteadyClock::time_point now) const {
     ++members;
     if (slots_[s].joined && now - slots_[s].last_seen <= options_.heartbeat_timeout) ++heard;
   }
-  return 2 * heard > members;
+  // At least half, the primary's own slot included: a standby takes over only with votes from
+  // more than half (standby.cc), so a side of a partition that holds half of the slots, the
+  // primary with it, is the only one that decides. Two slots of four lost together, the
+  // standby's among them, leave a job that goes on (docs/control-protocol.md).
+  return 2 * heard >= members;
 }
 
 void CoordinatorImpl::AppointStandby() {

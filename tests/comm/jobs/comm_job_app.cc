@@ -225,5 +225,8 @@ int main() {
   Status s;
   const bool good = CheckedAllReduce(**next, 1 << 20, &s);
   Log("after ok=" + std::to_string(good) + " code=" + Code(s));
+  // No rank leaves while a peer is still inside the checked call: a closed connection would
+  // abort its end of the collective (the barrier's own result does not matter).
+  if (good) (void)(*next)->Barrier();
   return good ? 0 : 1;
 }
