@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include <string>
 
@@ -20,8 +21,9 @@ class TempDir {
     if (made) path_ = made;
   }
   ~TempDir() {
+    std::error_code ignored;
     if (!path_.empty() && !std::getenv("RTFT_KEEP_TEST_FILES"))
-      (void)std::system(("rm -rf '" + path_ + "'").c_str());
+      std::filesystem::remove_all(path_, ignored);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -5,6 +5,7 @@
 // without the failure.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -26,7 +27,10 @@ class CapiJobTest : public ::testing::Test {
     root_ = tmpl;
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+    if (!HasFailure()) {
+      std::error_code e;
+      std::filesystem::remove_all(root_, e);
+    }
   }
 
   struct Run {
@@ -37,7 +41,7 @@ class CapiJobTest : public ::testing::Test {
 
   Run Start(const std::string& name, const std::string& fault = "", bool lose = false) {
     const std::string dir = root_ + "/" + name;
-    EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+    std::filesystem::create_directories(dir);
     Job job(dir);
     JobSpec spec;
     spec.slots = 4;

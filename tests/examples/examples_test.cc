@@ -5,6 +5,7 @@
 // must end as a run without the failure: every rank's digest equal to the reference's.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -27,7 +28,10 @@ class ExamplesTest : public ::testing::Test {
     root_ = tmpl;
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+    if (!HasFailure()) {
+      std::error_code e;
+      std::filesystem::remove_all(root_, e);
+    }
   }
 
   struct Run {
@@ -49,7 +53,7 @@ class ExamplesTest : public ::testing::Test {
                const std::map<std::string, std::string>& env, const std::string& fault = "",
                bool lose = false) {
     const std::string dir = root_ + "/" + name;
-    EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+    std::filesystem::create_directories(dir);
     Job job(dir);
     JobSpec spec;
     spec.slots = 4;

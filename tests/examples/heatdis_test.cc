@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -34,7 +35,10 @@ class HeatdisTest : public ::testing::TestWithParam<const char*> {
     program_ = std::string(RTFT_EXAMPLES_DIR) + "/" + GetParam();
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+    if (!HasFailure()) {
+      std::error_code e;
+      std::filesystem::remove_all(root_, e);
+    }
   }
 
   struct Run {
@@ -58,7 +62,7 @@ class HeatdisTest : public ::testing::TestWithParam<const char*> {
     Run run;
     run.dir = root_ + "/" + name;
     run.field = run.dir + "/field.h5";
-    EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
+    std::filesystem::create_directories(run.dir);
     return run;
   }
 

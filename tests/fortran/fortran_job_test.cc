@@ -3,6 +3,7 @@
 // a step (RTFT_FAULT="1/protect.update@7:kill"). dp-launch restarts it on its slot, it resumes
 // from its own L1 snapshot, and every rank's array must equal the same steps computed without
 // rt-ft, bit for bit (the program checks and prints PASS).
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -15,7 +16,7 @@ namespace {
 using std::chrono::seconds;
 
 std::string RunJob(const std::string& dir, const std::string& fault, int* exit_code) {
-  EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::filesystem::create_directories(dir);
   Job job(dir);
   JobSpec spec;
   spec.slots = 2;
@@ -50,7 +51,10 @@ TEST(FortranJobTest, AProtectedArraySurvivesItsOwnSigkill) {
   EXPECT_NE(crash.find("fortran 0: recovered at step 6"), std::string::npos) << crash;
   for (const char* line : {"fortran 0: PASS (20 steps)", "fortran 1: PASS (20 steps)"})
     EXPECT_NE(crash.find(line), std::string::npos) << line << "\n" << crash;
-  if (!HasFailure()) std::system(("rm -rf " + root).c_str());
+  if (!HasFailure()) {
+    std::error_code e;
+    std::filesystem::remove_all(root, e);
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,7 +29,10 @@ class JobFixture : public ::testing::Test {
   }
   void TearDown() override {
     job_.reset();
-    if (!HasFailure()) std::system(("rm -rf " + dir_).c_str());
+    if (!HasFailure()) {
+      std::error_code e;
+      std::filesystem::remove_all(dir_, e);
+    }
   }
 
   // Short heartbeats so a lost slot is noticed in about a second; the test application runs

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -97,13 +98,16 @@ void TrainRunTest::SetUp() {
 }
 
 void TrainRunTest::TearDown() {
-  if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+  if (!HasFailure()) {
+    std::error_code e;
+    std::filesystem::remove_all(root_, e);
+  }
 }
 
 TrainRun TrainRunTest::Start(const std::string& name, const TrainSpec& t) {
   TrainRun run;
   run.dir = root_ + "/" + name;
-  EXPECT_EQ(std::system(("mkdir -p '" + run.dir + "'").c_str()), 0);
+  std::filesystem::create_directories(run.dir);
   Job job(run.dir);
   JobSpec spec;
   spec.slots = t.active + t.spares + (t.dedicated ? 1 : 0);

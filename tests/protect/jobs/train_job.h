@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -34,7 +35,10 @@ class TrainJobTest : public ::testing::Test {
     root_ = tmpl;
   }
   void TearDown() override {
-    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+    if (!HasFailure()) {
+      std::error_code e;
+      std::filesystem::remove_all(root_, e);
+    }
   }
 
   struct Run {
@@ -55,7 +59,7 @@ class TrainJobTest : public ::testing::Test {
             const std::function<bool()>& ready_to_kill = nullptr) {
     Run run;
     run.dir = root_ + "/" + name;
-    EXPECT_EQ(std::system(("mkdir -p " + run.dir).c_str()), 0);
+    std::filesystem::create_directories(run.dir);
     Job job(run.dir);
     JobSpec spec;
     spec.slots = active + spares;
