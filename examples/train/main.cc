@@ -38,6 +38,16 @@ int main(int argc, char** argv) {
                  "blocks of N steps alternately protected and not, each kind timed apart "
                  "(rtft-bench protect; a failure in an unprotected block rolls back further)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--protect-every", o.protect_every,
+                 "protect only every N-th step (its L1 and L2; L3 at the --l3-every steps, a "
+                 "multiple of N): checkpointing without per-step protection (rtft-bench "
+                 "ckpt-e2e; a failure rolls back to the last such step)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--blocking-save-every", o.blocking_save_every,
+                 "benchmark baseline: write the whole state from the training thread every N "
+                 "steps, as torch.save does (copied to the host, written, fsynced), into "
+                 "--ckpt-dir (rtft-bench ckpt-e2e; never read back)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--tp", o.tp, "tensor-parallel degree (each block's matrices split over it)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--pp", o.pp, "pipeline-parallel degree (one residual MLP block per stage)")
@@ -64,6 +74,20 @@ int main(int argc, char** argv) {
   o.cuda = device == "cuda";
   if (comm->count() > 0 && !o.cuda) {
     std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
+    return 2;
+  }
+  if (o.protect_every > 0 && o.protect_blocks > 0) {
+    std::fprintf(stderr, "rtft-train: --protect-every and --protect-blocks exclude each other\n");
+    return 2;
+  }
+  if (o.protect_every > 0 && o.l3_every > 0 && o.l3_every % o.protect_every != 0) {
+    std::fprintf(stderr,
+                 "rtft-train: --l3-every must be a multiple of --protect-every (an L3 version is "
+                 "written from a protected step's snapshot)\n");
+    return 2;
+  }
+  if (o.blocking_save_every > 0 && o.ckpt_dir.empty()) {
+    std::fprintf(stderr, "rtft-train: --blocking-save-every needs --ckpt-dir\n");
     return 2;
   }
   auto rt = rtft::Runtime::Create();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "blocking_save.h"
 #include "rtft/testing.h"
 
 namespace train {
@@ -259,6 +260,11 @@ Status Trainer::Update(rtft::StepContext& ctx) {
     if (data) s = data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32);
   }
   if (!s.ok()) return Failed(ctx, s);
+  if (o_.blocking_save_every > 0 && (ctx.step + 1) % o_.blocking_save_every == 0) {
+    s = BlockingSave(*state_, gpu_.get(),
+                     o_.ckpt_dir + "/blocking-rank-" + std::to_string(ctx.rank) + ".bin");
+    if (!s.ok()) return Failed(ctx, s);
+  }
   loss_ema_ = ctx.step == 0 ? mean_loss_ : 0.9 * loss_ema_ + 0.1 * mean_loss_;
   if (ctx.rank == 0 && (ctx.step % o_.log_every == 0 || ctx.step + 1 == o_.steps)) {
     char line[96];
@@ -341,6 +347,8 @@ int Trainer::Run() {
   po.ckpt_dir = o_.ckpt_dir;
   if (o_.protect_blocks > 0)
     po.protect_step = [b = o_.protect_blocks](uint64_t step) { return (step / b) % 2 == 0; };
+  if (o_.protect_every > 0)
+    po.protect_step = [n = o_.protect_every](uint64_t step) { return step % n == 0; };
   auto p = rtft::Protector::Create(rt_, po);
   if (!p.ok()) return Fail("creating the protector", p.status());
   p_ = std::move(*p);

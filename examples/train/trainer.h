@@ -30,6 +30,10 @@ struct Options {
   // rtft-bench protect: blocks of this many steps alternately protected and not (0: all
   // protected), each kind timed on its own.
   uint64_t protect_blocks = 0;
+  // rtft-bench ckpt-e2e: only every N-th step protected (0: every step), and the baseline that
+  // writes the state from the training thread every N steps (-1: never; blocking_save.cc).
+  int64_t protect_every = 0;
+  int64_t blocking_save_every = -1;
   bool offload = false;  // rt-ft's OffloadOptimizer instead of the trainer's own AdamW loop
   // Tensor and pipeline degrees (grid_model.h; the data-parallel one from the world size) and
   // the micro-batches of the pipeline's schedule.

@@ -9,6 +9,7 @@
 
 #include "core/logging.h"
 #include "tools/rtft_bench/bench_command.h"
+#include "tools/rtft_bench/ckpt_e2e_bench.h"
 #include "tools/rtft_bench/comm_bench.h"
 #include "tools/rtft_bench/detect_sim.h"
 #include "tools/rtft_bench/goodput_bench.h"
@@ -28,6 +29,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewDetectCommand());
   commands.push_back(rtft::bench::NewCommCommand());
   commands.push_back(rtft::bench::NewProtectCommand());
+  commands.push_back(rtft::bench::NewCkptE2eCommand());
   commands.push_back(rtft::bench::NewRecoveryCommand());
   commands.push_back(rtft::bench::NewGoodputCommand());
   commands.push_back(rtft::bench::NewHeatdisCommand());
