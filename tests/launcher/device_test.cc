@@ -105,6 +105,7 @@ TEST_F(DeviceTest, SlotsGetTheirGpuByLocalIndexAndTheSpareTakesTheLostRanksGpu) 
 TEST_F(DeviceTest, WithoutTheFlagCudaVisibleDevicesGivesTheCount) {
   JobSpec spec = BaseSpec(4, 1, /*steps=*/5);
   spec.env["CUDA_VISIBLE_DEVICES"] = "3,5,7";  // three GPUs, ordinals 0..2 to CUDA
+  spec.dp_args.insert(spec.dp_args.end(), {"--log-level", "info"});  // the slots' GPU lines
   job_->Start(spec);
   EXPECT_EQ(Finish(), 0) << job_->Dump();
   for (int slot = 0; slot < 3; ++slot) {
@@ -121,6 +122,7 @@ TEST_F(DeviceTest, WithoutTheFlagCudaVisibleDevicesGivesTheCount) {
 TEST_F(DeviceTest, WithoutGpusNoDeviceIsSet) {
   JobSpec spec = BaseSpec(3, 1, /*steps=*/5);
   spec.env["CUDA_VISIBLE_DEVICES"] = "-1";  // CUDA's way to hide every GPU
+  spec.dp_args.insert(spec.dp_args.end(), {"--log-level", "info"});
   job_->Start(spec);
   EXPECT_EQ(Finish(), 0) << job_->Dump();
   for (int slot = 0; slot < 3; ++slot) EXPECT_EQ(EnvDevice(slot), "-") << job_->Dump();
