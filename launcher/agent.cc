@@ -99,7 +99,9 @@ Status Agent::Join() {
   control::AgentClientOptions o;
   o.endpoint = config_.endpoint;
   o.keys = config_.keys;
-  o.me = {config_.slot, config_.host, static_cast<int32_t>(getpid()), config_.coordinator_endpoint};
+  o.me = {
+      config_.slot,   config_.host, static_cast<int32_t>(getpid()), config_.coordinator_endpoint,
+      config_.device, config_.gpus};
   o.heartbeat_period = config_.options.heartbeat;
   // With a standby, an agent votes for it once the primary is silent as long as a slot may be.
   if (config_.standby) o.primary_timeout = config_.options.heartbeat_timeout;
@@ -122,7 +124,10 @@ Status Agent::Join() {
   assignment_ = *a;
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot
                               << " joined: " << control::RoleName(assignment_.role) << " rank "
-                              << assignment_.rank << " epoch " << assignment_.epoch;
+                              << assignment_.rank << " epoch " << assignment_.epoch
+                              << (assignment_.device >= 0
+                                      ? " device " + std::to_string(assignment_.device)
+                                      : std::string());
   return Status::Ok();
 }
 

@@ -53,6 +53,9 @@ struct AgentConfig {
   // This slot's standby-capable coordinator (empty: none), and whether the job has a standby.
   std::string coordinator_endpoint;
   bool standby = false;
+  // The slot's own CUDA device (-1: none) and its node's GPUs (0: none known), gpu_slot.h.
+  int32_t device = -1;
+  int32_t gpus = 0;
   // RLIMIT_NOFILE as dp-launch found it (it raised its own): what the application starts with.
   std::optional<rlimit> app_nofile;
 };

@@ -60,6 +60,14 @@ ChildSpec Agent::AppSpec() {
               env(Param::kRole, RoleEnvName(assignment_.role)),
               env(Param::kRestartCount, std::to_string(starts_))};
   if (!shm_dir_.empty()) spec.env.push_back(env(Param::kShmDir, shm_dir_));
+  // The device travels with the rank (docs/launcher.md, "GPUs"): a spare, which may take any GPU
+  // of its node, is told its device at activation (through the runtime), never here; the
+  // device of a restarted application is its slot's.
+  const std::string device = GetParamInfo(Param::kDevice).env;
+  if (assignment_.device >= 0)
+    spec.env.push_back({device, std::to_string(assignment_.device)});
+  else if (config_.gpus > 0)
+    spec.unset.push_back(device);
   // NCCL's reductions are bitwise reproducible with one algorithm and protocol only; NCCL reads
   // them once, at its first communicator, so they go in before exec (docs/comm.md,
   // "Deterministic results"). A value the user set is kept.
@@ -86,7 +94,10 @@ Status Agent::StartApp() {
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": started " << spec.argv[0]
                               << " (keeper pid " << app.child->pid() << ", "
                               << IsolationName(app.child->isolation()) << ") as "
-                              << RoleEnvName(assignment_.role) << " rank " << assignment_.rank;
+                              << RoleEnvName(assignment_.role) << " rank " << assignment_.rank
+                              << (assignment_.device >= 0
+                                      ? " on device " + std::to_string(assignment_.device)
+                                      : std::string());
   if (!app.child->proc_note().empty() && starts_ == 1)
     RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": " << app.child->proc_note()
                                 << ": the application sees the host's /proc, where "

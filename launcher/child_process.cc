@@ -47,6 +47,7 @@ std::vector<std::string> BuildEnvironment(const ChildSpec& spec) {
     if (IsLauncherVariable(*e)) continue;
     bool replaced = false;
     for (const auto& [name, value] : spec.env) replaced = replaced || Names(*e, name);
+    for (const auto& name : spec.unset) replaced = replaced || Names(*e, name);
     for (size_t i = 0; i < given.size(); ++i) {
       const std::string& name = spec.env_defaults[i].first;
       if (Names(*e, name) && (*e)[name.size() + 1] != '\0') given[i] = true;

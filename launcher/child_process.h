@@ -39,6 +39,8 @@ struct ChildSpec {
   std::vector<std::string> argv;
   // Set on top of the agent's environment (minus the MPI launcher's variables).
   std::vector<std::pair<std::string, std::string>> env;
+  // Removed from the agent's environment (unless `env` sets them).
+  std::vector<std::string> unset;
   // Set only where the agent's environment leaves them unset or empty.
   std::vector<std::pair<std::string, std::string>> env_defaults;
   IsolationPolicy isolation = IsolationPolicy::kAuto;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/params.h"
+#include "launcher/gpu_slot.h"
 
 namespace rtft::launch {
 namespace {
@@ -85,6 +86,9 @@ void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
                   Help("slot 0 writes the job's exit code here", Param::kExitCodeFile));
   app->add_option("--app-isolation", f->app_isolation,
                   Help("auto | pid-namespace | process-group", Param::kAppIsolation));
+  app->add_option("--gpus-per-node", f->gpus_per_node,
+                  Help("GPUs of each node (slot i of a node gets device i mod N), or auto",
+                       Param::kGpusPerNode));
   app->add_flag("--print-config", f->print_config,
                 "list every RTFT_* setting with its default and current value, then exit");
   app->add_option("command", f->command, "the application and its arguments (after --)");
@@ -138,6 +142,8 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   if (!ParseIsolationPolicy(isolation, &o.isolation))
     return Status::InvalidArgument("--app-isolation '" + isolation +
                                    "': use auto, pid-namespace or process-group");
+  RTFT_ASSIGN_OR_RETURN(o.gpus_per_node,
+                        ParseGpusPerNode(StringSetting(f.gpus_per_node, Param::kGpusPerNode)));
   o.command = f.command;
   return o;
 }

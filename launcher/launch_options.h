@@ -39,6 +39,7 @@ struct LaunchOptions {
   std::chrono::seconds shutdown_grace{30};
   std::string exit_code_file;
   IsolationPolicy isolation = IsolationPolicy::kAuto;
+  int32_t gpus_per_node = 0;         // --gpus-per-node; 0: auto (launcher/gpu_slot.h counts them)
   std::vector<std::string> command;  // APP [ARGS]
 };
 
@@ -47,7 +48,7 @@ struct LaunchFlags {
   std::string spares, coordinator_slot, standby_coordinator, heartbeat_ms, heartbeat_timeout_ms;
   std::string max_restarts_per_slot;
   std::string on_spares_exhausted, watchdog_s, log_level, job_key_file, join_timeout_s;
-  std::string shutdown_grace_s, exit_code_file, app_isolation;
+  std::string shutdown_grace_s, exit_code_file, app_isolation, gpus_per_node;
   bool print_config = false;
   std::vector<std::string> command;
 };

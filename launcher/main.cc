@@ -21,6 +21,7 @@
 #include "launcher/agent.h"
 #include "launcher/bootstrap.h"
 #include "launcher/coordinator_host.h"
+#include "launcher/gpu_slot.h"
 #include "launcher/job_end.h"
 #include "launcher/launch_env.h"
 #include "launcher/launch_options.h"
@@ -74,6 +75,21 @@ std::optional<std::string> SigkillTimeoutWarning(const LaunchEnv& env,
          " (or more) for a graceful shutdown\n";
 }
 
+// The slot's own GPU (docs/launcher.md, "GPUs"): told to the coordinator, which gives it to the
+// rank this slot holds; a spare's comes with its activation.
+void SetSlotGpu(const BootstrapResult& boot, const LaunchOptions& options, AgentConfig* config) {
+  const GpuCount count = CountGpus(options.gpus_per_node);
+  if (count.gpus == 0) return;  // the CPU path: no device is set
+  std::vector<std::string> hosts;
+  for (const Peer& p : boot.peers) hosts.push_back(p.host);
+  const int local = LocalIndex(boot.slot, hosts);
+  config->gpus = count.gpus;
+  config->device = SlotDevice(local, count.gpus);
+  RTFT_LOG(kInfo, kLogLaunch) << "slot " << boot.slot << ": local index " << local << " of "
+                              << boot.host << ", " << count.gpus << " GPU(s) (" << count.from
+                              << "): device " << config->device;
+}
+
 int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   const JobEndReport report(options.exit_code_file, env.launcher_slot);
   const std::optional<rlimit> app_nofile = RaiseDescriptorLimit();
@@ -114,6 +130,7 @@ int RunJob(const LaunchOptions& options, const LaunchEnv& env) {
   config.app_nofile = app_nofile;
   config.standby = options.StandbyIn(boot->slots);
   if (coordinator && boot->slot != 0) config.coordinator_endpoint = coordinator->endpoint();
+  SetSlotGpu(*boot, options, &config);
   int code;
   bool coordinator_lost;
   std::optional<std::chrono::steady_clock::time_point> gone_by;

@@ -82,9 +82,10 @@ void Trainer::Report(const rtft::RecoveryInfo& r) const {
   std::snprintf(line, sizeof(line),
                 "recovered epoch=%" PRIu64 " step=%" PRIu64
                 " world=%d source=%s fed=%d bytes=%" PRIu64
-                " event_s=%.3f agree_s=%.3f rebuild_s=%.3f transfer_s=%.3f took_s=%.3f",
+                " event_s=%.3f agree_s=%.3f rebuild_s=%.3f transfer_s=%.3f took_s=%.3f"
+                " cuda_init_s=%.3f",
                 r.epoch, r.step, r.world_size, r.source.c_str(), r.ranks_fed, r.bytes_moved,
-                r.wait_event_s, r.agree_s, r.rebuild_s, r.transfer_s, r.total_s);
+                r.wait_event_s, r.agree_s, r.rebuild_s, r.transfer_s, r.total_s, cuda_init_s_);
   Say(line);
 }
 
@@ -326,8 +327,11 @@ int Trainer::Run() {
                                    : Status::Ok();
     if (!bad.ok()) return Fail("the layout", bad);
   } else if (o_.cuda) {
+    const double began = WallSeconds();
     const Status made = CreateGpu(me.device);
     if (!made.ok()) return Fail("making the model on the GPU", made);
+    if (me.role == rtft::RuntimeRole::kSpareActivated || me.role == rtft::RuntimeRole::kRestarted)
+      cuda_init_s_ = WallSeconds() - began;
   } else {
     n_ = shape_.params();
     params_.resize(n_);

@@ -91,6 +91,11 @@ class Trainer {
   ModelShape shape_;
   size_t n_ = 0;
   int rank_ = 0;
+  // --device cuda: how long this process's CUDA start-up took (the model made on the device:
+  // context, cuBLAS, allocations), reported in the recovered line of a process that started
+  // after a failure (a spare starts CUDA only once activated: docs/launcher.md, "GPUs"); 0
+  // otherwise.
+  double cuda_init_s_ = 0;
   rtft::EvenSplit shard_;
   std::vector<float> params_, m_, v_, grad_, grad_shard_;
   std::unique_ptr<rtft::OffloadOptimizer> optimizer_;  // --offload

@@ -34,7 +34,10 @@ struct RuntimeInfo {
   int world_size = 1;
   uint64_t epoch = 0;
   int slot = 0;
-  // The CUDA device this process uses (RTFT_DEVICE; 0 when unset).
+  // The CUDA device this process uses: under dp-launch the device of its rank (its slot's GPU; a
+  // warm spare's is the one it is given at activation, docs/launcher.md "GPUs"); else
+  // RTFT_DEVICE; 0 when neither says. Select it with cudaSetDevice only after Create() returned:
+  // a spare touches no GPU before it is activated.
   int device = 0;
 };
 

@@ -360,11 +360,13 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options
   info.epoch = a->epoch;
   auto slot = ParamInt(Param::kSlot);
   info.slot = slot.ok() && *slot >= 0 ? static_cast<int>(*slot) : 0;
-  info.device = Device();
+  // The rank's device as dp-launch gave it with the rank (a spare learns it only now, at its
+  // activation: docs/launcher.md, "GPUs"); RTFT_DEVICE where dp-launch knows no GPU.
+  info.device = a->device >= 0 ? a->device : Device();
   SetLogRank(info.rank);
   RTFT_LOG(kInfo, kLogRuntime) << "runtime: " << RuntimeRoleName(info.role) << " rank " << info.rank
                                << " of " << info.world_size << ", epoch " << info.epoch << ", slot "
-                               << info.slot;
+                               << info.slot << ", device " << info.device;
   auto runtime = std::make_unique<AgentRuntime>(std::move(*client), info);
   RTFT_RETURN_IF_ERROR(runtime->Start());
   return std::unique_ptr<Runtime>(std::move(runtime));

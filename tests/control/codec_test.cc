@@ -180,6 +180,55 @@ TEST(Codec, RejectsFieldsOfTheWrongTypeRangeOrSize) {
   EXPECT_NE(Decode(FrameJson(MsgType::kEvent, ev)).find("beyond 'roles'"), std::string::npos);
 }
 
+// The GPU fields (docs/control-protocol.md): the hello's device among its node's GPUs, an
+// event's device per rank, the local link's device of the rank; all optional, all checked.
+TEST(Codec, DevicesTravelWithTheRankAndAreChecked) {
+  AgentInfo me{7, "node-a", 1234, "", 1, 2};
+  Message hello = RoundTrip(MsgType::kHello, HelloBody(me));
+  EXPECT_EQ(hello.body["dev"], 1);
+  EXPECT_EQ(hello.body["gpus"], 2);
+  EXPECT_FALSE(HelloBody({7, "node-a", 1234}).contains("dev"));  // no GPU: no fields
+  auto with = [&](json dev, json gpus) {
+    json b = HelloBody({7, "node-a", 1234});
+    if (!dev.is_null()) b["dev"] = dev;
+    if (!gpus.is_null()) b["gpus"] = gpus;
+    return Decode(FrameJson(MsgType::kHello, b));
+  };
+  EXPECT_EQ(with(0, 1), "OK");
+  EXPECT_EQ(with(1023, 1024), "OK");
+  EXPECT_NE(with(2, 2).find("is not one of"), std::string::npos);
+  EXPECT_NE(with(-1, 2).find("is not one of"), std::string::npos);
+  EXPECT_NE(with(0, 0).find("is not one of"), std::string::npos);
+  EXPECT_NE(with(1, json()).find("come together"), std::string::npos);
+  EXPECT_NE(with(json(), 4).find("come together"), std::string::npos);
+  EXPECT_NE(with(0, 1025).find("field 'gpus'"), std::string::npos);
+  EXPECT_NE(with(1024, 1024).find("field 'dev'"), std::string::npos);
+  EXPECT_NE(with("0", 1).find("field 'dev'"), std::string::npos);
+
+  ControlEvent e = SampleEvent();
+  e.membership.devices = {0, 1, -1};
+  Message ev = RoundTrip(MsgType::kEvent, EventBody(e));
+  EXPECT_EQ(EventFrom(ev.body, 4).assignment.device, 1);  // slot 4 holds rank 1
+  EXPECT_EQ(EventFrom(ev.body, 2).assignment.device, -1);
+  EXPECT_EQ(EventFrom(ev.body, 3).assignment.device, -1);  // the spare: none
+  EXPECT_EQ(EventFrom(EventBody(SampleEvent()), 4).assignment.device, -1);
+  json bad = EventBody(e);
+  bad["devs"] = json::array({0, 1});
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, bad)).find("'devs' differs"), std::string::npos);
+  bad["devs"] = json::array({0, 1, 5000});
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, bad)).find("field 'devs'"), std::string::npos);
+  bad["devs"] = json::array({0, 1, -2});
+  EXPECT_NE(Decode(FrameJson(MsgType::kEvent, bad)).find("field 'devs'"), std::string::npos);
+
+  Assignment a{Role::kActivated, 2, 9, 4, 3};
+  Message assign = RoundTrip(MsgType::kAssign, AssignBody(a));
+  EXPECT_EQ(AssignmentFrom(assign.body).device, 3);
+  EXPECT_EQ(AssignmentFrom(AssignBody({Role::kActive, 0, 1, 1})).device, -1);
+  json hostile = AssignBody(a);
+  hostile["dev"] = 1 << 20;
+  EXPECT_NE(Decode(FrameJson(MsgType::kAssign, hostile)).find("field 'dev'"), std::string::npos);
+}
+
 TEST(Codec, RejectsHostileMessagePack) {
   // Truncated body, trailing garbage, an invalid byte.
   std::vector<uint8_t> body = json::to_msgpack(json{{"pid", 5}});

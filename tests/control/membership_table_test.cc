@@ -23,6 +23,80 @@ TEST(MembershipTable, InitialAssignment) {
   EXPECT_EQ(RankOfSlot(m, 5), kNoRank);
 }
 
+TEST(MembershipTable, NoDevicesWithoutGpus) {
+  MembershipTable t(Opts(3, 1, 3, kCkpt));
+  for (SlotId s = 0; s < 3; ++s) t.Join(s, "n1", -1, 0);
+  EXPECT_TRUE(t.membership().devices.empty());
+  Decision d = t.Fail({{1, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_TRUE(d.event->membership.devices.empty());
+}
+
+// The device travels with the rank (docs/launcher.md, "GPUs").
+TEST(MembershipTable, TheSpareTakesTheLostSlotsGpuOnItsNode) {
+  MembershipTable t(Opts(6, 2, 3, kCkpt));
+  for (SlotId s = 0; s < 6; ++s) t.Join(s, "n1", s % 2, 2);
+  EXPECT_EQ(t.membership().devices, (std::vector<int32_t>{0, 1, 0, 1}));
+  // Slot 1 (device 1) lost: spare slot 4, whose own device is 0, gets device 1.
+  Decision d = t.Fail({{1, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 4, 2, 3}));
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 0, 1}));
+  // A crash restarts the rank on its slot with its device.
+  d = t.Fail({{4, FailureKind::kProcessCrash, 9}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 0, 1}));
+  // Two lost at once: each spare takes its own lost slot's GPU.
+  MembershipTable u(Opts(6, 2, 3, kCkpt));
+  for (SlotId s = 0; s < 6; ++s) u.Join(s, "n1", s % 2, 2);
+  d = u.Fail({{2, FailureKind::kSlotLost, 0}, {3, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1, 4, 5}));
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 0, 1}));
+}
+
+TEST(MembershipTable, OnAnotherNodeTheSpareTakesAFreeGpuElseItsOwn) {
+  // n1: slots 0, 1 (devices 0, 1); n2: slots 2, 3 (devices 0, 1) and spares 4, 5 (their own
+  // devices 0 and 1, both held by slots 2 and 3).
+  MembershipTable t(Opts(6, 2, 3, kCkpt));
+  const char* host[] = {"n1", "n1", "n2", "n2", "n2", "n2"};
+  const int32_t local[] = {0, 1, 0, 1, 2, 3};
+  for (SlotId s = 0; s < 6; ++s) t.Join(s, host[s], local[s] % 2, 2);
+  // Slot 0 lost on n1: spare 4 on n2 finds no free GPU there and keeps its own, device 0.
+  Decision d = t.Fail({{0, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{4, 1, 2, 3}));
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 0, 1}));
+  EXPECT_EQ(t.member(4).device, 0);
+  // Slot 3 (n2, device 1) lost: spare 5 is on n2, and takes device 1 (not a GPU shared with
+  // slot 2 and 4).
+  d = t.Fail({{3, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{4, 1, 2, 5}));
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 0, 1}));
+
+  // A GPU freed on the spare's node is taken: slot 0 (n1) and slot 2 (n2, device 0) lost
+  // together, one spare (slot 4 on n2, its own device 1): rank 0 goes to it, on device 0, which
+  // slot 2 freed; rank 2 finds no spare and the job shrinks.
+  const char* host2[] = {"n1", "n1", "n2", "n2", "n2"};
+  const int32_t dev2[] = {0, 1, 0, 1, 1};
+  MembershipTable v(Opts(5, 1, 3, SparesExhaustedPolicy::kShrink));
+  for (SlotId s = 0; s < 5; ++s) v.Join(s, host2[s], dev2[s], 2);
+  d = v.Fail({{0, FailureKind::kSlotLost, 0}, {2, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{4, 1, 3}));
+  EXPECT_EQ(d.event->membership.devices, (std::vector<int32_t>{0, 1, 1}));
+  // Hostile or inconsistent joins give no device.
+  MembershipTable u(Opts(5, 1, 3, kCkpt));
+  for (SlotId s = 0; s < 5; ++s) u.Join(s, host2[s], dev2[s], 2);
+  u.Join(1, "n1", 5, 2);
+  u.Join(2, "n2", -1, 4);
+  u.Join(9, "n9", 0, 1);  // no such slot: ignored
+  EXPECT_EQ(u.member(1).device, -1);
+  EXPECT_EQ(u.member(2).device, -1);
+  EXPECT_EQ(u.membership().devices, (std::vector<int32_t>{0, -1, -1, 1}));
+}
+
 TEST(MembershipTable, ADedicatedCoordinatorSlotHoldsNoRankAndCannotFail) {
   TableOptions o = Opts(5, 1, 3, kCkpt);
   o.coordinator_slots = 1;

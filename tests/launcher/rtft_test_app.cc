@@ -133,7 +133,7 @@ int main() {
       " env_role=" + (role_env ? role_env : "-") +
       " env_rank=" + std::to_string(EnvLong("RTFT_RANK", -1)) + " uid=" + std::to_string(getuid()) +
       " nofile=" + std::to_string(nofile.rlim_cur) + " nccl_algo=" + env_or_dash("NCCL_ALGO") +
-      " nccl_proto=" + env_or_dash("NCCL_PROTO"));
+      " nccl_proto=" + env_or_dash("NCCL_PROTO") + " env_device=" + env_or_dash("RTFT_DEVICE"));
 
   auto rt = rtft::Runtime::Create();
   if (!rt.ok()) {
@@ -145,7 +145,7 @@ int main() {
   std::ostringstream start;
   start << "start pid=" << getpid() << " ppid=" << getppid() << " slot=" << info.slot
         << " role=" << rtft::RuntimeRoleName(info.role) << " rank=" << info.rank
-        << " world=" << info.world_size << " epoch=" << info.epoch;
+        << " world=" << info.world_size << " epoch=" << info.epoch << " device=" << info.device;
   Log(start.str());
   // An application's bug in a listener must not end the rank: the next listener still runs.
   if (EnvLong("RTFT_TEST_THROWING_LISTENER", 0))

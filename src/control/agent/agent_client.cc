@@ -177,6 +177,10 @@ StatusOr<std::unique_ptr<AgentClient>> AgentClient::Connect(const AgentClientOpt
     return Status::InvalidArgument("heartbeat period must be positive");
   if (options.me.coordinator_endpoint.size() > kMaxEndpointBytes)
     return Status::InvalidArgument("the slot's coordinator endpoint is too long");
+  const int32_t gpus = options.me.gpus, device = options.me.device;
+  if (gpus < 0 || gpus > kMaxGpusPerNode || (gpus > 0 && (device < 0 || device >= gpus)))
+    return Status::InvalidArgument("the slot's device " + std::to_string(device) +
+                                   " is not one of its node's " + std::to_string(gpus) + " GPUs");
   auto c = std::make_unique<AgentClientImpl>(options);
   RTFT_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<AgentClient>(std::move(c));

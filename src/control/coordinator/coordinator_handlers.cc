@@ -111,6 +111,10 @@ void CoordinatorImpl::OnHello(const std::string& peer, const json& b) {
     ReplChange join(ReplOp::kJoin, slot);
     join.host = b["host"].get<std::string>();
     if (b.contains("ep")) join.endpoint = b["ep"].get<std::string>();
+    if (b.contains("gpus")) {  // the codec checked both, and the device against the count
+      join.device = b["dev"].get<int32_t>();
+      join.gpus = b["gpus"].get<int32_t>();
+    }
     ApplyChange(join);
     Commit(join, [] {});
   }

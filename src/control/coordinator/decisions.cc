@@ -79,6 +79,7 @@ Decision CoordinatorImpl::ApplyChange(const ReplChange& c) {
       slots_[c.slot].joined = true;
       slots_[c.slot].host = c.host;
       slots_[c.slot].endpoint = c.endpoint;
+      table_.Join(c.slot, c.host, c.device, c.gpus);
       break;
     case ReplOp::kStart: {
       started_ = true;
@@ -89,6 +90,8 @@ Decision CoordinatorImpl::ApplyChange(const ReplChange& c) {
         latest_.type = ControlEvent::Type::kEpochChange;
         latest_.membership = table_.membership();
         latest_.reason = "the job starts";
+      } else {
+        latest_.membership.devices = table_.membership().devices;  // told in the hellos
       }
       break;
     }

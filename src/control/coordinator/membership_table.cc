@@ -34,6 +34,41 @@ void MembershipTable::SyncRoles() {
   m_.world_size = static_cast<int32_t>(m_.rank_to_slot.size());
   m_.slot_roles.resize(members_.size());
   for (size_t s = 0; s < members_.size(); ++s) m_.slot_roles[s] = members_[s].role;
+  // The device travels with the rank: listed only when some slot has one.
+  m_.devices.clear();
+  const bool any = std::any_of(members_.begin(), members_.end(),
+                               [](const Member& mb) { return mb.device >= 0; });
+  if (!any) return;
+  for (SlotId s : m_.rank_to_slot) m_.devices.push_back(s >= 0 ? members_[s].device : -1);
+}
+
+void MembershipTable::Join(SlotId slot, const std::string& host, int32_t device, int32_t gpus) {
+  if (slot < 0 || slot >= slots()) return;
+  Member& mb = members_[slot];
+  mb.host = host;
+  const bool valid = gpus > 0 && gpus <= kMaxGpusPerNode && device >= 0 && device < gpus;
+  mb.gpus = valid ? gpus : 0;
+  mb.device = valid ? device : -1;
+  SyncRoles();
+}
+
+// The lost slot's GPU when it was on the spare's node (it is free now); otherwise a GPU of the
+// spare's node that no rank holds, else the spare's own (its local index's).
+int32_t MembershipTable::DeviceFor(SlotId spare, SlotId lost) const {
+  const Member& sp = members_[spare];
+  const Member& was = members_[lost];
+  if (sp.gpus <= 0) return -1;
+  if (!sp.host.empty() && was.host == sp.host && was.device >= 0 && was.device < sp.gpus)
+    return was.device;
+  std::vector<bool> held(static_cast<size_t>(sp.gpus), false);
+  for (SlotId s : m_.rank_to_slot) {
+    if (s < 0 || s == lost || members_[s].host != sp.host) continue;
+    const int32_t d = members_[s].device;
+    if (d >= 0 && d < sp.gpus) held[static_cast<size_t>(d)] = true;
+  }
+  for (int32_t d = 0; d < sp.gpus; ++d)
+    if (!held[static_cast<size_t>(d)]) return d;
+  return sp.device;
 }
 
 ControlEvent MembershipTable::NewEvent(ControlEvent::Type type, std::vector<LogicalRank> failed,
@@ -73,6 +108,7 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
             [](const SlotFailure& a, const SlotFailure& b) { return a.slot < b.slot; });
 
   std::vector<LogicalRank> failed, vacated;
+  std::vector<SlotId> held_by(m_.rank_to_slot.size(), -1);  // a vacated rank's last slot
   std::string reason;
   for (const auto& f : failures) {
     Member& mb = members_[f.slot];
@@ -97,6 +133,7 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
     reason += ", slot retired";
     if (mb.rank != kNoRank) {
       vacated.push_back(mb.rank);
+      held_by[mb.rank] = f.slot;
       m_.rank_to_slot[mb.rank] = -1;
       if (state_ == State::kDraining) {
         exit_codes_[f.slot] = 1;
@@ -131,6 +168,7 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
     m_.spares.erase(m_.spares.begin());
     members_[s].role = Role::kActivated;
     members_[s].rank = r;
+    if (held_by[r] >= 0) members_[s].device = DeviceFor(s, held_by[r]);
     m_.rank_to_slot[r] = s;
     reason += "; rank " + std::to_string(r) + " -> spare slot " + std::to_string(s);
   }

@@ -52,6 +52,10 @@ class MembershipTable {
   // A shutdown was broadcast; the coordinator waits for the ranks' exits.
   bool draining() const { return state_ != State::kRunning; }
 
+  // A slot's agent said hello from `host`, with its own CUDA device (-1: none) among the
+  // `gpus` of its node (before the job starts; docs/launcher.md, "GPUs").
+  void Join(SlotId slot, const std::string& host, int32_t device, int32_t gpus);
+
   // Failures observed together (same heartbeat scan) are answered by one epoch.
   Decision Fail(const std::vector<SlotFailure>& failures);
   // The slot's application exited for good with `code`.
@@ -63,6 +67,8 @@ class MembershipTable {
   ControlEvent NewEvent(ControlEvent::Type type, std::vector<LogicalRank> failed,
                         std::string reason);
   void SyncRoles();
+  // The device a spare on slot `spare` takes for the rank that slot `lost` held.
+  int32_t DeviceFor(SlotId spare, SlotId lost) const;
   // Ranks left without a slot once spares ran out; applies the policy.
   Decision Exhausted(const std::vector<LogicalRank>& unfilled, std::vector<LogicalRank> failed,
                      std::string reason);

@@ -24,6 +24,10 @@ json ReplBody(uint64_t seq, const ReplChange& c) {
       b["slot"] = c.slot;
       b["host"] = c.host;
       if (!c.endpoint.empty()) b["ep"] = c.endpoint;
+      if (c.gpus > 0) {
+        b["dev"] = c.device;
+        b["gpus"] = c.gpus;
+      }
       break;
     case ReplOp::kFail: {
       json slots = json::array(), kinds = json::array(), details = json::array();
@@ -72,6 +76,11 @@ StatusOr<ReplChange> ReplFrom(const json& b) {
       if (!b.contains("host")) return Missing("host", c.op);
       c.host = b["host"].get<std::string>();
       if (b.contains("ep")) c.endpoint = b["ep"].get<std::string>();
+      // The codec checked that both come together and that the device is one of the GPUs.
+      if (b.contains("gpus")) {
+        c.device = b["dev"].get<int32_t>();
+        c.gpus = b["gpus"].get<int32_t>();
+      }
       break;
     case ReplOp::kFail:
       // The codec checked that the three lists have one length.

@@ -26,6 +26,7 @@ struct ReplChange {
   // finding, a heartbeat scan or the join deadline). kSyncBegin: the primary's slot.
   SlotId slot = -1;
   std::string host, endpoint;         // kJoin (the slot's standby-capable coordinator)
+  int32_t device = -1, gpus = 0;      // kJoin: the slot's own device and its node's GPUs
   std::vector<SlotFailure> failures;  // kFail
   int32_t exit_code = 0;              // kExit
   std::string key, value;             // kKv

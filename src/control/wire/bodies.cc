@@ -17,8 +17,10 @@ std::vector<int32_t> Ints(const json& v) {
 json MembershipFields(const Membership& m) {
   json roles = json::array();
   for (Role r : m.slot_roles) roles.push_back(static_cast<int>(r));
-  return json{{"epoch", m.epoch},   {"ws", m.world_size},   {"r2s", m.rank_to_slot},
-              {"spares", m.spares}, {"retired", m.retired}, {"roles", roles}};
+  json b{{"epoch", m.epoch},   {"ws", m.world_size},   {"r2s", m.rank_to_slot},
+         {"spares", m.spares}, {"retired", m.retired}, {"roles", roles}};
+  if (!m.devices.empty()) b["devs"] = m.devices;
+  return b;
 }
 
 json StatusFields(const Status& s) {
@@ -30,6 +32,10 @@ json StatusFields(const Status& s) {
 json HelloBody(const AgentInfo& me) {
   json b{{"slot", me.slot}, {"host", me.host.substr(0, kMaxHostBytes)}, {"pid", me.pid}};
   if (!me.coordinator_endpoint.empty()) b["ep"] = me.coordinator_endpoint;
+  if (me.gpus > 0) {
+    b["gpus"] = me.gpus;
+    b["dev"] = me.device;
+  }
   return b;
 }
 json VoteBody(SlotId slot, uint64_t epoch) { return json{{"slot", slot}, {"epoch", epoch}}; }
@@ -86,10 +92,12 @@ json LocalEventBody(const ControlEvent& e) {
   return b;
 }
 json AssignBody(const Assignment& a) {
-  return json{{"role", static_cast<int>(a.role)},
-              {"rank", a.rank},
-              {"epoch", a.epoch},
-              {"ws", a.world_size}};
+  json b{{"role", static_cast<int>(a.role)},
+         {"rank", a.rank},
+         {"epoch", a.epoch},
+         {"ws", a.world_size}};
+  if (a.device >= 0) b["dev"] = a.device;
+  return b;
 }
 json AttachBody(int32_t pid) { return json{{"pid", pid}}; }
 json ReportBody(const RuntimeReport& r) {
@@ -129,6 +137,7 @@ Membership MembershipFrom(const json& b) {
   m.spares = Ints(b["spares"]);
   m.retired = Ints(b["retired"]);
   for (const auto& r : b["roles"]) m.slot_roles.push_back(static_cast<Role>(r.get<int>()));
+  if (b.contains("devs")) m.devices = Ints(b["devs"]);  // as long as r2s (the codec checked)
   return m;
 }
 
@@ -144,6 +153,9 @@ ControlEvent EventFrom(const json& b, SlotId me) {
   e.assignment.rank = RankOfSlot(e.membership, me);
   e.assignment.epoch = e.membership.epoch;
   e.assignment.world_size = e.membership.world_size;
+  const LogicalRank r = e.assignment.rank;
+  if (r >= 0 && static_cast<size_t>(r) < e.membership.devices.size())
+    e.assignment.device = e.membership.devices[r];
   return e;
 }
 
@@ -160,6 +172,7 @@ Assignment AssignmentFrom(const json& b) {
   a.rank = b["rank"].get<int32_t>();
   a.epoch = b["epoch"].get<uint64_t>();
   a.world_size = b["ws"].get<int32_t>();
+  if (b.contains("dev")) a.device = b["dev"].get<int32_t>();
   return a;
 }
 

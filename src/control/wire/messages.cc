@@ -14,6 +14,7 @@ constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxSlot = kMaxSlots - 1;
 constexpr int64_t kMaxTimeoutMs = int64_t{366} * 24 * 3600 * 1000;
 constexpr int64_t kMaxStatusCode = static_cast<int64_t>(kLastStatusCode);
+constexpr int64_t kMaxDevice = kMaxGpusPerNode - 1;
 
 FieldSpec Int(const char* name, int64_t min, int64_t max, bool required = true) {
   return {name, K::kInt, required, min, max, 0};
@@ -45,7 +46,8 @@ Schema EventSchema(bool local) {
               List("failed", -1, kMaxSlot),
               Str("reason", kMaxTextBytes),
               Bool("ckpt"),
-              Int("xcode", kI32Min, kI32Max)};
+              Int("xcode", kI32Min, kI32Max),
+              List("devs", -1, kMaxDevice, false)};
   if (local) {
     s.push_back(Int("role", 0, static_cast<int64_t>(Role::kRetired)));
     s.push_back(Int("rank", -1, kMaxSlot));
@@ -68,12 +70,18 @@ Schema ReplSchema() {
           Bytes("value", kMaxValueBytes, false),
           Int("req", 0, kI64Max, false),
           Int("slots", 1, kMaxSlots, false),
-          Int("epoch", 0, kI64Max, false)};
+          Int("epoch", 0, kI64Max, false),
+          Int("dev", -1, kMaxDevice, false),
+          Int("gpus", 0, kMaxGpusPerNode, false)};
 }
 
 const Schema* Lookup(uint8_t type) {
-  static const Schema hello = {Slot(), Str("host", kMaxHostBytes), Int("pid", 0, kI32Max),
-                               Str("ep", kMaxEndpointBytes, false)};
+  static const Schema hello = {Slot(),
+                               Str("host", kMaxHostBytes),
+                               Int("pid", 0, kI32Max),
+                               Str("ep", kMaxEndpointBytes, false),
+                               Int("dev", -1, kMaxDevice, false),
+                               Int("gpus", 0, kMaxGpusPerNode, false)};
   static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max),
                                    Bool("ack", false)};
   static const Schema failure = {Req(), Slot(),
@@ -100,7 +108,7 @@ const Schema* Lookup(uint8_t type) {
                                 Int("tmo", 0, kMaxTimeoutMs, false)};
   static const Schema assign = {Int("role", 0, static_cast<int64_t>(Role::kRetired)),
                                 Int("rank", -1, kMaxSlot), Int("epoch", 0, kI64Max),
-                                Int("ws", 0, kMaxSlots)};
+                                Int("ws", 0, kMaxSlots), Int("dev", -1, kMaxDevice, false)};
   static const Schema local_event = EventSchema(true);
   static const Schema local_kv_reply = {Str("key", kMaxKeyBytes), Code(), Msg(),
                                         Bytes("value", kMaxValueBytes, false)};
@@ -195,8 +203,26 @@ const char* MsgTypeName(MsgType type) {
   return "unknown";
 }
 
+namespace {
+
+// A slot's device and its node's GPUs come together, the device one of those GPUs.
+Status CheckDevice(const json& body) {
+  if (body.contains("dev") != body.contains("gpus"))
+    return Status::InvalidArgument("'dev' and 'gpus' come together");
+  if (!body.contains("dev")) return Status::Ok();
+  const int64_t dev = body["dev"].get<int64_t>(), gpus = body["gpus"].get<int64_t>();
+  if (dev >= gpus || (gpus > 0 && dev < 0))
+    return Status::InvalidArgument("'dev' " + std::to_string(dev) + " is not one of 'gpus' " +
+                                   std::to_string(gpus));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckMessageSemantics(MsgType type, const json& body) {
+  if (type == MsgType::kHello) return CheckDevice(body);
   if (type == MsgType::kRepl) {
+    RTFT_RETURN_IF_ERROR(CheckDevice(body));
     // A failure's three lists describe the same slots.
     const bool any = body.contains("fslots") || body.contains("kinds") || body.contains("details");
     if (!any) return Status::Ok();
@@ -211,6 +237,8 @@ Status CheckMessageSemantics(MsgType type, const json& body) {
   const auto& r2s = body["r2s"];
   if (body["ws"].get<int64_t>() != static_cast<int64_t>(r2s.size()))
     return Status::InvalidArgument("'ws' differs from the length of 'r2s'");
+  if (body.contains("devs") && body["devs"].size() != r2s.size())
+    return Status::InvalidArgument("'devs' differs in length from 'r2s'");
   for (const char* list : {"r2s", "spares", "retired"}) {
     for (const auto& s : body[list]) {
       if (s.get<int64_t>() >= static_cast<int64_t>(slots))

@@ -53,6 +53,11 @@ struct Member {
   Role role = Role::kSpare;
   std::string host;
   int32_t restarts = 0;
+  // The CUDA device the slot holds (-1: none) and the GPUs its node has (0: none known), as its
+  // agent said in its hello; an activated spare takes the device of the rank it fills
+  // (docs/launcher.md, "GPUs").
+  int32_t device = -1;
+  int32_t gpus = 0;
 };
 
 // The membership of one epoch: which slot holds each logical rank, and the spares left.
@@ -63,6 +68,9 @@ struct Membership {
   std::vector<SlotId> spares;        // in the order they will be activated
   std::vector<SlotId> retired;
   std::vector<Role> slot_roles;  // index: slot; every slot's role in this epoch
+  // Index: logical rank: the CUDA device of the slot that holds it (-1: none); empty when no
+  // slot has a GPU (docs/launcher.md, "GPUs").
+  std::vector<int32_t> devices;
 };
 
 // This slot's rank and role in `m` (kNoRank for spares and retired slots).
@@ -76,6 +84,10 @@ struct AgentInfo {
   // Where this slot's standby-capable coordinator listens (empty: none); the primary may appoint
   // it the standby.
   std::string coordinator_endpoint;
+  // The slot's own CUDA device (its local index modulo its node's GPUs; -1: none) and the GPUs
+  // of its node (0: none known).
+  int32_t device = -1;
+  int32_t gpus = 0;
 };
 
 struct Assignment {
@@ -83,6 +95,8 @@ struct Assignment {
   LogicalRank rank = kNoRank;
   uint64_t epoch = 0;
   int32_t world_size = 0;
+  // The CUDA device of the rank (-1: none; a spare has none until it is activated).
+  int32_t device = -1;
 };
 
 struct ControlEvent {
@@ -117,5 +131,7 @@ struct RuntimeReport {
 
 // Wire limits (docs/control-protocol.md).
 constexpr int32_t kMaxSlots = 65536;
+// GPUs of one node (dp-launch --gpus-per-node): device ordinals are below it.
+constexpr int32_t kMaxGpusPerNode = 1024;
 
 }  // namespace rtft::control

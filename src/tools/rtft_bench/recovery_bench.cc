@@ -34,6 +34,10 @@ double FirstTime(const std::string& out, const std::string& pattern, std::string
 // slowest rank's, from the failure event).
 struct Stages {
   double bytes_moved = 0, agree_s = 0, rebuild_s = 0, transfer_s = 0;
+  // --device cuda: the CUDA start-up of the process that took the rank (a spare's comes after
+  // its activation, docs/launcher.md "GPUs"; a restarted one's after its restart); -1: not
+  // printed (CPU runs, or a trainer without the field).
+  double cuda_init_s = -1;
 };
 Stages ParseStages(const std::string& output) {
   static const std::regex recovered(
@@ -47,6 +51,10 @@ Stages ParseStages(const std::string& output) {
     st.rebuild_s = std::max(st.rebuild_s, std::stod((*it)[3]));
     st.transfer_s = std::max(st.transfer_s, std::stod((*it)[4]));
   }
+  static const std::regex cuda_init(R"(\[train \d+\] recovered .* cuda_init_s=([0-9.]+))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), cuda_init);
+       it != std::sregex_iterator(); ++it)
+    st.cuda_init_s = std::max(st.cuda_init_s, std::stod((*it)[1]));
   return st;
 }
 
@@ -275,6 +283,8 @@ void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines*
                            {"resumed_s", f.resumed_s <= resumed_target},
                            {"speedup", speedup >= speedup_target},
                            {"reexecuted_steps", f.reexecuted <= 1}}}};
+  // Part of resumed_s, not added to it: measured on the GPU machine only.
+  if (dev_.cuda() && f.stages.cuda_init_s >= 0) line["cuda_init_s"] = f.stages.cuda_init_s;
   if (coordinator) {
     line["extra_detect_s"] = f.detect_s - slot_detect_s_;
     line["extra_resumed_s"] = f.resumed_s - slot_resumed_s_;
