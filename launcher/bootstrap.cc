@@ -30,6 +30,8 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
   c.join_timeout = options.join_timeout;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
+  c.grid_tensor = options.grid_tensor;
+  c.grid_pipeline = options.grid_pipeline;
   c.self_slot = slot;
   c.standby = standby;
   c.replicate = options.StandbyIn(slots);
