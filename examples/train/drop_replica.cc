@@ -39,9 +39,9 @@ int Trainer::DropReplica(const rtft::StepFns& fns) {
   if (!at.ok()) return Fail("--drop-replica", at.status());
   const int T = at->tensor, P = at->pipeline, D = at->data;
   if (o_.drop_replica >= D || D < 2)
-    return Fail("--drop-replica", Status::InvalidArgument("no replica " +
-                                                          std::to_string(o_.drop_replica) +
-                                                          " to drop of " + std::to_string(D)));
+    return Fail("--drop-replica",
+                Status::InvalidArgument("no replica " + std::to_string(o_.drop_replica) +
+                                        " to drop of " + std::to_string(D)));
   // The optimizer state of the partition, whole, on every rank of its data-parallel group.
   std::unique_ptr<rtft::Communicator> old_data;
   const std::string tp = ".t" + std::to_string(at->t) + ".p" + std::to_string(at->p);
