@@ -287,6 +287,11 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     if (app_.child) app_.child->Kill();
     return Finish(0, "slot retired: " + event.reason);
   }
+  // A rank that left (its replica did): the slot is a spare now, whether its application runs or
+  // crashed and waits for this answer.
+  if (!was_spare && is_spare() &&
+      (state_ == AppState::kRunning || state_ == AppState::kAwaitingDecision))
+    return Demote(event.reason);
   if (state_ == AppState::kAwaitingDecision) {
     // Our failure report is answered by the event that lists our rank.
     const auto& f = event.failed_ranks;
@@ -299,7 +304,6 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     }
     return;
   }
-  if (!was_spare && is_spare() && state_ == AppState::kRunning) return Demote(event.reason);
   if (state_ != AppState::kRunning || !app_.attached) return;
   if (was_spare && !is_spare()) {
     // This spare was activated: release its runtime from standby.
