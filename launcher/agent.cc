@@ -292,6 +292,11 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     if (app_.child) app_.child->Kill();
     return Finish(0, "slot retired: " + event.reason);
   }
+  // A rank that left (its replica did): the slot is a spare now, whether its application runs or
+  // crashed and waits for this answer.
+  if (!was_spare && is_spare() &&
+      (state_ == AppState::kRunning || state_ == AppState::kAwaitingDecision))
+    return Demote(event.reason);
   if (state_ == AppState::kAwaitingDecision) {
     // Our failure report is answered by the event that lists our rank.
     const auto& f = event.failed_ranks;
@@ -315,6 +320,28 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
   if (app_.assigned) {
     Status s = link_->SendEvent(event);
     if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding an event to the application: " << s;
+  }
+}
+
+// A shrink of a tensor x pipeline layout dropped this rank's data-parallel replica: the slot is
+// a spare now (docs/protect.md, "3D layouts"). Its application holds state of a rank the job no
+// longer has, so it ends, its snapshot with it, and a new one waits in standby, warm, for a rank.
+void Agent::Demote(const std::string& why) {
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
+                              << ": its rank left the job, the slot joins the spare pool: " << why;
+  SetForwardedChild(0);
+  app_ = App();  // kills and reaps the application
+  gets_.clear();
+  if (!shm_dir_.empty()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(shm_dir_, ec))
+      std::filesystem::remove_all(entry.path(), ec);
+  }
+  Status s = StartApp();
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogLaunch) << s;
+    (void)client_->ReportExit(kExitNoStart);
+    Finish(kExitNoStart, "cannot start the application again as a spare");
   }
 }
 

@@ -112,6 +112,7 @@ class Agent {
   void WaitAndHandle();
   void HandleEvent(const control::ControlEvent& event);
   void HandleShutdown(const control::ControlEvent& event);
+  void Demote(const std::string& why);
   void ScheduleFencing(const control::Membership& m);
   void Fence();
   // SIGKILLs `slot`'s dp-launch when it runs on this host (fencing).

@@ -21,6 +21,11 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
         "--spares " + std::to_string(options.spares) + " leaves no active slot among " +
         std::to_string(agents) +
         (options.dedicated_coordinator ? " (slot 0 runs only the coordinator)" : ""));
+  const int64_t unit = int64_t{options.grid_tensor} * options.grid_pipeline;
+  if ((agents - options.spares) % unit != 0)
+    return Status::InvalidArgument("--grid " + std::to_string(options.grid_tensor) + "x" +
+                                   std::to_string(options.grid_pipeline) + " does not divide the " +
+                                   std::to_string(agents - options.spares) + " active slots");
   control::CoordinatorOptions c;
   c.keys = keys;
   c.slots = slots;
@@ -30,6 +35,8 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
   c.join_timeout = options.join_timeout;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
+  c.grid_tensor = options.grid_tensor;
+  c.grid_pipeline = options.grid_pipeline;
   c.self_slot = slot;
   c.standby = standby;
   c.replicate = options.StandbyIn(slots);

@@ -50,6 +50,25 @@ std::string Help(const std::string& text, Param param) {
   return help + "]";
 }
 
+// "TxP", each degree 1 to 4096 (the ranks of a slot count bound their product anyway).
+Status ParseGrid(const std::string& text, LaunchOptions* o) {
+  const auto bad = Status::InvalidArgument("--grid '" + text +
+                                           "': use TxP, the tensor and pipeline degrees (2x4)");
+  const size_t x = text.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 >= text.size() || x > 4 || text.size() - x > 5)
+    return bad;
+  int64_t degree[2];
+  const std::string part[2] = {text.substr(0, x), text.substr(x + 1)};
+  for (int i = 0; i < 2; ++i) {
+    if (part[i].find_first_not_of("0123456789") != std::string::npos) return bad;
+    degree[i] = std::stoll(part[i]);
+    if (degree[i] < 1 || degree[i] > 4096) return bad;
+  }
+  o->grid_tensor = static_cast<int32_t>(degree[0]);
+  o->grid_pipeline = static_cast<int32_t>(degree[1]);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
@@ -70,6 +89,9 @@ void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
       Help("restarts on the same slot before it is retired", Param::kMaxRestartsPerSlot));
   app->add_option("--on-spares-exhausted", f->on_spares_exhausted,
                   Help("shrink | checkpoint-and-exit | fail", Param::kOnSparesExhausted));
+  app->add_option(
+      "--grid", f->grid,
+      Help("TxP: tensor x pipeline degrees; a shrink drops whole replicas", Param::kGrid));
   app->add_option(
       "--watchdog-s", f->watchdog_s,
       Help("kill an application without step progress this long, 0: off", Param::kWatchdogS));
@@ -124,6 +146,7 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   if (!control::ParsePolicy(policy, &o.on_spares_exhausted))
     return Status::InvalidArgument("--on-spares-exhausted '" + policy +
                                    "': use shrink, checkpoint-and-exit or fail");
+  RTFT_RETURN_IF_ERROR(ParseGrid(StringSetting(f.grid, Param::kGrid), &o));
   RTFT_ASSIGN_OR_RETURN(int64_t wd, IntSetting(f.watchdog_s, Param::kWatchdogS, "watchdog-s"));
   RTFT_RETURN_IF_ERROR(CheckRange(wd, 0, 7 * 24 * 3600, "--watchdog-s"));
   o.watchdog = std::chrono::seconds(wd);

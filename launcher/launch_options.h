@@ -32,6 +32,8 @@ struct LaunchOptions {
   int32_t max_restarts_per_slot = 3;
   control::SparesExhaustedPolicy on_spares_exhausted =
       control::SparesExhaustedPolicy::kCheckpointAndExit;
+  // --grid TxP: the job's tensor and pipeline degrees, for a shrink of whole replicas.
+  int32_t grid_tensor = 1, grid_pipeline = 1;
   std::chrono::seconds watchdog{300};  // 0: off
   std::string log_level;
   std::string job_key_file;
@@ -47,7 +49,7 @@ struct LaunchOptions {
 struct LaunchFlags {
   std::string spares, coordinator_slot, standby_coordinator, heartbeat_ms, heartbeat_timeout_ms;
   std::string max_restarts_per_slot;
-  std::string on_spares_exhausted, watchdog_s, log_level, job_key_file, join_timeout_s;
+  std::string on_spares_exhausted, grid, watchdog_s, log_level, job_key_file, join_timeout_s;
   std::string shutdown_grace_s, exit_code_file, app_isolation, gpus_per_node;
   bool print_config = false;
   std::vector<std::string> command;

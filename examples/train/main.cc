@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
                "trainer's own loop (with --device cuda: the optimizer's state in pinned host "
                "memory, subgroups updated on the GPU and the CPU interleaved); its state is "
                "protected through its state provider");
+  std::string drop;
+  app.add_option("--drop-replica", drop,
+                 "test option, D@STEP: after STEP steps lay the layout out as if data-parallel "
+                 "replica D had left (the reference of a shrink with --tp/--pp)");
   std::string device = "cpu";
   app.add_option("--device", device,
                  "where the model runs: cpu, or cuda (the runtime's device, RTFT_DEVICE; bf16 "
@@ -72,6 +76,19 @@ int main(int argc, char** argv) {
           ->check(CLI::IsMember({"nccl", "gloo"}));
   CLI11_PARSE(app, argc, argv);
   o.cuda = device == "cuda";
+  if (!drop.empty()) {
+    unsigned d = 0;
+    unsigned long long step = 0;
+    char tail = 0;
+    if (std::sscanf(drop.c_str(), "%u@%llu%c", &d, &step, &tail) != 2 || d > 1000000 ||
+        step >= o.steps) {
+      std::fprintf(stderr, "rtft-train: --drop-replica '%s': D@STEP, STEP below --steps\n",
+                   drop.c_str());
+      return 2;
+    }
+    o.drop_replica = static_cast<int>(d);
+    o.drop_step = step;
+  }
   if (comm->count() > 0 && !o.cuda) {
     std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
     return 2;

@@ -326,6 +326,8 @@ int Trainer::Run() {
         : o_.batch % o_.micro != 0 ? Status::InvalidArgument("--micro-batches must divide --batch")
                                    : Status::Ok();
     if (!bad.ok()) return Fail("the layout", bad);
+  } else if (o_.drop_replica >= 0) {
+    return Fail("the layout", Status::InvalidArgument("--drop-replica needs --tp or --pp"));
   } else if (o_.cuda) {
     const double began = WallSeconds();
     const Status made = CreateGpu(me.device);
@@ -372,8 +374,10 @@ int Trainer::Run() {
                   e.failed_ranks.size(), e.shutdown ? 1 : 0);
     Say(text);
   });
-  auto run = p_->Run(o_.steps, {[this](rtft::StepContext& c) { return Compute(c); },
-                                [this](rtft::StepContext& c) { return Update(c); }});
+  const rtft::StepFns fns{[this](rtft::StepContext& c) { return Compute(c); },
+                          [this](rtft::StepContext& c) { return Update(c); }};
+  if (o_.drop_replica >= 0) return DropReplica(fns);
+  auto run = p_->Run(o_.steps, fns);
   if (!run.ok()) return Fail("training", run.status());
   if (run->outcome == rtft::RunOutcome::kShutdown) {
     Say(run->checkpointed ? "shutdown (checkpoint written)" : "shutdown");

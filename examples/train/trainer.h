@@ -39,6 +39,10 @@ struct Options {
   // the micro-batches of the pipeline's schedule.
   int tp = 1, pp = 1, micro = 2;
   bool grid() const { return tp > 1 || pp > 1; }
+  // --drop-replica D@STEP (a test option): after STEP steps, the layout as if data-parallel
+  // replica D had left (drop_replica.cc); -1: never.
+  int drop_replica = -1;
+  uint64_t drop_step = 0;
   // --device cuda: the model on the GPU (gpu_model.h), bf16 parameters with the fp32 master
   // weights and moments in rt-ft's OffloadOptimizer (resident on the GPU; with --offload in
   // pinned host memory, interleaved); its collectives over NCCL, or over Gloo staged through
@@ -64,6 +68,11 @@ class Trainer {
   // This rank's shard of the optimizer for `world` ranks, sized and described (again after a
   // shrink).
   rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Describe(int world, int rank);
+  // --drop-replica: the steps to STEP protected, then the rest on communicators without the
+  // replica; the process's exit code.
+  int DropReplica(const rtft::StepFns& fns);
+  rtft::Status Group(const std::string& name, int rank, int size,
+                     std::unique_ptr<rtft::Communicator>* c) const;
   rtft::Status Compute(rtft::StepContext& ctx);
   rtft::Status Update(rtft::StepContext& ctx);
   // The parameters this rank updates a shard of: the whole model, or its partition's block.

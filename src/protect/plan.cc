@@ -201,4 +201,141 @@ RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& sur
   return plan;
 }
 
+namespace {
+
+// Whether every survivor of the old world holds `step` in its L1 (its group's layout) and every
+// rank that left has it replicated on its holder; says why not in `why`.
+bool GridStepCan(const GridShrinkPlan& g, const std::vector<RankState>& old,
+                 const std::vector<uint64_t>& hashes, uint64_t step, std::string* why) {
+  const int T = g.tensor, D = g.old_data;
+  for (size_t r = 0; r < old.size(); ++r) {
+    const int t = static_cast<int>(r) % T, d = (static_cast<int>(r) / T) % D;
+    const int p = static_cast<int>(r) / (T * D);
+    const uint64_t hash = hashes[t + T * p];
+    if (g.new_of_old[r] >= 0) {
+      if (old[r].layout_hash == hash && Has(old[r].l1, step)) continue;
+      *why = "surviving rank " + std::to_string(r) + " does not hold step " + std::to_string(step);
+      return false;
+    }
+    const RankState& h = old[g.holder[r]];
+    const std::pair<int, uint64_t> replica(d, step);
+    if (h.layout_hash != hash || std::find(h.l2.begin(), h.l2.end(), replica) == h.l2.end()) {
+      *why = "rank " + std::to_string(r) + "'s state of step " + std::to_string(step) +
+             " is not replicated on rank " + std::to_string(g.holder[r]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The replicas that left and the new order; false (with `why`) when the survivors do not fit.
+bool GridShape(GridShrinkPlan* g) {
+  const int T = g->tensor, P = g->pipeline, D = g->old_data;
+  std::vector<int> new_d(D, -1);
+  for (int d = 0; d < D; ++d) {
+    int alive = 0;
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) alive += g->new_of_old[t + T * (d + D * p)] >= 0;
+    if (alive != 0 && alive != T * P) {
+      g->why = "replica " + std::to_string(d) + " lost some of its ranks but not all: the " +
+               "survivors are no whole data-parallel replicas (run dp-launch with --grid " +
+               std::to_string(T) + "x" + std::to_string(P) + ")";
+      return false;
+    }
+    if (alive == 0)
+      g->left.push_back(d);
+    else
+      new_d[d] = g->new_data++;
+  }
+  if (g->new_data == 0) {
+    g->why = "no data-parallel replica is left";
+    return false;
+  }
+  g->holder.assign(g->new_of_old.size(), -1);
+  for (int r = 0; r < static_cast<int>(g->new_of_old.size()); ++r) {
+    const int t = r % T, d = (r / T) % D, p = r / (T * D);
+    if (new_d[d] >= 0) {
+      g->holder[r] = r;
+      if (g->new_of_old[r] == t + T * (new_d[d] + g->new_data * p)) continue;
+      g->why = "rank " + std::to_string(r) + " became rank " + std::to_string(g->new_of_old[r]) +
+               ", not the layout's rank (run dp-launch with --grid " + std::to_string(T) + "x" +
+               std::to_string(P) + ")";
+      return false;
+    }
+    const int right = (d + 1) % D;
+    if (new_d[right] < 0) {
+      g->why = "replicas " + std::to_string(d) + " and " + std::to_string(right) +
+               " of the data-parallel ring both left: rank " + std::to_string(r) +
+               "'s replica is on no survivor";
+      return false;
+    }
+    g->holder[r] = t + T * (right + D * p);
+  }
+  return true;
+}
+
+}  // namespace
+
+GridShrinkPlan PlanGridShrink(int tensor, int pipeline, const std::vector<RankState>& old,
+                              const std::vector<int>& new_of_old) {
+  GridShrinkPlan g;
+  g.tensor = tensor;
+  g.pipeline = pipeline;
+  g.new_of_old = new_of_old;
+  const int64_t n = static_cast<int64_t>(old.size()), unit = int64_t{tensor} * pipeline;
+  if (tensor < 1 || pipeline < 1 || n == 0 || n > kMaxWorld || n % unit != 0 ||
+      new_of_old.size() != old.size()) {
+    g.why = "an old world of " + std::to_string(n) + " ranks is no tensor " +
+            std::to_string(tensor) + " x pipeline " + std::to_string(pipeline) + " layout";
+    return g;
+  }
+  g.old_data = static_cast<int>(n / unit);
+  if (!GridShape(&g)) return g;
+  // Each group's layout hash: the one most of its survivors publish.
+  const int T = tensor, D = g.old_data;
+  std::vector<uint64_t> hashes(static_cast<size_t>(unit));
+  std::vector<uint64_t> candidates;
+  for (int p = 0; p < pipeline; ++p)
+    for (int t = 0; t < T; ++t) {
+      std::vector<int> alive;
+      for (int d = 0; d < D; ++d)
+        if (new_of_old[t + T * (d + D * p)] >= 0) alive.push_back(t + T * (d + D * p));
+      hashes[t + T * p] = GroupHash(old, alive);
+      for (int r : alive)
+        for (uint64_t s : old[r].l1) candidates.push_back(s);
+    }
+  std::sort(candidates.rbegin(), candidates.rend());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::string why;
+  for (uint64_t step : candidates) {
+    if (GridStepCan(g, old, hashes, step, &why)) {
+      g.ok = true;
+      g.step = step;
+      return g;
+    }
+    if (g.why.empty()) g.why = why;
+  }
+  if (g.why.empty()) g.why = "no survivor holds a complete snapshot";
+  return g;
+}
+
+RecoveryPlan GroupShrinkPart(const GridShrinkPlan& g, int t, int p, std::vector<int>* new_of_old) {
+  RecoveryPlan part;
+  part.ok = g.ok;
+  part.step = g.step;
+  part.why = g.why;
+  const int T = g.tensor, D = g.old_data;
+  new_of_old->assign(D, -1);
+  for (int d = 0; d < D; ++d) {
+    const int r = t + T * (d + D * p);
+    if (g.new_of_old[r] >= 0) {
+      (*new_of_old)[d] = (g.new_of_old[r] / T) % g.new_data;
+      continue;
+    }
+    part.needy.push_back(d);
+    part.holder.push_back((g.holder[r] / T) % D);
+  }
+  return part;
+}
+
 }  // namespace rtft::protect

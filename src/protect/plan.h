@@ -50,6 +50,33 @@ RecoveryPlan PlanRecovery(const std::vector<RankState>& ranks,
 RecoveryPlan PlanShrink(std::vector<RankState> old, const std::vector<bool>& survived,
                         uint64_t layout_hash);
 
+// After a shrink of a tensor x pipeline x data layout (docs/protect.md, "3D layouts"): the whole
+// data-parallel replicas that lost a rank left, the others go on renumbered t + T * (d' + D' * p)
+// (d' counts the replicas below that stayed). Every rank computes it from what all published.
+struct GridShrinkPlan {
+  bool ok = false;
+  uint64_t step = 0;
+  std::string why;  // when !ok
+  int tensor = 1, pipeline = 1, old_data = 0, new_data = 0;
+  std::vector<int> left;        // the old replicas d that left, ascending
+  std::vector<int> new_of_old;  // per old rank: its new rank (-1: its replica left)
+  // Per old rank: the old rank whose memory has its state of `step`: itself, or (its replica
+  // left) its right neighbour in its data-parallel ring, which holds its L2 replica.
+  std::vector<int> holder;
+};
+// `old` indexed by the old world's ranks (rank order t + T * (d + D * p)), each survivor's
+// published state at its old rank, `new_of_old` the new rank of each (-1: not in the new world).
+// The newest step that every survivor holds in its own L1 and whose replica of every rank that
+// left is complete on its right neighbour; not ok when the survivors are no whole replicas, their
+// new ranks are not the layout's order, or the state of a rank that left is on no survivor.
+GridShrinkPlan PlanGridShrink(int tensor, int pipeline, const std::vector<RankState>& old,
+                              const std::vector<int>& new_of_old);
+// The part of `plan` that data-parallel group (t, p) moves, in positions of its ring: `needy`
+// the old positions that left, `holder` the old position that holds each one's replica;
+// `new_of_old` (out) the new position of each old one (-1: it left).
+RecoveryPlan GroupShrinkPart(const GridShrinkPlan& plan, int t, int p,
+                             std::vector<int>* new_of_old);
+
 // The JSON a rank publishes; anything malformed decodes as holding nothing.
 std::string EncodeRankState(const RankState& state);
 RankState DecodeRankState(const std::string& text, int rank);

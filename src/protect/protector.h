@@ -91,6 +91,8 @@ class ProtectorImpl final : public Protector {
     Layout layout;
     std::shared_ptr<StateProvider> state;
   };
+  // Whether the job's new world can hold the grid: whole replicas of the default order.
+  Status CanShrinkGrid(const RuntimeInfo& now) const;
   StatusOr<uint64_t> Shrink(uint64_t epoch, const std::vector<RankState>& all,
                             Clock::time_point t0);
   StatusOr<uint64_t> ShrinkFromMemory(uint64_t epoch, const RecoveryPlan& plan,

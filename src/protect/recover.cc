@@ -139,11 +139,7 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   // Every rank takes the same path, decided from what all published.
   for (const RankState& r : all)
     if (r.was_world > 0 && r.was_world != now.world_size) {
-      if (o_.grid.tensor > 1 || o_.grid.pipeline > 1)
-        return Status::Unimplemented(
-            "the job shrank, and a shrink of a tensor x pipeline layout (which would drop a whole "
-            "data-parallel replica) is not built: run with --on-spares-exhausted "
-            "checkpoint-and-exit");
+      if (o_.grid.tensor > 1 || o_.grid.pipeline > 1) RTFT_RETURN_IF_ERROR(CanShrinkGrid(now));
       return Shrink(epoch, all, t0);
     }
   if (shards_ != Shards::kApplication)

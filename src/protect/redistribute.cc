@@ -1,4 +1,5 @@
-// The shrink's transfer (docs/protect.md, "Shrink"): for each sharded tensor, each new rank d and
+// The shrink's transfer (docs/protect.md, "Shrink"; on a grid within each data-parallel group, its
+// positions for ranks: "3D layouts"): for each sharded tensor, each new rank d and
 // each old rank q (every rank in that one order, so no two wait on each other), the rows of q's
 // old shard that d's new shard covers go from where q's bytes are (q's own L1 when q survived,
 // its replica on its old right neighbour when not) to d, point to point on the replication
@@ -60,8 +61,9 @@ Status ProtectorImpl::Redistribute(const RecoveryPlan& plan, const std::vector<i
   if (table_.world() != old_world)
     return Status::Internal("a shard table of " + std::to_string(table_.world()) +
                             " ranks for an old world of " + std::to_string(old_world));
-  Moves m{resized, table_,         std::vector<int>(old_world, -1),
-          {},      train_->rank(), train_->world_size()};
+  // Positions in the data-parallel group: the ranks on a flat layout.
+  const GridPlace at = grid_.of(train_->rank());
+  Moves m{resized, table_, std::vector<int>(old_world, -1), {}, at.d, at.data};
   std::vector<int> holder_of(old_world, -1);
   for (size_t k = 0; k < plan.needy.size(); ++k) holder_of[plan.needy[k]] = plan.holder[k];
   for (int q = 0; q < old_world; ++q) {

@@ -1,10 +1,11 @@
 // Shrink (docs/protect.md, "Shrink"): no spare was left, the job goes on with fewer ranks,
-// renumbered densely in their old order. Each sharded tensor's first dimension is split evenly
-// over the new ranks (EvenShard); the survivors agree on a step whose state is complete (their own
-// L1, and each lost rank's L2 replica on a survivor), the application describes its state again
-// with shard buffers of the new sizes, and every row of every old shard moves from where it is (a
-// survivor's L1, a holder's replica) to the new rank whose shard covers it. Replicated tensors and
-// objects come back from each survivor's own L1.
+// renumbered densely in their old order (on a tensor x pipeline grid, whole data-parallel
+// replicas left, and all of the below happens per data-parallel group: "3D layouts"). Each sharded
+// tensor's first dimension is split evenly over the new ranks (EvenShard); the survivors agree on a
+// step whose state is complete (their own L1, and each lost rank's L2 replica on a survivor), the
+// application describes its state again with shard buffers of the new sizes, and every row of every
+// old shard moves from where it is (a survivor's L1, a holder's replica) to the new rank whose
+// shard covers it. Replicated tensors and objects come back from each survivor's own L1.
 #include <algorithm>
 #include <cstring>
 
@@ -63,11 +64,38 @@ bool SameTensor(const TensorDesc& a, const TensorDesc& b) {
 
 }  // namespace
 
+Status ProtectorImpl::CanShrinkGrid(const RuntimeInfo& now) const {
+  const int64_t unit = int64_t{o_.grid.tensor} * o_.grid.pipeline;
+  const std::string grid = std::to_string(o_.grid.tensor) + "x" + std::to_string(o_.grid.pipeline);
+  if (!o_.grid.ranks.empty())
+    return Status::Unimplemented(
+        "the job shrank, and a shrink of a grid with an explicit rank "
+        "map (Grid::ranks) is not built: run with --on-spares-exhausted "
+        "checkpoint-and-exit");
+  if (now.world_size % unit != 0)
+    return Status::FailedPrecondition(
+        "the job shrank to " + std::to_string(now.world_size) + " ranks, which no " + grid +
+        " layout fills: dp-launch must drop whole data-parallel replicas (run it with --grid " +
+        grid + ")");
+  return Status::Ok();
+}
+
+// On a grid the plan is the world's (one step for every group); this rank moves its own
+// data-parallel group's part, in positions of its ring (docs/protect.md, "3D layouts").
 StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankState>& all,
                                          Clock::time_point t0) {
   const int world = static_cast<int>(all.size());
   const OldWorld old = FindOldWorld(all);
-  const RecoveryPlan plan = PlanFor(old, layout_.shared_hash);
+  const bool on_grid = o_.grid.tensor > 1 || o_.grid.pipeline > 1;
+  RecoveryPlan plan;
+  GridShrinkPlan grid_plan;
+  if (!on_grid) {
+    plan = PlanFor(old, layout_.shared_hash);
+  } else if (old.fresh.empty()) {
+    grid_plan = PlanGridShrink(o_.grid.tensor, o_.grid.pipeline, old.ranks, old.new_of_old);
+  } else {
+    grid_plan.why = old.fresh;
+  }
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
   RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << old.size << " to " << world
@@ -76,8 +104,15 @@ StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankS
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
   if (train_->world_size() != world)
     return Status::Aborted("the job moved on from epoch " + std::to_string(epoch));
+  std::vector<int> new_of_old = old.new_of_old;
+  if (on_grid && grid_plan.ok) {
+    const GridPlace me = grid_.of(train_->rank());
+    plan = GroupShrinkPart(grid_plan, me.t, me.p, &new_of_old);
+  } else if (on_grid) {
+    plan.why = grid_plan.why;
+  }
   RTFT_ASSIGN_OR_RETURN(ResizedState resized, Resize(NewPlace(world, train_->rank())));
-  if (plan.ok) return ShrinkFromMemory(epoch, plan, old.new_of_old, std::move(resized), t0);
+  if (plan.ok) return ShrinkFromMemory(epoch, plan, new_of_old, std::move(resized), t0);
   RTFT_LOG(kError, kLogRuntime) << "shrink into epoch " << epoch << ": " << plan.why
                                 << "; falling back to the newest L3 checkpoint";
   if (!l3_->enabled())
@@ -115,8 +150,9 @@ StatusOr<uint64_t> ProtectorImpl::ShrinkFromMemory(uint64_t epoch, const Recover
   info_.ranks_fed = static_cast<int>(plan.needy.size());
   restored_step_ = plan.step;
   RTFT_LOG(kWarn, kLogRuntime) << "recovered into epoch " << epoch << " at step " << plan.step
-                               << " with " << train_->world_size() << " of " << new_of_old.size()
-                               << " ranks: the shards redistributed";
+                               << " with " << train_->world_size() << " ranks: the shards "
+                               << "redistributed over " << grid_.data() << " of "
+                               << new_of_old.size() << " data-parallel ranks";
   return plan.step;
 }
 
@@ -124,9 +160,12 @@ ShrinkPlace ProtectorImpl::NewPlace(int world, int rank) const {
   ShrinkPlace place;
   place.rank = rank;
   place.world_size = world;
+  // Over the data-parallel group (the whole world when the layout is flat); grid_ is the new
+  // epoch's.
+  const GridPlace at = grid_.of(rank);
   for (const Entry& e : layout_.sharded)
     place.shards.push_back(
-        EvenShard(e.tensor.name, e.tensor.dtype, e.tensor.shard.global_shape, world, rank));
+        EvenShard(e.tensor.name, e.tensor.dtype, e.tensor.shard.global_shape, at.data, at.d));
   return place;
 }
 

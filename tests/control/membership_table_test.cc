@@ -179,6 +179,65 @@ TEST(MembershipTable, ShrinkRenumbersDensely) {
   EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(1));
 }
 
+TEST(MembershipTable, AShrinkOfAGridDropsTheWholeReplicaAndItsRanksBecomeSpares) {
+  // 2 x 2 x 2: ranks t + 2 (d + 2 p); rank 7 is (1, 1, 1), its replica d = 1 is ranks 2, 3, 6, 7.
+  TableOptions o = Opts(8, 0, 0, SparesExhaustedPolicy::kShrink);
+  o.grid_tensor = 2;
+  o.grid_pipeline = 2;
+  MembershipTable t(o);
+  Decision d = t.Fail({{7, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kEpochChange);
+  EXPECT_EQ(d.event->membership.world_size, 4);
+  // Replica 0 stays: (t, p) kept, rank t + 2 (0 + 1 p).
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1, 4, 5}));
+  EXPECT_EQ(d.event->membership.spares, (std::vector<SlotId>{2, 3, 6}));
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 3), Role::kSpare);
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 7), Role::kRetired);
+  EXPECT_EQ(d.event->failed_ranks, (std::vector<LogicalRank>{7}));
+  EXPECT_NE(d.event->reason.find("join the spare pool"), std::string::npos) << d.event->reason;
+  // A second loss is taken by one of those spares, in its rank's place.
+  d = t.Fail({{5, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1, 4, 2}));
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 2), Role::kActivated);
+  EXPECT_EQ(t.member(2).rank, 3);
+}
+
+TEST(MembershipTable, AShrinkOfAGridThatLosesEveryReplicaEndsTheJob) {
+  TableOptions o = Opts(4, 0, 0, SparesExhaustedPolicy::kShrink);
+  o.grid_tensor = 2;  // 2 x 1 x 2: replica 0 is ranks 0, 1; replica 1 ranks 2, 3
+  MembershipTable t(o);
+  Decision d = t.Fail({{1, FailureKind::kSlotLost, 0}, {2, FailureKind::kSlotLost, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->type, ControlEvent::Type::kShutdown);
+  EXPECT_EQ(d.job_exit_code, std::optional<int32_t>(1));
+}
+
+TEST(MembershipTable, DropReplicasRenumbersLargeGridsAndRefusesBadInput) {
+  // 64 x 16 x 128 on paper: replicas 0, 5 and 127 leave.
+  const int32_t T = 64, P = 16, D = 128, world = T * P * D;
+  auto rank = [&](int t, int p, int d, int dd) { return t + T * (d + dd * p); };
+  auto drop = DropReplicas(
+      T, P, world, {rank(3, 7, 5, D), rank(0, 0, 0, D), rank(63, 15, 127, D), rank(1, 1, 5, D)});
+  ASSERT_TRUE(drop);
+  EXPECT_EQ(drop->left, (std::vector<int32_t>{0, 5, 127}));
+  EXPECT_EQ(drop->data, D - 3);
+  EXPECT_EQ(drop->new_of_old[rank(2, 3, 0, D)], -1);
+  EXPECT_EQ(drop->new_of_old[rank(2, 3, 5, D)], -1);
+  EXPECT_EQ(drop->new_of_old[rank(2, 3, 1, D)], rank(2, 3, 0, D - 3));
+  EXPECT_EQ(drop->new_of_old[rank(2, 3, 6, D)], rank(2, 3, 4, D - 3));
+  EXPECT_EQ(drop->new_of_old[rank(63, 15, 126, D)], rank(63, 15, 124, D - 3));
+  std::vector<int32_t> seen(static_cast<size_t>(T) * P * (D - 3), 0);
+  for (int32_t n : drop->new_of_old)
+    if (n >= 0) ++seen.at(n);
+  for (int32_t c : seen) EXPECT_EQ(c, 1);
+  EXPECT_FALSE(DropReplicas(2, 2, 6, {0}));   // 4 does not divide 6
+  EXPECT_FALSE(DropReplicas(2, 2, 8, {8}));   // outside the world
+  EXPECT_FALSE(DropReplicas(0, 2, 8, {1}));   // no degree 0
+  EXPECT_FALSE(DropReplicas(2, 2, 8, {-1}));  // a rank below 0
+}
+
 TEST(MembershipTable, CheckpointAndExitWaitsForEveryRank) {
   MembershipTable t(Opts(3, 0, 0, kCkpt));
   Decision d = t.Fail({{0, FailureKind::kSlotLost, 0}});

@@ -63,6 +63,13 @@ TEST_F(BootstrapTest, SparesNotBelowTheSlotsIsBadUsage) {
   ExpectUsageError(Spec(2, 2), "leaves no active slot");
 }
 
+TEST_F(BootstrapTest, AGridThatIsNoTxPOrDoesNotDivideTheRanksIsBadUsage) {
+  ExpectUsageError(Spec(2, 0, {"--grid", "2x0"}), "use TxP");
+  ExpectUsageError(Spec(2, 0, {"--grid", "2"}), "use TxP");
+  ExpectUsageError(Spec(2, 0, {"--grid", "99999x1"}), "use TxP");
+  ExpectUsageError(Spec(3, 0, {"--grid", "2x1"}), "does not divide the 3 active slots");
+}
+
 TEST_F(BootstrapTest, KeyFileReadableByOthersIsBadUsage) {
   const std::string keys = KeyFile("job.keys");
   ASSERT_EQ(chmod(keys.c_str(), 0644), 0);

@@ -145,3 +145,128 @@ TEST(GridPlanTest, ARankThatDescribesAnotherStateThanItsGroupHoldsNothing) {
 
 }  // namespace
 }  // namespace rtft::protect
+
+namespace rtft::protect {
+namespace {
+
+// The survivors' view after a shrink of T x P x D that dropped the replicas `left`: each survivor
+// at its old rank with the new rank the layout gives it (t + T * (d' + D' * p)), the ranks of the
+// replicas that left holding nothing.
+struct Shrunk {
+  std::vector<RankState> old;
+  std::vector<int> new_of_old;
+};
+
+Shrunk DropReplicas(const GridMap& g, const std::set<int>& left) {
+  Shrunk s{Healthy(g), std::vector<int>(g.world(), -1)};
+  const int kept = g.data() - static_cast<int>(left.size());
+  for (int r = 0; r < g.world(); ++r) {
+    const GridPlace& at = g.of(r);
+    if (left.count(at.d)) {
+      s.old[r] = RankState();
+      s.old[r].rank = r;
+      continue;
+    }
+    int d = 0;
+    for (int below = 0; below < at.d; ++below) d += left.count(below) ? 0 : 1;
+    s.new_of_old[r] = at.t + g.tensor() * (d + kept * at.p);
+  }
+  return s;
+}
+
+TEST(GridShrinkTest, TheReplicaThatLeftIsFedToItsRightNeighboursGroup) {
+  auto g = GridMap::Make({2, 2, {}}, 8);
+  ASSERT_TRUE(g.ok());
+  Shrunk s = DropReplicas(*g, {1});  // ranks 2, 3, 6, 7
+  GridShrinkPlan plan = PlanGridShrink(2, 2, s.old, s.new_of_old);
+  ASSERT_TRUE(plan.ok) << plan.why;
+  EXPECT_EQ(plan.step, 9u);
+  EXPECT_EQ(plan.left, std::vector<int>{1});
+  EXPECT_EQ(plan.old_data, 2);
+  EXPECT_EQ(plan.new_data, 1);
+  EXPECT_EQ(plan.new_of_old, (std::vector<int>{0, 1, -1, -1, 2, 3, -1, -1}));
+  // (1, 1, 1) = rank 7's replica is on (1, 1, 0) = rank 5; survivors hold their own.
+  EXPECT_EQ(plan.holder, (std::vector<int>{0, 1, 0, 1, 4, 5, 4, 5}));
+  std::vector<int> pos;
+  RecoveryPlan part = GroupShrinkPart(plan, 1, 1, &pos);
+  EXPECT_TRUE(part.ok);
+  EXPECT_EQ(part.needy, std::vector<int>{1});
+  EXPECT_EQ(part.holder, std::vector<int>{0});
+  EXPECT_EQ(pos, (std::vector<int>{0, -1}));
+  // Replica 0 leaving instead: its replicas are on replica 1, renumbered 0.
+  s = DropReplicas(*g, {0});
+  plan = PlanGridShrink(2, 2, s.old, s.new_of_old);
+  ASSERT_TRUE(plan.ok) << plan.why;
+  EXPECT_EQ(plan.new_of_old, (std::vector<int>{-1, -1, 0, 1, -1, -1, 2, 3}));
+  EXPECT_EQ(plan.holder, (std::vector<int>{2, 3, 2, 3, 6, 7, 6, 7}));
+}
+
+TEST(GridShrinkTest, LargeLayoutsOnPaper) {
+  // 64 x 16 x 128 (131072 ranks): replicas 5, 77 and 127 leave (127's replica wraps to 0).
+  const int T = 64, P = 16, D = 128;
+  auto g = GridMap::Make({T, P, {}}, T * P * D);
+  ASSERT_TRUE(g.ok());
+  Shrunk s = DropReplicas(*g, {5, 77, 127});
+  // A survivor lacks step 9 and a holder step 9's replica: the world goes back to step 8.
+  s.old[g->At(3, 2, 1)].l1 = {8};
+  const int holder77 = g->At(60, 15, 78);
+  s.old[holder77].l2 = {{77, 8}};
+  GridShrinkPlan plan = PlanGridShrink(T, P, s.old, s.new_of_old);
+  ASSERT_TRUE(plan.ok) << plan.why;
+  EXPECT_EQ(plan.step, 8u);
+  EXPECT_EQ(plan.left, (std::vector<int>{5, 77, 127}));
+  EXPECT_EQ(plan.new_data, D - 3);
+  EXPECT_EQ(plan.holder[g->At(60, 15, 77)], holder77);
+  EXPECT_EQ(plan.holder[g->At(7, 9, 127)], g->At(7, 9, 0));
+  EXPECT_EQ(plan.holder[g->At(7, 9, 5)], g->At(7, 9, 6));
+  EXPECT_EQ(plan.new_of_old[g->At(7, 9, 6)], 7 + T * (5 + (D - 3) * 9));
+  // Group (7, 9)'s part in ring positions.
+  std::vector<int> pos;
+  RecoveryPlan part = GroupShrinkPart(plan, 7, 9, &pos);
+  EXPECT_EQ(part.needy, (std::vector<int>{5, 77, 127}));
+  EXPECT_EQ(part.holder, (std::vector<int>{6, 78, 0}));
+  EXPECT_EQ(pos[4], 4);
+  EXPECT_EQ(pos[5], -1);
+  EXPECT_EQ(pos[6], 5);
+  EXPECT_EQ(pos[126], 124);  // replicas 5 and 77 below it left
+  // With the holder's replica of step 8 gone as well, no step is whole.
+  s.old[g->At(3, 2, 1)].l1 = {9, 8};
+  s.old[holder77].l2.clear();
+  plan = PlanGridShrink(T, P, s.old, s.new_of_old);
+  EXPECT_FALSE(plan.ok);
+  EXPECT_NE(plan.why.find("not replicated on rank " + std::to_string(holder77)), std::string::npos)
+      << plan.why;
+}
+
+TEST(GridShrinkTest, SurvivorsThatAreNoWholeReplicasOrNotInTheLayoutsOrderAreRefused) {
+  auto g = GridMap::Make({2, 2, {}}, 12);  // D = 3
+  ASSERT_TRUE(g.ok());
+  // Replicas 1 and 2 both left: replica 1's replicas were on replica 2.
+  Shrunk s = DropReplicas(*g, {1, 2});
+  GridShrinkPlan plan = PlanGridShrink(2, 2, s.old, s.new_of_old);
+  EXPECT_FALSE(plan.ok);
+  EXPECT_NE(plan.why.find("both left"), std::string::npos) << plan.why;
+  // A replica with a survivor and a lost rank (a dense renumbering of a launcher without --grid).
+  s = DropReplicas(*g, {});
+  s.new_of_old[g->At(1, 0, 1)] = -1;
+  plan = PlanGridShrink(2, 2, s.old, s.new_of_old);
+  EXPECT_FALSE(plan.ok);
+  EXPECT_NE(plan.why.find("no whole data-parallel replicas"), std::string::npos) << plan.why;
+  // Whole replicas, but numbered otherwise than t + T (d' + D' p).
+  s = DropReplicas(*g, {0});
+  std::swap(s.new_of_old[g->At(0, 0, 1)], s.new_of_old[g->At(1, 0, 1)]);
+  plan = PlanGridShrink(2, 2, s.old, s.new_of_old);
+  EXPECT_FALSE(plan.ok);
+  EXPECT_NE(plan.why.find("not the layout's rank"), std::string::npos) << plan.why;
+  // No replica left; a world the grid does not divide; mismatched inputs.
+  s = DropReplicas(*g, {0, 1, 2});
+  EXPECT_FALSE(PlanGridShrink(2, 2, s.old, s.new_of_old).ok);
+  s = DropReplicas(*g, {0});
+  EXPECT_FALSE(PlanGridShrink(5, 1, s.old, s.new_of_old).ok);
+  EXPECT_FALSE(PlanGridShrink(0, 2, s.old, s.new_of_old).ok);
+  s.new_of_old.pop_back();
+  EXPECT_FALSE(PlanGridShrink(2, 2, s.old, s.new_of_old).ok);
+}
+
+}  // namespace
+}  // namespace rtft::protect

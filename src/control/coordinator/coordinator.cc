@@ -41,7 +41,7 @@ StatusOr<zmq::socket_t> BindRouter(zmq::context_t& ctx, const CoordinatorOptions
 CoordinatorImpl::CoordinatorImpl(const CoordinatorOptions& o)
     : options_(o),
       table_({o.slots, o.spares, o.max_restarts_per_slot, o.on_spares_exhausted,
-              o.dedicated_slot ? 1 : 0}),
+              o.dedicated_slot ? 1 : 0, o.grid_tensor, o.grid_pipeline}),
       slots_(o.slots),
       role_(o.standby ? Standing::kStandby : Standing::kPrimary),
       gen_(o.standby ? 0 : 1),

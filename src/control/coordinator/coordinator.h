@@ -33,6 +33,9 @@ struct CoordinatorOptions {
   std::chrono::milliseconds join_timeout{60000};
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
+  // The job's tensor x pipeline degrees (TableOptions): a shrink drops whole replicas.
+  int32_t grid_tensor = 1;
+  int32_t grid_pipeline = 1;
   // A connection that has not completed its CURVE handshake this long is dropped (libzmq's
   // default is 30 s, during which a stranger's idle connection holds a descriptor).
   std::chrono::milliseconds handshake_timeout{5000};

@@ -10,6 +10,7 @@ MembershipTable::MembershipTable(const TableOptions& options) : options_(options
   RTFT_CHECK(options.slots >= 1 && options.slots <= kMaxSlots);
   RTFT_CHECK(options.coordinator_slots >= 0 && options.coordinator_slots <= 1);
   RTFT_CHECK(options.spares >= 0 && options.spares < options.slots - options.coordinator_slots);
+  RTFT_CHECK(options.grid_tensor >= 1 && options.grid_pipeline >= 1);
   const int32_t actives = options.slots - options.spares;
   members_.resize(options.slots);
   exit_codes_.resize(options.slots);
@@ -185,14 +186,7 @@ Decision MembershipTable::Exhausted(const std::vector<LogicalRank>& unfilled,
             " rank(s): " + PolicyName(options_.on_spares_exhausted);
   switch (options_.on_spares_exhausted) {
     case SparesExhaustedPolicy::kShrink: {
-      std::vector<SlotId> dense;
-      for (SlotId s : m_.rank_to_slot) {
-        if (s < 0) continue;
-        members_[s].rank = static_cast<LogicalRank>(dense.size());
-        dense.push_back(s);
-      }
-      m_.rank_to_slot = std::move(dense);
-      if (m_.rank_to_slot.empty()) {
+      if (!ShrinkRanks(unfilled, &reason)) {
         state_ = State::kOver;
         d.job_exit_code = 1;
         d.event =
@@ -228,6 +222,79 @@ Decision MembershipTable::Exhausted(const std::vector<LogicalRank>& unfilled,
       return d;
   }
   return d;
+}
+
+std::optional<ReplicaDrop> DropReplicas(int32_t tensor, int32_t pipeline, int32_t world,
+                                        const std::vector<LogicalRank>& unfilled) {
+  const int64_t unit = static_cast<int64_t>(tensor) * pipeline;
+  if (tensor < 1 || pipeline < 1 || world < 1 || world % unit != 0) return std::nullopt;
+  const int32_t d_count = static_cast<int32_t>(world / unit);
+  std::vector<bool> leaves(d_count, false);
+  for (LogicalRank r : unfilled) {
+    if (r < 0 || r >= world) return std::nullopt;
+    leaves[(r / tensor) % d_count] = true;
+  }
+  ReplicaDrop drop;
+  std::vector<int32_t> new_d(d_count, -1);
+  for (int32_t d = 0; d < d_count; ++d) {
+    if (leaves[d])
+      drop.left.push_back(d);
+    else
+      new_d[d] = drop.data++;
+  }
+  drop.new_of_old.assign(world, -1);
+  for (int32_t r = 0; r < world; ++r) {
+    const int32_t t = r % tensor, d = (r / tensor) % d_count, p = r / (tensor * d_count);
+    if (new_d[d] >= 0) drop.new_of_old[r] = t + tensor * (new_d[d] + drop.data * p);
+  }
+  return drop;
+}
+
+bool MembershipTable::ShrinkRanks(const std::vector<LogicalRank>& unfilled, std::string* reason) {
+  const int32_t world = static_cast<int32_t>(m_.rank_to_slot.size());
+  std::optional<ReplicaDrop> drop;
+  if (options_.grid_tensor * options_.grid_pipeline > 1)
+    drop = DropReplicas(options_.grid_tensor, options_.grid_pipeline, world, unfilled);
+  std::vector<SlotId> next;
+  if (!drop) {
+    for (SlotId s : m_.rank_to_slot) {
+      if (s < 0) continue;
+      members_[s].rank = static_cast<LogicalRank>(next.size());
+      next.push_back(s);
+    }
+    m_.rank_to_slot = std::move(next);
+    return !m_.rank_to_slot.empty();
+  }
+  next.assign(static_cast<size_t>(drop->data) * options_.grid_tensor * options_.grid_pipeline, -1);
+  std::string joined;
+  for (LogicalRank r = 0; r < world; ++r) {
+    const SlotId s = m_.rank_to_slot[r];
+    if (s < 0) continue;
+    if (drop->new_of_old[r] >= 0) {
+      members_[s].rank = drop->new_of_old[r];
+      next[drop->new_of_old[r]] = s;
+      continue;
+    }
+    // A rank of a replica that left: its slot becomes a spare (its agent starts the application
+    // again in standby), unless its application already ended.
+    members_[s].rank = kNoRank;
+    if (exit_codes_[s]) {
+      members_[s].role = Role::kRetired;
+      m_.retired.push_back(s);
+      continue;
+    }
+    members_[s].role = Role::kSpare;
+    m_.spares.push_back(s);
+    joined += (joined.empty() ? "" : ",") + std::to_string(s);
+  }
+  m_.rank_to_slot = std::move(next);
+  std::string replicas;
+  for (int32_t d : drop->left) replicas += (replicas.empty() ? "" : ",") + std::to_string(d);
+  *reason += "; data-parallel replica(s) " + replicas + " of " +
+             std::to_string(options_.grid_tensor) + " x " + std::to_string(options_.grid_pipeline) +
+             " x " + std::to_string(drop->data + static_cast<int32_t>(drop->left.size())) +
+             " left" + (joined.empty() ? "" : ", slot(s) " + joined + " join the spare pool");
+  return !m_.rank_to_slot.empty();
 }
 
 Decision MembershipTable::Exit(SlotId slot, int32_t code) {

@@ -20,7 +20,25 @@ struct TableOptions {
   // The first `coordinator_slots` slots (0 or 1) run only the coordinator: no agent, no rank, no
   // failure (--coordinator-slot dedicated).
   int32_t coordinator_slots = 0;
+  // The job's tensor x pipeline degrees (dp-launch --grid TxP), ranks laid out as
+  // t + T * (d + D * p): a shrink drops the whole data-parallel replica d of a rank it cannot
+  // fill, and that replica's other ranks join the spare pool (docs/protect.md, "3D layouts").
+  int32_t grid_tensor = 1;
+  int32_t grid_pipeline = 1;
 };
+
+// A shrink of a T x P x D layout that loses the ranks `unfilled` (of `world` = T * P * D): the
+// replicas d that hold one of them leave, every other rank keeps (t, p) and gets d' (its d less
+// the replicas below it that left). new_of_old[r]: the new rank of old rank r, -1 for a rank of a
+// replica that left; `left`: those replicas, ascending. Empty when T * P does not divide `world`
+// or an unfilled rank is outside it.
+struct ReplicaDrop {
+  std::vector<int32_t> new_of_old;
+  std::vector<int32_t> left;
+  int32_t data = 0;  // D' = D - left.size()
+};
+std::optional<ReplicaDrop> DropReplicas(int32_t tensor, int32_t pipeline, int32_t world,
+                                        const std::vector<LogicalRank>& unfilled);
 
 struct SlotFailure {
   SlotId slot = -1;
@@ -73,6 +91,9 @@ class MembershipTable {
   Decision Exhausted(const std::vector<LogicalRank>& unfilled, std::vector<LogicalRank> failed,
                      std::string reason);
   std::optional<int32_t> AllExited();
+  // Under kShrink: renumbers the ranks left (densely, or by whole replicas on a grid) and says
+  // in `reason` who left; false when no rank is left.
+  bool ShrinkRanks(const std::vector<LogicalRank>& unfilled, std::string* reason);
 
   TableOptions options_;
   std::vector<Member> members_;  // index: slot

@@ -53,7 +53,8 @@ void CoordinatorImpl::OnRepl(const std::string& peer, const Message& msg) {
 
 void CoordinatorImpl::ResetCopy() {
   table_ = MembershipTable({options_.slots, options_.spares, options_.max_restarts_per_slot,
-                            options_.on_spares_exhausted, options_.dedicated_slot ? 1 : 0});
+                            options_.on_spares_exhausted, options_.dedicated_slot ? 1 : 0,
+                            options_.grid_tensor, options_.grid_pipeline});
   // The agents' connections to this coordinator stay; what the primary said goes.
   for (CoordinatorSlot& s : slots_) {
     s.joined = false;

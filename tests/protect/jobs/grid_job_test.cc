@@ -66,13 +66,71 @@ TEST_F(GridJobTest, BothRanksOfADataParallelRingLostFallBackToL3) {
   EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
 }
 
-TEST_F(GridJobTest, SparesExhaustedUnderShrinkEndWithAClearError) {
-  Run run = Start("shrink", 8, 0, std::to_string(kRank101) + ":protect.update@5:hang", 1, {},
+TEST_F(GridJobTest, SparesExhaustedUnderShrinkTheReplicaLeavesAsInARunToldToDropIt) {
+  // No spare: rank 7's slot, (1, 1, 1), lost at the update. Its replica d = 1 (ranks 2, 3, 6, 7)
+  // leaves, slots 2, 3 and 6 join the spare pool, and ranks 0, 1, 4, 5 go on as ranks 0 to 3
+  // with one replica, each partition's optimizer state gathered from its two old shards (one in
+  // the survivor's L1, one in its replica of rank 7's neighbour).
+  Run run = Start("shrink", 8, 0, std::to_string(kRank111) + ":protect.update@5:hang", 1, {},
+                  {"--on-spares-exhausted", "shrink", "--grid", "2x2"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 4u) << run.output;
+  EXPECT_NE(run.output.find("slot(s) 2,3,6 join the spare pool"), std::string::npos) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(recovered epoch=\d+ step=(\d+) world=4 source=l1 )")))
+      << run.output;
+  const std::string step = m[1];
+  Run ref = Start("shrink-reference", 8, 0, "", 0, {"--drop-replica", "1@" + step});
+  EXPECT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(ref.digests.size(), 4u) << ref.output;
+  EXPECT_NE(ref.output.find("left the layout step=" + step), std::string::npos) << ref.output;
+  const std::string want = ref.digests.begin()->second;
+  for (const auto& [rank, digest] : ref.digests)
+    EXPECT_EQ(digest, want) << "reference rank " << rank;
+  for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
+  // Not the digest of the eight-rank run: dropping the replica changed the result, as it should.
+  EXPECT_NE(want, Reference(8));
+}
+
+TEST_F(GridJobTest, ALossAfterTheShrinkIsTakenByASpareTheReplicaLeft) {
+  // As above, then (old) rank 5's slot, rank 3 of the one replica left, is lost too: slot 2, a
+  // spare since the shrink, takes rank 3. One replica holds no copy of another's shards: the job
+  // restores the newest L3 version, written after the shrink (the state of a run told to drop the
+  // replica at the shrink's step, so the digest is that run's).
+  const std::string ckpt = root_ + "/after-l3", dir = root_ + "/after";
+  const std::vector<std::string> l3 = {"--l3-every", "2", "--ckpt-dir", ckpt};
+  Run run =
+      Start("after", 8, 0,
+            std::to_string(kRank111) + ":protect.update@5:hang," + std::to_string(kRank110) +
+                ":protect.update@9:hang",
+            1, l3, {"--on-spares-exhausted", "shrink", "--grid", "2x2"}, nullptr, [&](Job& job) {
+              LoseSlotAtItsFault(job, dir, kRank110, [&] { return CommittedAtLeast(ckpt, 6); });
+            });
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 4u) << run.output;
+  EXPECT_NE(run.output.find("role=spare-activated rank=3 world=4"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(recovered epoch=\d+ step=(\d+) world=4 source=l1 )")))
+      << run.output;
+  Run ref = Start("after-reference", 8, 0, "", 0,
+                  {"--drop-replica", "1@" + std::string(m[1]), "--l3-every", "2", "--ckpt-dir",
+                   root_ + "/after-reference-l3"});
+  ASSERT_EQ(ref.digests.size(), 4u) << ref.output;
+  for (const auto& [rank, digest] : run.digests)
+    EXPECT_EQ(digest, ref.digests.begin()->second) << "rank " << rank;
+}
+
+TEST_F(GridJobTest, AShrinkWithoutTheGridAtTheLauncherEndsWithAClearError) {
+  // dp-launch without --grid renumbers the seven survivors densely: no 2 x 2 layout fits.
+  Run run = Start("shrink-flat", 8, 0, std::to_string(kRank101) + ":protect.update@5:hang", 1, {},
                   {"--on-spares-exhausted", "shrink"});
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_TRUE(run.digests.empty()) << run.output;
-  EXPECT_NE(run.output.find("a shrink of a tensor x pipeline layout"), std::string::npos)
-      << run.output;
+  EXPECT_NE(run.output.find("run it with --grid 2x2"), std::string::npos) << run.output;
 }
 
 }  // namespace

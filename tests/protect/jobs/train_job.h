@@ -52,11 +52,13 @@ class TrainJobTest : public ::testing::Test {
   // One job of `active` ranks and `spares` spares. `faults` arms named points per rank (rank:
   // point@n:action); the first `lose` slots whose point fires (a hang) are SIGKILLed, agent and
   // all, as lost nodes, once `ready_to_kill` holds too (a condition of the job's files: an L3
-  // version committed in the background while the ranks hang, say).
+  // version committed in the background while the ranks hang, say). `then` runs once they are
+  // killed, before the job's end is awaited (a later loss).
   Run Start(const std::string& name, int active, int spares, const std::string& faults, int lose,
             const std::vector<std::string>& train_extra = {},
             const std::vector<std::string>& dp_extra = {},
-            const std::function<bool()>& ready_to_kill = nullptr) {
+            const std::function<bool()>& ready_to_kill = nullptr,
+            const std::function<void(Job&)>& then = nullptr) {
     Run run;
     run.dir = root_ + "/" + name;
     std::filesystem::create_directories(run.dir);
@@ -100,6 +102,7 @@ class TrainJobTest : public ::testing::Test {
         if (agent > 0) kill(agent, SIGKILL);
       }
     }
+    if (then) then(job);
     auto rc = job.Wait(seconds(120));
     EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job.Output();
     run.exit_code = job.JobExitCode();
@@ -113,6 +116,26 @@ class TrainJobTest : public ::testing::Test {
         std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
                       std::sregex_iterator()));
     return run;
+  }
+
+  // Waits for `slot`'s fault point to fire (it logs slot=S), then SIGKILLs the slot's agent.
+  static void LoseSlotAtItsFault(Job& job, const std::string& dir, int slot,
+                                 const std::function<bool()>& ready = nullptr) {
+    const std::string mark = "slot=" + std::to_string(slot);
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          std::ifstream in(dir + "/faults.log");
+          std::string word;
+          while (in >> word)
+            if (word == mark) return true;
+          return false;
+        },
+        seconds(60)))
+        << job.Output();
+    if (ready) EXPECT_TRUE(WaitFor(ready, seconds(60))) << job.Output();
+    const pid_t agent = job.AgentOf(slot);
+    EXPECT_GT(agent, 0) << "slot " << slot;
+    if (agent > 0) kill(agent, SIGKILL);
   }
 
   // Whether the checkpoint directory's LATEST names version `version` or a newer one.
