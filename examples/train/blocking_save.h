@@ -13,7 +13,6 @@ namespace train {
 
 // Writes every tensor and object `state` describes to `path` (through `path`.tmp); `gpu` copies
 // device tensors to the host (null where there are none).
-rtft::Status BlockingSave(const rtft::StateProvider& state, GpuModel* gpu,
-                          const std::string& path);
+rtft::Status BlockingSave(const rtft::StateProvider& state, GpuModel* gpu, const std::string& path);
 
 }  // namespace train

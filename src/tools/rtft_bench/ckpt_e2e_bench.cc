@@ -65,8 +65,7 @@ StatusOr<CkptE2eCommand::Times> CkptE2eCommand::OneRun(const std::string& varian
   if (variant == "none") {
     args.insert(args.end(), {"--no-protect"});
   } else if (variant == "rtft") {
-    args.insert(args.end(),
-                {"--protect-every", every, "--l3-every", every, "--ckpt-dir", ckpt});
+    args.insert(args.end(), {"--protect-every", every, "--l3-every", every, "--ckpt-dir", ckpt});
   } else {
     args.insert(args.end(), {"--no-protect", "--blocking-save-every", every, "--ckpt-dir", ckpt});
   }
@@ -79,8 +78,7 @@ StatusOr<CkptE2eCommand::Times> CkptE2eCommand::OneRun(const std::string& varian
   static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+) .*state_bytes=(\d+))");
   std::smatch m;
   if (!std::regex_search(out, m, done))
-    return Status::Internal("the " + variant + " run did not finish (see " + dir +
-                            "/mpirun.out)");
+    return Status::Internal("the " + variant + " run did not finish (see " + dir + "/mpirun.out)");
   Times t;
   t.step_s = std::stod(m[1]);
   t.state_bytes = std::stoull(m[2]);
@@ -93,8 +91,9 @@ int CkptE2eCommand::Run() {
   // The trainer leaves its first three steps out of the mean: each run times several intervals.
   if (ranks_ < 1 || repeats_ < 1 || every_ < 1 || steps_ < 3 + 2 * every_ || batch_ < 0 ||
       !(step_s_ > 0)) {
-    Progress("ckpt-e2e: --ranks >= 1, --repeats >= 1, --every >= 1, --steps >= 3 + 2 x --every, "
-             "--batch >= 0, --step-s > 0");
+    Progress(
+        "ckpt-e2e: --ranks >= 1, --repeats >= 1, --every >= 1, --steps >= 3 + 2 x --every, "
+        "--batch >= 0, --step-s > 0");
     return kExitUsage;
   }
   if (const std::string missing = MissingTool({"dp-launch", "rtft-train"}); !missing.empty()) {
@@ -115,8 +114,8 @@ int CkptE2eCommand::Run() {
   uint64_t state_bytes = 0;
   for (int r = 0; r < repeats_; ++r) {
     for (const std::string& v : variants) {
-      Progress("ckpt-e2e: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) +
-               ", " + v);
+      Progress("ckpt-e2e: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) + ", " +
+               v);
       auto t = OneRun(v, batch);
       if (!t.ok()) {
         Progress("ckpt-e2e: " + t.status().ToString());
