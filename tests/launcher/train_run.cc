@@ -111,8 +111,10 @@ TrainRun TrainRunTest::Start(const std::string& name, const TrainSpec& t) {
   Job job(run.dir);
   JobSpec spec;
   spec.slots = t.active + t.spares + (t.dedicated ? 1 : 0);
+  // A 1 s heartbeat timeout: two of these jobs share two cores under ctest -j2, and a slot
+  // starved for half a second would be declared lost in the middle of a planned fault.
   spec.dp_args = {"--spares", std::to_string(t.spares), "--heartbeat-ms",
-                  "50",       "--heartbeat-timeout-ms", "500"};
+                  "100",      "--heartbeat-timeout-ms", "1000"};
   if (t.dedicated) spec.dp_args.insert(spec.dp_args.end(), {"--coordinator-slot", "dedicated"});
   spec.dp_args.insert(spec.dp_args.end(), t.dp_extra.begin(), t.dp_extra.end());
   spec.app = {RTFT_TEST_APP};
