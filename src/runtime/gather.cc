@@ -29,8 +29,8 @@ std::string Prefix(const std::string& key, uint64_t epoch) {
 
 }  // namespace
 
-StatusOr<KvGatherReply> KvGather(Runtime* rt, const std::string& key, uint64_t epoch,
-                                 int members, int index, const std::string& value, bool all,
+StatusOr<KvGatherReply> KvGather(Runtime* rt, const std::string& key, uint64_t epoch, int members,
+                                 int index, const std::string& value, bool all,
                                  milliseconds timeout) {
   if (members < 1 || index < 0 || index >= members)
     return Status::InvalidArgument("gather: member " + std::to_string(index) + " of " +

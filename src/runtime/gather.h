@@ -23,8 +23,8 @@ struct KvGatherReply {
   std::optional<std::string> result;  // the others': the leader's result
 };
 
-StatusOr<KvGatherReply> KvGather(Runtime* rt, const std::string& key, uint64_t epoch,
-                                 int members, int index, const std::string& value, bool all,
+StatusOr<KvGatherReply> KvGather(Runtime* rt, const std::string& key, uint64_t epoch, int members,
+                                 int index, const std::string& value, bool all,
                                  std::chrono::milliseconds timeout);
 Status KvGatherResult(Runtime* rt, const std::string& key, uint64_t epoch,
                       const std::string& value);

@@ -26,27 +26,28 @@ std::vector<GatherAnswer> GatherTable::Contribute(const GatherPeer& from, const 
                                                   SteadyClock::time_point now) {
   const std::string what = "gather '" + r.key + "'";
   if (r.epoch < epoch)
-    return {Error(from, Status::Aborted(what + ": epoch " + std::to_string(r.epoch) +
-                                        " ended (the job is at epoch " + std::to_string(epoch) +
-                                        ")"))};
+    return {
+        Error(from, Status::Aborted(what + ": epoch " + std::to_string(r.epoch) +
+                                    " ended (the job is at epoch " + std::to_string(epoch) + ")"))};
   if (r.epoch > epoch)
-    return {Error(from, Status::FailedPrecondition(what + " names epoch " +
-                                                   std::to_string(r.epoch) + ", the job is at " +
-                                                   std::to_string(epoch)))};
+    return {
+        Error(from, Status::FailedPrecondition(what + " names epoch " + std::to_string(r.epoch) +
+                                               ", the job is at " + std::to_string(epoch)))};
   if (r.members != world || world < 1)
-    return {Error(from, Status::InvalidArgument(what + " of " + std::to_string(r.members) +
-                                                " members in a world of " +
-                                                std::to_string(world)))};
+    return {
+        Error(from, Status::InvalidArgument(what + " of " + std::to_string(r.members) +
+                                            " members in a world of " + std::to_string(world)))};
   if (rank == kNoRank || r.index != rank)
-    return {Error(from, Status::InvalidArgument(what + ": member " + std::to_string(r.index) +
-                                                " from a slot that holds rank " +
-                                                std::to_string(rank)))};
+    return {Error(from,
+                  Status::InvalidArgument(what + ": member " + std::to_string(r.index) +
+                                          " from a slot that holds rank " + std::to_string(rank)))};
   if (r.value.size() > kMaxGatherValueBytes)
     return {Error(from, Status::InvalidArgument(what + ": contribution too large"))};
   if (r.all && r.members > kMaxAllMembers)
-    return {Error(from, Status::InvalidArgument(
-                            what + ": every contribution to every member is for worlds of at most " +
-                            std::to_string(kMaxAllMembers)))};
+    return {
+        Error(from, Status::InvalidArgument(
+                        what + ": every contribution to every member is for worlds of at most " +
+                        std::to_string(kMaxAllMembers)))};
   auto it = gathers_.find(r.key);
   if (it == gathers_.end()) {
     if (gathers_.size() >= kMaxOpen)
@@ -76,8 +77,8 @@ std::vector<GatherAnswer> GatherTable::Contribute(const GatherPeer& from, const 
     if (bytes > kMaxMessageBytes) {
       g.failed = Status::ResourceExhausted(
           what + ": " + std::to_string(g.members) + " contributions exceed the " +
-          std::to_string(kMaxMessageBytes >> 20) + " MiB message limit (" +
-          std::to_string(bytes) + " bytes after " + std::to_string(g.have) + ")");
+          std::to_string(kMaxMessageBytes >> 20) + " MiB message limit (" + std::to_string(bytes) +
+          " bytes after " + std::to_string(g.have) + ")");
     } else {
       g.bytes = bytes;
       slot = r.value;
@@ -135,8 +136,9 @@ Status GatherTable::Result(const std::string& key, uint64_t gather_epoch, uint64
   if (it == gathers_.end() || it->second.epoch != gather_epoch)
     return Status::FailedPrecondition(what + " is not open");
   Gather& g = it->second;
-  if (rank != 0) return Status::InvalidArgument(what + ": a result from rank " +
-                                                std::to_string(rank) + ", not its leader (0)");
+  if (rank != 0)
+    return Status::InvalidArgument(what + ": a result from rank " + std::to_string(rank) +
+                                   ", not its leader (0)");
   if (g.all) return Status::FailedPrecondition(what + " sends every contribution: no result");
   if (!g.failed.ok()) return g.failed;
   if (g.have < g.members)
@@ -180,12 +182,12 @@ std::vector<GatherAnswer> GatherTable::Expire(SteadyClock::time_point now) {
         continue;
       }
       const std::string why =
-          g.have < g.members ? std::to_string(g.have) + " of " + std::to_string(g.members) +
-                                   " members contributed"
-                             : "no result from its leader (rank 0)";
-      out.push_back(Error(w->second.peer,
-                          Status::DeadlineExceeded("gather '" + key + "' of epoch " +
-                                                   std::to_string(g.epoch) + ": " + why)));
+          g.have < g.members
+              ? std::to_string(g.have) + " of " + std::to_string(g.members) + " members contributed"
+              : "no result from its leader (rank 0)";
+      out.push_back(
+          Error(w->second.peer, Status::DeadlineExceeded("gather '" + key + "' of epoch " +
+                                                         std::to_string(g.epoch) + ": " + why)));
       w = g.waiting.erase(w);
     }
   }

@@ -65,7 +65,7 @@ class GatherTable {
     bool all = false;
     std::vector<std::optional<std::string>> values;  // by member index
     int32_t have = 0;
-    size_t bytes = 0;  // the leader's answer, framed
+    size_t bytes = 0;                   // the leader's answer, framed
     std::map<int32_t, Waiter> waiting;  // members owed an answer
     std::optional<std::string> result;
     Status failed;  // it cannot complete (too large): every member is told so

@@ -8,8 +8,8 @@ namespace rtft::control {
 using json = nlohmann::json;
 
 json GatherBody(uint64_t req, const GatherRequest& g) {
-  json b{{"req", req},           {"key", g.key},        {"epoch", g.epoch},
-         {"n", g.members},       {"idx", g.index},      {"value", BytesValue(g.value)},
+  json b{{"req", req},         {"key", g.key},   {"epoch", g.epoch},
+         {"n", g.members},     {"idx", g.index}, {"value", BytesValue(g.value)},
          {"tmo", g.timeout_ms}};
   if (g.all) b["all"] = true;
   return b;

@@ -22,8 +22,8 @@ constexpr size_t kMaxGatherValueBytes = 64 * 1024;
 constexpr size_t kMaxGatherResultBytes = 512 * 1024;
 
 struct GatherRequest {
-  std::string key;     // names the gather (str <= kMaxKeyBytes); the same on every member
-  uint64_t epoch = 0;  // the epoch it belongs to: it ends (kAborted) when the job moves on
+  std::string key;      // names the gather (str <= kMaxKeyBytes); the same on every member
+  uint64_t epoch = 0;   // the epoch it belongs to: it ends (kAborted) when the job moves on
   int32_t members = 0;  // how many contribute: the epoch's world size
   int32_t index = 0;    // this member's logical rank in that epoch
   std::string value;    // its contribution

@@ -38,8 +38,9 @@ RecoveryAgents::RecoveryAgents(const control::JobKeys& keys, const std::string& 
   const auto now = Clock::now();
   agents_.reserve(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
-    Agent a{slots[i], zmq::socket_t(ctx_, zmq::socket_type::dealer), {}, 0, 1, false, false,
-            -1,       0,  {}, {}};
+    Agent a{
+        slots[i], zmq::socket_t(ctx_, zmq::socket_type::dealer), {}, 0, 1, false, false, -1, 0, {},
+        {}};
     control::ConfigureSocket(a.socket);
     a.socket.set(zmq::sockopt::linger, 0);
     control::MakeCurveClient(a.socket, keys);
@@ -158,9 +159,9 @@ void RecoveryAgents::OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time
   Send(a, epoch, static_cast<uint8_t>(MsgType::kGather), control::GatherBody(req, g));
   if (a.slot == config_.report_slot && epoch == 2) {
     // A failure in the middle of the protocol: right after this rank's contribution.
-    control::SendTo(a.socket, nullptr, MsgType::kFailure,
-                    control::FailureBody(a.next_req++, a.slot,
-                                         control::FailureKind::kDeviceError, pe.rank, 0));
+    control::SendTo(
+        a.socket, nullptr, MsgType::kFailure,
+        control::FailureBody(a.next_req++, a.slot, control::FailureKind::kDeviceError, pe.rank, 0));
     a.dead = true;
   }
 }
@@ -181,7 +182,8 @@ void RecoveryAgents::OnGatherValue(Agent& a, const Ask& ask, const json& body,
   if (reply->result) {
     auto agreed = protect::DecodeAgreedPlan(*reply->result, n);
     if (!agreed.ok() || !agreed->plan.ok || agreed->plan.step != config_.step)
-      return Error("the agreed plan: " + (agreed.ok() ? agreed->plan.why : agreed.status().ToString()));
+      return Error("the agreed plan: " +
+                   (agreed.ok() ? agreed->plan.why : agreed.status().ToString()));
     for (int k = 0; k < config_.comm_keys; ++k) {
       const uint64_t req = Request(a, ask.epoch, kGet);
       Send(a, ask.epoch, static_cast<uint8_t>(MsgType::kKvGet),
@@ -310,10 +312,10 @@ void RecoveryAgents::Run() {
       if (a.slot == report && !a.dead) {
         std::lock_guard<std::mutex> lock(mu_);
         const size_t s = static_cast<size_t>(a.slot);
-        control::SendTo(a.socket, nullptr, MsgType::kFailure,
-                        control::FailureBody(a.next_req++, a.slot,
-                                             control::FailureKind::kDeviceError,
-                                             s < rank_of_slot_.size() ? rank_of_slot_[s] : -1, 0));
+        control::SendTo(
+            a.socket, nullptr, MsgType::kFailure,
+            control::FailureBody(a.next_req++, a.slot, control::FailureKind::kDeviceError,
+                                 s < rank_of_slot_.size() ? rank_of_slot_[s] : -1, 0));
         a.dead = true;
       }
       if (a.dead || now < a.next_beat) continue;

@@ -45,18 +45,18 @@ class RecoveryAgents {
 
   // Figures of one epoch, over the agents of this driver that hold a rank in it.
   struct EpochFigures {
-    int ranks = 0;       // agents that hold a rank in the epoch and saw it
-    int done = 0;        // of those, holding the plan and every communicator key
-    int bad = 0;         // a plan that was not ok, or not the expected step
+    int ranks = 0;  // agents that hold a rank in the epoch and saw it
+    int done = 0;   // of those, holding the plan and every communicator key
+    int bad = 0;    // a plan that was not ok, or not the expected step
     Clock::time_point last_seen{}, last_done{};
     uint64_t bytes_sent = 0, bytes_received = 0;  // by those agents, for this epoch
     uint64_t max_sent = 0, max_received = 0;      // by one agent
     uint64_t event_bytes = 0;                     // the event's frame
   };
   EpochFigures Figures(uint64_t epoch) const;
-  int aborted() const { return aborted_; }    // gather answers kAborted
-  int errors() const { return errors_; }      // any other error answer, or a bad message
-  int resyncs() const { return resyncs_; }    // deltas that did not apply
+  int aborted() const { return aborted_; }  // gather answers kAborted
+  int errors() const { return errors_; }    // any other error answer, or a bad message
+  int resyncs() const { return resyncs_; }  // deltas that did not apply
   std::string first_error() const;
 
  private:

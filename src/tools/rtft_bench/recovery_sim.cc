@@ -116,12 +116,10 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
   const auto f = figures(final_epoch);
   if (!finished)
     return Status::DeadlineExceeded(std::to_string(f.done) + " of " + std::to_string(world) +
-                                    " ranks hold the plan of epoch " +
-                                    std::to_string(final_epoch));
+                                    " ranks hold the plan of epoch " + std::to_string(final_epoch));
   if (coord->stats().epoch != final_epoch)
-    return Status::Internal("the coordinator is at epoch " +
-                            std::to_string(coord->stats().epoch) + ", expected " +
-                            std::to_string(final_epoch));
+    return Status::Internal("the coordinator is at epoch " + std::to_string(coord->stats().epoch) +
+                            ", expected " + std::to_string(final_epoch));
   const auto first = figures(2);
   Run r;
   r.announce_s = Seconds(first.last_seen - t0);
@@ -174,8 +172,9 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                 {"agents", n},
                 {"ranks", n - kSpares},
                 {"failures", which == "one" ? 1 : 2},
-                {"second_failure",
-                 which == "one" ? "none" : which == "two" ? "100ms_after" : "during_gather"},
+                {"second_failure", which == "one"   ? "none"
+                                   : which == "two" ? "100ms_after"
+                                                    : "during_gather"},
                 {"epochs", last.epochs},
                 {"repeats", o.repeats},
                 {"announce_s", Median(announce)},
