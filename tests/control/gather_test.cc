@@ -12,9 +12,9 @@
 namespace rtft::control {
 namespace {
 
+using std::chrono::milliseconds;
 using testing::JobConfig;
 using testing::TestJob;
-using std::chrono::milliseconds;
 
 GatherRequest Req(int rank, uint64_t epoch, const std::string& key = "agree") {
   GatherRequest g;
@@ -42,9 +42,8 @@ TEST(Gather, OneMessageEachAndTheLeadersResultToTheOthers) {
   ASSERT_TRUE(job.JoinAll());
   std::vector<std::future<StatusOr<GatherReply>>> others;
   for (int r : {1, 2})
-    others.push_back(std::async(std::launch::async, [&job, r] {
-      return job.agent(r).Gather(Req(r, 1));
-    }));
+    others.push_back(
+        std::async(std::launch::async, [&job, r] { return job.agent(r).Gather(Req(r, 1)); }));
   auto lead = job.agent(0).Gather(Req(0, 1));
   ASSERT_TRUE(lead.ok()) << lead.status();
   EXPECT_EQ(lead->values, (std::vector<std::string>{"state of 0", "state of 1", "state of 2"}));
@@ -78,9 +77,8 @@ TEST(Gather, AFailureDuringTheGatherAbortsIt) {
   EXPECT_EQ(job.agent(1).Gather(Req(1, 1, "late")).status().code(), StatusCode::kAborted);
   std::vector<std::future<StatusOr<GatherReply>>> next;
   for (SlotId s : {1, 2})
-    next.push_back(std::async(std::launch::async, [&job, s] {
-      return job.agent(s).Gather(Req(s, 2, "again"));
-    }));
+    next.push_back(std::async(std::launch::async,
+                              [&job, s] { return job.agent(s).Gather(Req(s, 2, "again")); }));
   auto lead = job.agent(3).Gather(Req(0, 2, "again"));
   ASSERT_TRUE(lead.ok()) << lead.status();
   EXPECT_EQ(lead->values.size(), 3u);
