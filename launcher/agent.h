@@ -103,6 +103,10 @@ class Agent {
     std::string key;
     Clock::time_point deadline;
   };
+  struct PendingGather {
+    std::string key;
+    uint64_t handle;  // AgentClient::StartGather's
+  };
 
   Status Join();
   Status OpenLink();
@@ -123,6 +127,7 @@ class Agent {
   void OnAttach(int32_t pid);
   void HandleReport(const control::RuntimeReport& report);
   void PollKvGets();
+  void StartGather(const control::RuntimeReport& r);
   void OnChildExit(const ChildExit& exit);
   void CheckWatchdog();
   void CheckSignalsAndDeadlines();
@@ -146,6 +151,7 @@ class Agent {
   bool signal_seen_ = false;
   std::optional<Clock::time_point> term_deadline_, kill_deadline_, gone_by_;
   std::vector<PendingGet> gets_;
+  std::vector<PendingGather> gathers_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
   bool done_ = false;
   bool coordinator_lost_ = false;

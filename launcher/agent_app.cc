@@ -144,7 +144,34 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
     case Type::kKvGet:
       gets_.push_back({r.key, Clock::now() + std::chrono::milliseconds(r.timeout_ms)});
       break;
+    case Type::kGather:
+      StartGather(r);
+      break;
+    case Type::kGatherResult: {
+      Status s = client_->GatherResult(r.key, r.epoch, r.value);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "gather result '" << r.key << "': " << s;
+      break;
+    }
   }
+}
+
+// A gather goes to the coordinator at once; its answer is polled (PollKvGets) and forwarded.
+void Agent::StartGather(const control::RuntimeReport& r) {
+  control::GatherRequest g;
+  g.key = r.key;
+  g.epoch = r.epoch;
+  g.members = r.members;
+  g.index = r.index;
+  g.value = r.value;
+  g.all = r.all;
+  g.timeout_ms = r.timeout_ms;
+  auto handle = client_->StartGather(g);
+  if (handle.ok()) {
+    gathers_.push_back({r.key, *handle});
+    return;
+  }
+  Status s = link_->SendGatherReply(r.key, handle.status());
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "gather reply: " << s;
 }
 
 void Agent::PollKvGets() {
@@ -164,11 +191,26 @@ void Agent::PollKvGets() {
     }
     it = gets_.erase(it);
   }
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    auto reply = client_->PollGather(it->handle);
+    if (!reply) {
+      ++it;
+      continue;
+    }
+    if (state_ == AppState::kRunning) {
+      Status s = link_->SendGatherReply(it->key, *reply);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "gather reply: " << s;
+    }
+    it = gathers_.erase(it);
+  }
 }
 
 void Agent::OnChildExit(const ChildExit& exit) {
   SetForwardedChild(0);
   gets_.clear();
+  // Their answers would go to the next process, which did not ask (PollGather forgets them).
+  for (const auto& g : gathers_) client_->ForgetGather(g.handle);
+  gathers_.clear();
   const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - exit.at);
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": application pid "
                               << app_.child->pid() << " " << exit.ToString() << " (handled "

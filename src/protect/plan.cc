@@ -53,6 +53,58 @@ RankState DecodeRankState(const std::string& text, int rank) {
   return s;
 }
 
+std::string EncodeAgreedPlan(const AgreedPlan& a) {
+  const RecoveryPlan& p = a.plan;
+  return json{{"v", 1},
+              {"shrink", a.shrink},
+              {"ok", p.ok},
+              {"step", p.step},
+              {"needy", p.needy},
+              {"holder", p.holder},
+              {"source", p.source},
+              {"rsource", p.replicated_source},
+              {"why", p.why}}
+      .dump();
+}
+
+StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [](const std::string& why) {
+    return Status::DataLoss("the agreed recovery plan: " + why);
+  };
+  if (!j.is_object() || !j.contains("v") || j["v"] != 1) return bad("not a version 1 plan");
+  for (const char* f : {"shrink", "ok"})
+    if (!j.contains(f) || !j[f].is_boolean()) return bad(std::string("no boolean '") + f + "'");
+  if (!j.contains("step") || !j["step"].is_number_unsigned()) return bad("no step");
+  if (!j.contains("why") || !j["why"].is_string()) return bad("no reason");
+  if (!j.contains("rsource") || !j["rsource"].is_number_integer()) return bad("no source");
+  AgreedPlan a;
+  a.shrink = j["shrink"].get<bool>();
+  RecoveryPlan& p = a.plan;
+  p.ok = j["ok"].get<bool>();
+  p.step = j["step"].get<uint64_t>();
+  p.why = j["why"].get<std::string>();
+  const int64_t rs = j["rsource"].get<int64_t>();
+  if (rs < -1 || rs >= world) return bad("source rank out of range");
+  p.replicated_source = static_cast<int>(rs);
+  size_t n = 0;
+  for (const char* f : {"needy", "holder", "source"}) {
+    if (!j.contains(f) || !j[f].is_array()) return bad(std::string("no list '") + f + "'");
+    if (j[f].size() > static_cast<size_t>(world))
+      return bad(std::string("'") + f + "' longer than the world");
+    if (f[0] != 'n' && j[f].size() != n) return bad("lists of different lengths");
+    n = j[f].size();
+    std::vector<int>& out = f[0] == 'n' ? p.needy : f[0] == 'h' ? p.holder : p.source;
+    out.reserve(n);
+    for (const auto& v : j[f]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= world)
+        return bad(std::string("'") + f + "' names a rank outside the world");
+      out.push_back(static_cast<int>(v.get<int64_t>()));
+    }
+  }
+  return a;
+}
+
 namespace {
 
 bool Has(const std::vector<uint64_t>& v, uint64_t x) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "rtft/status.h"
+
 namespace rtft::protect {
 
 struct RankState {
@@ -80,5 +82,16 @@ RecoveryPlan GroupShrinkPart(const GridShrinkPlan& plan, int t, int p,
 // The JSON a rank publishes; anything malformed decodes as holding nothing.
 std::string EncodeRankState(const RankState& state);
 RankState DecodeRankState(const std::string& text, int rank);
+
+// What the leader of the rollback agreement (rank 0) decided from every rank's state and sends
+// the others through the coordinator's gather (docs/protect.md, "Recovery"): the plan, or that
+// the job shrank (the shrink then gathers every state itself).
+struct AgreedPlan {
+  RecoveryPlan plan;
+  bool shrink = false;
+};
+std::string EncodeAgreedPlan(const AgreedPlan& agreed);
+// Checks every field against a world of `world` ranks (it came over the network).
+StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world);
 
 }  // namespace rtft::protect

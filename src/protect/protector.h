@@ -82,6 +82,7 @@ class ProtectorImpl final : public Protector {
   RankState Mine(int rank) const;
   StatusOr<std::vector<RankState>> Gather(const std::string& prefix, const RankState& mine,
                                           const std::vector<bool>& skip, uint64_t epoch);
+  StatusOr<AgreedPlan> Agree(uint64_t epoch, const RankState& mine, int world);
   Status Transfer(const RecoveryPlan& plan, uint64_t epoch);
   Status Restored(uint64_t step, bool sharded);
   Status ShutDown();

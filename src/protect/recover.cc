@@ -5,6 +5,7 @@
 #include "core/fault_point.h"
 #include "core/logging.h"
 #include "protect/protector.h"
+#include "runtime/gather.h"
 
 namespace rtft::protect {
 namespace {
@@ -126,26 +127,66 @@ StatusOr<std::vector<RankState>> ProtectorImpl::Gather(const std::string& prefix
   return all;
 }
 
+// The rollback agreement as one gather (docs/protect.md, "Recovery"): every rank sends its
+// state once; rank 0 receives them all, decides with the planner, and sends the decision back
+// through the gather, so each rank sends one message and receives one. kAborted once the job
+// moves past `epoch`, as the coordinator ends the gathers of an epoch that ended.
+StatusOr<AgreedPlan> ProtectorImpl::Agree(uint64_t epoch, const RankState& mine, int world) {
+  const std::string key = "protect/e" + std::to_string(epoch) + "/agree";
+  RTFT_ASSIGN_OR_RETURN(KvGatherReply reply,
+                        KvGather(rt_, key, epoch, world, mine.rank, EncodeRankState(mine),
+                                 /*all=*/false, recovery_timeout_));
+  if (mine.rank != 0) {
+    if (!reply.result) return Status::Internal("the agreement's answer carries no plan");
+    return DecodeAgreedPlan(*reply.result, world);
+  }
+  if (static_cast<int>(reply.values.size()) != world)
+    return Status::Internal("the agreement gathered " + std::to_string(reply.values.size()) +
+                            " states of " + std::to_string(world) + " ranks");
+  std::vector<RankState> all;
+  all.reserve(reply.values.size());
+  for (int r = 0; r < world; ++r) all.push_back(DecodeRankState(reply.values[r], r));
+  AgreedPlan agreed;
+  for (const RankState& r : all)
+    agreed.shrink = agreed.shrink || (r.was_world > 0 && r.was_world != world);
+  Status grid_error;
+  if (!agreed.shrink) {
+    auto grid = GridMap::Make(o_.grid, world);
+    if (grid.ok()) {
+      agreed.plan = PlanRecovery(all, grid->DataGroups());
+    } else {
+      grid_error = grid.status();
+      agreed.plan.why = grid_error.message();
+    }
+  }
+  // The others wait for this even when it failed here: they then fail the same way.
+  RTFT_RETURN_IF_ERROR(KvGatherResult(rt_, key, epoch, EncodeAgreedPlan(agreed)));
+  RTFT_RETURN_IF_ERROR(grid_error);
+  return agreed;
+}
+
 StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   const auto t0 = Clock::now();
   const RuntimeInfo now = rt_->current();
   if (now.epoch != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
   FaultPoint("protect.recover");
-  RTFT_ASSIGN_OR_RETURN(
-      std::vector<RankState> all,
-      Gather(KeyPrefix(epoch), Mine(now.rank), std::vector<bool>(now.world_size), epoch));
+  RTFT_ASSIGN_OR_RETURN(const AgreedPlan agreed, Agree(epoch, Mine(now.rank), now.world_size));
   info_.world_size = now.world_size;
-  // Every rank takes the same path, decided from what all published.
-  for (const RankState& r : all)
-    if (r.was_world > 0 && r.was_world != now.world_size) {
-      if (o_.grid.tensor > 1 || o_.grid.pipeline > 1) RTFT_RETURN_IF_ERROR(CanShrinkGrid(now));
-      return Shrink(epoch, all, t0);
-    }
+  // Every rank takes the same path, decided by the leader from what all published.
+  if (agreed.shrink) {
+    if (o_.grid.tensor > 1 || o_.grid.pipeline > 1) RTFT_RETURN_IF_ERROR(CanShrinkGrid(now));
+    // The shrink needs every rank's state on every rank: the key-value gather (O(N^2) reads).
+    RTFT_ASSIGN_OR_RETURN(
+        std::vector<RankState> all,
+        Gather(KeyPrefix(epoch), Mine(now.rank), std::vector<bool>(now.world_size), epoch));
+    return Shrink(epoch, all, t0);
+  }
   if (shards_ != Shards::kApplication)
     return Status::Internal("this rank's snapshot is laid out for another world than the job's");
-  RTFT_ASSIGN_OR_RETURN(const GridMap grid, GridMap::Make(o_.grid, now.world_size));
-  const RecoveryPlan plan = PlanRecovery(all, grid.DataGroups());
+  // The layout's error, on every rank alike (the leader planned with it).
+  RTFT_RETURN_IF_ERROR(GridMap::Make(o_.grid, now.world_size).status());
+  const RecoveryPlan& plan = agreed.plan;
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
   if (!plan.ok) {

@@ -19,6 +19,7 @@
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/thread.h"
+#include "runtime/gather.h"
 
 namespace rtft {
 
@@ -214,7 +215,7 @@ FailureEvent EventFrom(const control::ControlEvent& e) {
   return f;
 }
 
-class AgentRuntime final : public RuntimeBase {
+class AgentRuntime final : public RuntimeBase, public GatherService {
  public:
   AgentRuntime(std::unique_ptr<control::LocalClient> client, RuntimeInfo info)
       : RuntimeBase(info), client_(std::move(client)) {}
@@ -247,6 +248,25 @@ class AgentRuntime final : public RuntimeBase {
   }
   StatusOr<std::string> KvGet(const std::string& key, milliseconds timeout) override {
     return client_->KvGet(key, timeout);
+  }
+  // Served by the coordinator: one message from this rank, one answer back.
+  StatusOr<KvGatherReply> ServeGather(const std::string& key, uint64_t epoch, int members,
+                                      int index, const std::string& value, bool all,
+                                      milliseconds timeout) override {
+    control::GatherRequest g;
+    g.key = key;
+    g.epoch = epoch;
+    g.members = members;
+    g.index = index;
+    g.value = value;
+    g.all = all;
+    g.timeout_ms = std::max<int64_t>(0, timeout.count());
+    RTFT_ASSIGN_OR_RETURN(control::GatherReply r, client_->Gather(g));
+    return KvGatherReply{std::move(r.values), std::move(r.result)};
+  }
+  Status ServeGatherResult(const std::string& key, uint64_t epoch,
+                           const std::string& value) override {
+    return client_->GatherResult(key, epoch, value);
   }
 
  private:

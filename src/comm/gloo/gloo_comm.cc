@@ -33,6 +33,9 @@ using nlohmann::json;
 constexpr uint32_t kRecordVersion = 1;
 // How long one store lookup may block before Create() looks at its abort flag again.
 constexpr milliseconds kStoreSlice{50};
+// The largest value the job's store takes (the control plane's KV limit, kMaxValueBytes;
+// docs/control-protocol.md "Requests and deadlines").
+constexpr size_t kMaxStoreValueBytes = 512 * 1024;
 // How long a clean close waits for its bye frames to leave.
 constexpr milliseconds kByeTimeout{1000};
 // "Forever" for the watcher's wait (Gloo would close every pair if it ever timed out).
@@ -152,8 +155,17 @@ Status GlooComm::Rendezvous(std::vector<std::vector<char>>* peer_addresses) {
   record["addrs"] = std::move(addrs);
   const std::string& name = opts_.o.name;
   const uint64_t epoch = opts_.o.epoch;
+  // A full mesh: one address per peer in every rank's record, O(N^2) bytes through the store in
+  // all (docs/comm.md, "Gloo at scale"); past ~1900 ranks one record exceeds the store's limit.
+  const std::string text = record.dump();
+  if (text.size() > kMaxStoreValueBytes)
+    return Status::ResourceExhausted(
+        "Gloo communicator '" + name + "' of " + std::to_string(size_) +
+        " ranks: its full-mesh rendezvous record is " + std::to_string(text.size()) +
+        " bytes, over the job store's " + std::to_string(kMaxStoreValueBytes) +
+        "-byte limit (one address per peer): use NCCL, or groups of fewer ranks");
   RTFT_RETURN_IF_ERROR(
-      opts_.o.store->Put(CommKey(epoch, name, "rank/" + std::to_string(rank_)), record.dump()));
+      opts_.o.store->Put(CommKey(epoch, name, "rank/" + std::to_string(rank_)), text));
   peer_addresses->assign(size_, {});
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;

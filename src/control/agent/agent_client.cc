@@ -152,6 +152,81 @@ StatusOr<std::string> AgentClientImpl::KvGet(const std::string& key, millisecond
   return BytesFrom((*reply)["value"]);
 }
 
+StatusOr<uint64_t> AgentClientImpl::StartGather(const GatherRequest& g) {
+  if (g.key.size() > kMaxKeyBytes || g.value.size() > kMaxGatherValueBytes)
+    return Status::InvalidArgument("gather key or contribution too large");
+  const uint64_t req = next_req_++;
+  GatherRequest r = g;
+  r.timeout_ms = std::max<int64_t>(0, g.timeout_ms);
+  const json body = GatherBody(req, r);
+  if (auto bytes = EncodeMessage(MsgType::kGather, body); !bytes.ok()) return bytes.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_.ok()) return lost_;
+    if (!hello_sent_) return Status::FailedPrecondition("gather before Join");
+    // The coordinator answers at its deadline; ours allows for the round trip.
+    auto deadline = SteadyClock::now() + milliseconds(r.timeout_ms) + options_.request_timeout;
+    if (deadline_) deadline = std::min(deadline, *deadline_);
+    pending_[req];
+    inflight_[req] = {MsgType::kGather, body};
+    gathers_[req] = deadline;
+  }
+  Post(MsgType::kGather, body);
+  return req;
+}
+
+std::optional<StatusOr<GatherReply>> AgentClientImpl::PollGather(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto g = gathers_.find(handle);
+  if (g == gathers_.end()) return StatusOr<GatherReply>(Status::InvalidArgument("no such gather"));
+  auto p = pending_.find(handle);
+  std::optional<StatusOr<GatherReply>> out;
+  if (p != pending_.end() && p->second) {
+    out = GatherReplyFrom(*p->second);
+  } else if (!lost_.ok()) {
+    out = StatusOr<GatherReply>(lost_);
+  } else if (SteadyClock::now() >= g->second) {
+    out = StatusOr<GatherReply>(
+        Status::DeadlineExceeded("no answer from the coordinator to a gather in time"));
+  } else {
+    return std::nullopt;
+  }
+  pending_.erase(handle);
+  inflight_.erase(handle);
+  gathers_.erase(g);
+  return out;
+}
+
+void AgentClientImpl::ForgetGather(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(handle);
+  inflight_.erase(handle);
+  gathers_.erase(handle);
+}
+
+StatusOr<GatherReply> AgentClientImpl::Gather(const GatherRequest& g) {
+  RTFT_ASSIGN_OR_RETURN(const uint64_t handle, StartGather(g));
+  while (true) {
+    if (auto r = PollGather(handle)) return std::move(*r);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, milliseconds(20), [&] {
+      auto p = pending_.find(handle);
+      return (p != pending_.end() && p->second) || !lost_.ok();
+    });
+  }
+}
+
+Status AgentClientImpl::GatherResult(const std::string& key, uint64_t epoch,
+                                     const std::string& value) {
+  if (key.size() > kMaxKeyBytes || value.size() > kMaxGatherResultBytes)
+    return Status::InvalidArgument("gather key or result too large");
+  const uint64_t req = next_req_++;
+  auto reply = Request(req, MsgType::kGatherResult, GatherResultBody(req, key, epoch, value),
+                       options_.request_timeout);
+  if (!reply.ok()) return reply.status();
+  return StatusFrom(*reply);
+}
+
 StatusOr<std::optional<ControlEvent>> AgentClientImpl::WaitEvent(milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !events_.empty() || !lost_.ok(); });

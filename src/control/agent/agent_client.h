@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "control/wire/codec.h"
+#include "control/wire/gather.h"
 #include "control/wire/keys.h"
 #include "control/wire/types.h"
 #include "rtft/status.h"
@@ -71,6 +72,20 @@ class AgentClient {
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;
+  // A gather (control/wire/gather.h), without blocking: sends this member's contribution and
+  // returns a handle for PollGather. The coordinator answers when every member contributed (a
+  // member but the leader: when the leader sent its result), with kAborted once the epoch ended,
+  // or with kDeadlineExceeded after `timeout_ms`.
+  virtual StatusOr<uint64_t> StartGather(const GatherRequest& g) = 0;
+  // nullopt while the answer is not in; then the answer, once (the handle is forgotten). The
+  // client gives up `request_timeout` after the gather's own timeout (kDeadlineExceeded).
+  virtual std::optional<StatusOr<GatherReply>> PollGather(uint64_t handle) = 0;
+  // Drops a gather whose answer nobody waits for any more.
+  virtual void ForgetGather(uint64_t handle) = 0;
+  // StartGather, then waits for its answer.
+  virtual StatusOr<GatherReply> Gather(const GatherRequest& g) = 0;
+  // The leader's result of gather `key` of `epoch`, for the other members; waits for the ack.
+  virtual Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) = 0;
 };
 
 }  // namespace rtft::control

@@ -37,6 +37,11 @@ class AgentClientImpl final : public AgentClient {
   void SetDeadline(SteadyClock::time_point deadline) override;
   Status KvPut(const std::string& key, const std::string& value) override;
   StatusOr<std::string> KvGet(const std::string& key, std::chrono::milliseconds timeout) override;
+  StatusOr<uint64_t> StartGather(const GatherRequest& g) override;
+  std::optional<StatusOr<GatherReply>> PollGather(uint64_t handle) override;
+  void ForgetGather(uint64_t handle) override;
+  StatusOr<GatherReply> Gather(const GatherRequest& g) override;
+  Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) override;
   SlotId primary_slot() const override { return primary_slot_seen_; }
   Generation generation() const override { return gen_seen_; }
 
@@ -64,6 +69,8 @@ class AgentClientImpl final : public AgentClient {
   void OnReject(const std::string& why);
   void Handle(Message msg);
   void OnEvent(const nlohmann::json& body);
+  void OnEventDelta(const nlohmann::json& body);
+  void Deliver(ControlEvent e);
   void OnCoordinators(const nlohmann::json& body);
   void SwitchToStandby(Generation gen);
   void ConnectStandby(const std::string& endpoint, SlotId slot);
@@ -91,6 +98,7 @@ class AgentClientImpl final : public AgentClient {
   uint64_t seq_ = 0;
   bool beating_ = false;
   std::optional<std::pair<uint64_t, int>> last_event_;  // epoch and type delivered last
+  std::optional<Membership> have_;  // the newest membership received: the base of a delta
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -100,9 +108,10 @@ class AgentClientImpl final : public AgentClient {
   std::deque<ControlEvent> events_;
   std::unordered_map<uint64_t, std::optional<nlohmann::json>> pending_;
   std::map<uint64_t, Outgoing> inflight_;  // unanswered requests: sent again after a takeover
-  Status lost_;                            // set once the coordinators are gone
-  std::optional<SteadyClock::time_point> deadline_;  // SetDeadline
-  std::unique_ptr<EventLoop> loop_;                  // last: its thread uses the members above
+  std::map<uint64_t, SteadyClock::time_point> gathers_;  // StartGather's handles: their deadline
+  Status lost_;                                          // set once the coordinators are gone
+  std::optional<SteadyClock::time_point> deadline_;      // SetDeadline
+  std::unique_ptr<EventLoop> loop_;                      // last: its thread uses the members above
 };
 
 }  // namespace rtft::control

@@ -4,6 +4,7 @@
 // from it (docs/control-protocol.md "Standby coordinator"). Messages of an older generation
 // (a primary that was replaced) are dropped.
 #include "control/agent/agent_client_impl.h"
+#include "control/wire/delta.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -70,8 +71,11 @@ void AgentClientImpl::Handle(Message msg) {
   switch (msg.type) {
     case MsgType::kEvent:
       return OnEvent(msg.body);
+    case MsgType::kEventDelta:
+      return OnEventDelta(msg.body);
     case MsgType::kAck:
-    case MsgType::kKvValue: {
+    case MsgType::kKvValue:
+    case MsgType::kGatherValue: {
       std::lock_guard<std::mutex> lock(mu_);
       const uint64_t req = msg.body["req"].get<uint64_t>();
       auto it = pending_.find(req);
@@ -93,6 +97,26 @@ void AgentClientImpl::Handle(Message msg) {
 
 void AgentClientImpl::OnEvent(const json& body) {
   ControlEvent e = EventFrom(body, options_.me.slot);
+  have_ = e.membership;
+  Deliver(std::move(e));
+}
+
+void AgentClientImpl::OnEventDelta(const json& body) {
+  auto e = have_ ? EventFromDelta(body, *have_, options_.me.slot)
+                 : StatusOr<ControlEvent>(Status::FailedPrecondition("no membership yet"));
+  if (!e.ok()) {
+    // Missed an event, or the delta does not add up: ask for the whole membership.
+    RTFT_LOG(kInfo, kLogCtrl) << "slot " << options_.me.slot << ": " << e.status().message()
+                              << "; asking the coordinator for the whole membership";
+    loop_->SendNow(primary_.socket, "", MsgType::kSync,
+                   SyncBody(options_.me.slot, have_ ? have_->epoch : 0), gen_);
+    return;
+  }
+  have_ = e->membership;
+  Deliver(std::move(*e));
+}
+
+void AgentClientImpl::Deliver(ControlEvent e) {
   // After a takeover the new primary repeats the newest event: deliver each (epoch, kind) once.
   const std::pair<uint64_t, int> id{e.membership.epoch, static_cast<int>(e.type)};
   if (last_event_ && (id.first < last_event_->first || id == *last_event_)) return;

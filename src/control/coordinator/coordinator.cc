@@ -117,8 +117,10 @@ SteadyClock::time_point CoordinatorImpl::OnTimer(SteadyClock::time_point now) {
     Send(w.peer, MsgType::kKvValue,
          KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
   }
+  SendGatherAnswers(gathers_.Expire(now));
   SteadyClock::time_point next = next_tick_;
   if (auto d = kv_.NextDeadline()) next = std::min(next, *d);
+  if (auto d = gathers_.NextDeadline()) next = std::min(next, *d);
   if (standby_) next = std::min(next, standby_->next_ping);
   return next;
 }

@@ -49,11 +49,14 @@ void CoordinatorImpl::Dispatch(const std::string& peer, const Message& msg) {
   const json& b = msg.body;
   if (msg.type == MsgType::kHello) return OnHello(peer, b);
   if (role_ == Standing::kStandby) return;  // a standby decides nothing and answers nothing
-  if (msg.type == MsgType::kKvPut || msg.type == MsgType::kKvGet) {
+  if (msg.type == MsgType::kKvPut || msg.type == MsgType::kKvGet || msg.type == MsgType::kGather ||
+      msg.type == MsgType::kGatherResult) {
     auto it = by_peer_.find(peer);
     if (it == by_peer_.end())
       return Reject(std::string(MsgTypeName(msg.type)) + " from a peer without hello");
     if (Partitioned(it->second)) return;
+    if (msg.type == MsgType::kGather) return OnGather(it->second, peer, b);
+    if (msg.type == MsgType::kGatherResult) return OnGatherResult(it->second, peer, b);
     return msg.type == MsgType::kKvPut ? OnKvPut(peer, b) : OnKvGet(peer, b);
   }
   auto it = by_peer_.find(peer);
@@ -78,6 +81,10 @@ void CoordinatorImpl::DispatchSlot(SlotId slot, const std::string& peer, const M
     case MsgType::kFailure:
     case MsgType::kExit:
       return OnRequest(slot, peer, msg);
+    case MsgType::kSync:
+      // A delta did not apply to what the agent holds: the whole membership, to it alone.
+      if (started_) SendCurrent(slot);
+      return;
     default:
       return Reject(std::string(MsgTypeName(msg.type)) + " is not a message for the coordinator");
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "control/coordinator/coordinator.h"
+#include "control/coordinator/gather_table.h"
 #include "control/coordinator/kv_store.h"
 #include "control/coordinator/membership_table.h"
 #include "control/coordinator/repl_ops.h"
@@ -107,6 +108,12 @@ class CoordinatorImpl final : public Coordinator {
   void OnRequest(SlotId slot, const std::string& peer, const Message& msg);
   void OnKvPut(const std::string& peer, const nlohmann::json& b);
   void OnKvGet(const std::string& peer, const nlohmann::json& b);
+  // gathers.cc: the gathers, the whole membership for an agent that asks, the epoch's end.
+  void OnGather(SlotId slot, const std::string& peer, const nlohmann::json& b);
+  void OnGatherResult(SlotId slot, const std::string& peer, const nlohmann::json& b);
+  void SendGatherAnswers(const std::vector<GatherAnswer>& answers);
+  void EndGathersBefore(uint64_t epoch);
+  LogicalRank CurrentRankOf(SlotId slot);
   void Ack(const std::string& peer, const nlohmann::json& b, const Status& status);
   void SendCurrent(SlotId slot);
   void SendCoordinators(SlotId slot);  // -1: every agent
@@ -137,6 +144,11 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<CoordinatorSlot> slots_;
   std::unordered_map<std::string, SlotId> by_peer_;
   KvStore kv_;
+  GatherTable gathers_;
+  // The membership the agents were last sent as a broadcast: the base of the next event's delta.
+  std::optional<Membership> sent_base_;
+  std::vector<LogicalRank> rank_of_slot_;  // of current_, for CurrentRankOf
+  uint64_t rank_of_slot_epoch_ = ~uint64_t{0};
   bool started_ = false;
   SteadyClock::time_point join_deadline_{};
   ControlEvent latest_;        // the newest event decided

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "control/coordinator/coordinator_impl.h"
+#include "control/wire/delta.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -126,6 +127,8 @@ void CoordinatorImpl::Apply(const Decision& d, bool broadcast) {
                                                                                  : "")
                               << d.event->reason;
     current_ = *d.event;
+    // The gathers of the epochs before are over: their members start again in this one.
+    EndGathersBefore(current_.membership.epoch);
     if (broadcast) Broadcast(*d.event);
     std::lock_guard<std::mutex> lock(mu_);
     if (d.event->membership.epoch != stats_.epoch) {
@@ -156,7 +159,12 @@ void CoordinatorImpl::StartJob(const std::string& why) {
 }
 
 void CoordinatorImpl::Broadcast(const ControlEvent& event) {
-  auto bytes = EncodeMessage(MsgType::kEvent, EventBody(event), gen_);
+  // What changed since the broadcast before (docs/control-protocol.md, "Event deltas"); the
+  // first event, and the first after a takeover, carry the whole membership.
+  auto bytes = sent_base_
+                   ? EncodeMessage(MsgType::kEventDelta, EventDeltaBody(event, *sent_base_), gen_)
+                   : EncodeMessage(MsgType::kEvent, EventBody(event), gen_);
+  sent_base_ = event.membership;
   if (!bytes.ok()) {
     RTFT_LOG(kError, kLogCtrl) << "cannot encode the epoch " << event.membership.epoch
                                << " event: " << bytes.status();

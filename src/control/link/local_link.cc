@@ -99,6 +99,9 @@ class LocalServerImpl final : public LocalServer {
   Status SendKvReply(const std::string& key, const StatusOr<std::string>& value) override {
     return Send(MsgType::kLocalKvReply, LocalKvReplyBody(key, value));
   }
+  Status SendGatherReply(const std::string& key, const StatusOr<GatherReply>& reply) override {
+    return Send(MsgType::kLocalGatherReply, LocalGatherReplyBody(key, reply));
+  }
 
   StatusOr<std::optional<RuntimeReport>> PollReport(milliseconds timeout) override {
     RTFT_RETURN_IF_ERROR(loop_->error());
@@ -227,10 +230,49 @@ class LocalClientImpl final : public LocalClient {
     return v;
   }
 
+  StatusOr<GatherReply> Gather(const GatherRequest& g) override {
+    if (g.key.size() > kMaxKeyBytes || g.value.size() > kMaxGatherValueBytes)
+      return Status::InvalidArgument("gather key or contribution too large");
+    RuntimeReport r;
+    r.type = RuntimeReport::Type::kGather;
+    r.key = g.key;
+    r.value = g.value;
+    r.timeout_ms = std::max<int64_t>(0, g.timeout_ms);
+    r.epoch = g.epoch;
+    r.members = g.members;
+    r.index = g.index;
+    r.all = g.all;
+    RTFT_RETURN_IF_ERROR(Report(r));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, milliseconds(r.timeout_ms) + kKvRoundTrip,
+                      [&] { return !gather_replies_[g.key].empty(); })) {
+      gather_replies_.erase(g.key);
+      return Status::DeadlineExceeded("no answer to gather '" + g.key + "' from the agent");
+    }
+    StatusOr<GatherReply> v = std::move(gather_replies_[g.key].front());
+    gather_replies_[g.key].pop_front();
+    if (gather_replies_[g.key].empty()) gather_replies_.erase(g.key);
+    return v;
+  }
+
+  Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) override {
+    if (key.size() > kMaxKeyBytes || value.size() > kMaxGatherResultBytes)
+      return Status::InvalidArgument("gather key or result too large");
+    RuntimeReport r;
+    r.type = RuntimeReport::Type::kGatherResult;
+    r.key = key;
+    r.value = value;
+    r.epoch = epoch;
+    return Report(r);
+  }
+
  private:
   void OnMessage(Message m) {
     std::lock_guard<std::mutex> lock(mu_);
     switch (m.type) {
+      case MsgType::kLocalGatherReply:
+        gather_replies_[m.body["key"].get<std::string>()].push_back(GatherReplyFrom(m.body));
+        break;
       case MsgType::kAssign:
         assignments_.push_back(AssignmentFrom(m.body));
         break;
@@ -259,6 +301,7 @@ class LocalClientImpl final : public LocalClient {
   std::deque<Assignment> assignments_;
   std::deque<ControlEvent> events_;
   std::map<std::string, std::deque<StatusOr<std::string>>> kv_replies_;
+  std::map<std::string, std::deque<StatusOr<GatherReply>>> gather_replies_;
   EventLoop::SocketId socket_ = 0;
   std::unique_ptr<EventLoop> loop_;  // last: its thread calls OnMessage
 };

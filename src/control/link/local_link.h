@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "control/wire/gather.h"
 #include "control/wire/types.h"
 #include "rtft/status.h"
 
@@ -37,6 +38,8 @@ class LocalServer {
   virtual StatusOr<std::optional<RuntimeReport>> PollReport(std::chrono::milliseconds timeout) = 0;
   // Answers a kKvGet (the agent forwards KV requests to the coordinator).
   virtual Status SendKvReply(const std::string& key, const StatusOr<std::string>& value) = 0;
+  // Answers a kGather report (the agent forwards gathers to the coordinator).
+  virtual Status SendGatherReply(const std::string& key, const StatusOr<GatherReply>& reply) = 0;
 };
 
 // Runtime side. Thread-safe; an internal thread owns the socket.
@@ -54,6 +57,11 @@ class LocalClient {
   // The agent answers with SendKvReply; waits `timeout` plus two seconds for the round trip.
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;
+  // This member's contribution to gather `g.key` (control/wire/gather.h); the agent answers
+  // with SendGatherReply. Waits the gather's timeout plus two seconds for the round trip.
+  virtual StatusOr<GatherReply> Gather(const GatherRequest& g) = 0;
+  // The leader's result; queued to the agent like KvPut (no answer comes back).
+  virtual Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) = 0;
 };
 
 }  // namespace rtft::control

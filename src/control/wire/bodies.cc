@@ -119,6 +119,20 @@ json ReportBody(const RuntimeReport& r) {
       b["key"] = r.key;
       b["tmo"] = r.timeout_ms;
       break;
+    case RuntimeReport::Type::kGather:
+      b["key"] = r.key;
+      b["value"] = BytesValue(r.value);
+      b["tmo"] = r.timeout_ms;
+      b["epoch"] = r.epoch;
+      b["n"] = r.members;
+      b["idx"] = r.index;
+      if (r.all) b["all"] = true;
+      break;
+    case RuntimeReport::Type::kGatherResult:
+      b["key"] = r.key;
+      b["value"] = BytesValue(r.value);
+      b["epoch"] = r.epoch;
+      break;
   }
   return b;
 }
@@ -184,6 +198,10 @@ RuntimeReport ReportFrom(const json& b) {
   if (b.contains("key")) r.key = b["key"].get<std::string>();
   if (b.contains("value")) r.value = BytesFrom(b["value"]);
   if (b.contains("tmo")) r.timeout_ms = b["tmo"].get<int64_t>();
+  if (b.contains("epoch")) r.epoch = b["epoch"].get<uint64_t>();
+  if (b.contains("n")) r.members = b["n"].get<int32_t>();
+  if (b.contains("idx")) r.index = b["idx"].get<int32_t>();
+  if (b.contains("all")) r.all = b["all"].get<bool>();
   return r;
 }
 

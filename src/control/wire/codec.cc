@@ -125,6 +125,15 @@ Status CheckField(const FieldSpec& f, const json& v) {
                      std::to_string(f.max) + "]");
       }
       return Status::Ok();
+    case FieldSpec::Kind::kBytesList:
+      if (!v.is_array()) return bad("not a list");
+      if (v.size() > f.max_len) return bad("more than " + std::to_string(f.max_len) + " elements");
+      for (const auto& e : v) {
+        if (!e.is_binary() || e.get_binary().has_subtype()) return bad("element not a byte string");
+        if (e.get_binary().size() > static_cast<size_t>(f.max))
+          return bad("element longer than " + std::to_string(f.max) + " bytes");
+      }
+      return Status::Ok();
   }
   return bad("unknown kind");
 }

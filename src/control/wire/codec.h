@@ -15,7 +15,7 @@
 
 namespace rtft::control {
 
-constexpr uint8_t kProtocolVersion = 2;
+constexpr uint8_t kProtocolVersion = 3;
 constexpr size_t kHeaderBytes = 16;
 constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // header + body
 constexpr char kMagic[4] = {'R', 'T', 'F', 'C'};
@@ -23,9 +23,10 @@ constexpr char kMagic[4] = {'R', 'T', 'F', 'C'};
 enum class MsgType : uint8_t;  // messages.h
 
 // How one field of a body is checked. Integers: [min, max]. Strings and byte strings: at most
-// max_len bytes. Integer lists: at most max_len elements, each in [min, max].
+// max_len bytes. Integer lists: at most max_len elements, each in [min, max]. Byte-string lists:
+// at most max_len elements, each at most max bytes.
 struct FieldSpec {
-  enum class Kind : uint8_t { kInt, kBool, kString, kBytes, kIntList };
+  enum class Kind : uint8_t { kInt, kBool, kString, kBytes, kIntList, kBytesList };
   const char* name;
   Kind kind;
   bool required;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "control/wire/gather.h"
+
 namespace rtft::control {
 namespace {
 
@@ -30,6 +32,15 @@ FieldSpec List(const char* name, int64_t min, int64_t max, bool required = true)
   return {name, K::kIntList, required, min, max, static_cast<size_t>(kMaxSlots)};
 }
 
+FieldSpec BytesList(const char* name, size_t max_each, bool required = true) {
+  return {name,
+          K::kBytesList,
+          required,
+          0,
+          static_cast<int64_t>(max_each),
+          static_cast<size_t>(kMaxSlots)};
+}
+
 FieldSpec Req() { return Int("req", 0, kI64Max); }
 FieldSpec Slot() { return Int("slot", 0, kMaxSlot); }
 FieldSpec Code() { return Int("code", 0, kMaxStatusCode); }
@@ -53,6 +64,20 @@ Schema EventSchema(bool local) {
     s.push_back(Int("rank", -1, kMaxSlot));
   }
   return s;
+}
+
+// What changed since the event before (wire/delta.h).
+Schema EventDeltaSchema() {
+  return {Int("ev", 0, 1), Int("epoch", 0, kI64Max), Int("base", 0, kI64Max),
+          Int("hash", 0, kI64Max), Int("ws", 0, kMaxSlots), Int("nslots", 0, kMaxSlots),
+          List("rpos", 0, kMaxSlot), List("rslot", -1, kMaxSlot), List("spos", 0, kMaxSlot),
+          List("srole", 0, static_cast<int64_t>(Role::kCoordinator)), List("spares", 0, kMaxSlot),
+          List("retired", 0, kMaxSlot), List("failed", -1, kMaxSlot), Str("reason", kMaxTextBytes),
+          Bool("ckpt"), Int("xcode", kI32Min, kI32Max),
+          // The ranks' devices (docs/launcher.md, "GPUs"): the list's length (0 or 'ws') and
+          // the ranks whose device changed; absent when no rank has one, before or after.
+          Int("ndevs", 0, kMaxSlots, false), List("dpos", 0, kMaxSlot, false),
+          List("dval", -1, kMaxDevice, false)};
 }
 
 // A change the primary sends its standby (coordinator/repl_ops.h says which fields each op uses).
@@ -91,6 +116,24 @@ const Schema* Lookup(uint8_t type) {
   static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
   static const Schema kv_get = {Req(), Str("key", kMaxKeyBytes), Int("tmo", 0, kMaxTimeoutMs)};
   static const Schema vote = {Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema sync = {Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema gather = {Req(),
+                                Str("key", kMaxKeyBytes),
+                                Int("epoch", 0, kI64Max),
+                                Int("n", 1, kMaxSlots),
+                                Int("idx", 0, kMaxSlot),
+                                Bytes("value", kMaxGatherValueBytes),
+                                Int("tmo", 0, kMaxTimeoutMs),
+                                Bool("all", false)};
+  static const Schema gather_result = {Req(), Str("key", kMaxKeyBytes), Int("epoch", 0, kI64Max),
+                                       Bytes("value", kMaxGatherResultBytes)};
+  static const Schema event_delta = EventDeltaSchema();
+  static const Schema gather_value = {Req(), Code(), Msg(),
+                                      BytesList("values", kMaxGatherValueBytes, false),
+                                      Bytes("value", kMaxGatherResultBytes, false)};
+  static const Schema local_gather_reply = {Str("key", kMaxKeyBytes), Code(), Msg(),
+                                            BytesList("values", kMaxGatherValueBytes, false),
+                                            Bytes("value", kMaxGatherResultBytes, false)};
   static const Schema coordinators = {Int("primary", -1, kMaxSlot), Int("standby", -1, kMaxSlot),
                                       Str("sbep", kMaxEndpointBytes)};
   static const Schema repl = ReplSchema();
@@ -100,12 +143,17 @@ const Schema* Lookup(uint8_t type) {
   static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
   static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
   static const Schema attach = {Int("pid", 0, kI32Max)};
-  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kKvGet)),
-                                Int("step", 0, kI64Max, false),
-                                Str("detail", kMaxTextBytes, false),
-                                Str("key", kMaxKeyBytes, false),
-                                Bytes("value", kMaxValueBytes, false),
-                                Int("tmo", 0, kMaxTimeoutMs, false)};
+  static const Schema report = {
+      Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kGatherResult)),
+      Int("step", 0, kI64Max, false),
+      Str("detail", kMaxTextBytes, false),
+      Str("key", kMaxKeyBytes, false),
+      Bytes("value", kMaxValueBytes, false),
+      Int("tmo", 0, kMaxTimeoutMs, false),
+      Int("epoch", 0, kI64Max, false),
+      Int("n", 1, kMaxSlots, false),
+      Int("idx", 0, kMaxSlot, false),
+      Bool("all", false)};
   static const Schema assign = {Int("role", 0, static_cast<int64_t>(Role::kRetired)),
                                 Int("rank", -1, kMaxSlot), Int("epoch", 0, kI64Max),
                                 Int("ws", 0, kMaxSlots), Int("dev", -1, kMaxDevice, false)};
@@ -127,6 +175,18 @@ const Schema* Lookup(uint8_t type) {
       return &kv_get;
     case MsgType::kVote:
       return &vote;
+    case MsgType::kSync:
+      return &sync;
+    case MsgType::kGather:
+      return &gather;
+    case MsgType::kGatherResult:
+      return &gather_result;
+    case MsgType::kEventDelta:
+      return &event_delta;
+    case MsgType::kGatherValue:
+      return &gather_value;
+    case MsgType::kLocalGatherReply:
+      return &local_gather_reply;
     case MsgType::kEvent:
       return &event;
     case MsgType::kAck:
@@ -175,6 +235,18 @@ const char* MsgTypeName(MsgType type) {
       return "kv-get";
     case MsgType::kVote:
       return "vote";
+    case MsgType::kSync:
+      return "sync";
+    case MsgType::kGather:
+      return "gather";
+    case MsgType::kGatherResult:
+      return "gather-result";
+    case MsgType::kEventDelta:
+      return "event-delta";
+    case MsgType::kGatherValue:
+      return "gather-value";
+    case MsgType::kLocalGatherReply:
+      return "local-gather-reply";
     case MsgType::kEvent:
       return "event";
     case MsgType::kAck:
@@ -217,10 +289,45 @@ Status CheckDevice(const json& body) {
   return Status::Ok();
 }
 
+// Two lists of one length, the first's elements below `bound`.
+Status CheckPairs(const json& body, const char* pos, const char* val, int64_t bound) {
+  if (body[pos].size() != body[val].size())
+    return Status::InvalidArgument(std::string("'") + pos + "' and '" + val + "' differ in length");
+  for (const auto& p : body[pos])
+    if (p.get<int64_t>() >= bound)
+      return Status::InvalidArgument(std::string("'") + pos + "' names a position beyond its list");
+  return Status::Ok();
+}
+
+Status CheckDeltaSemantics(const json& body) {
+  const int64_t ws = body["ws"].get<int64_t>(), slots = body["nslots"].get<int64_t>();
+  RTFT_RETURN_IF_ERROR(CheckPairs(body, "rpos", "rslot", ws));
+  RTFT_RETURN_IF_ERROR(CheckPairs(body, "spos", "srole", slots));
+  for (const char* list : {"rslot", "spares", "retired"}) {
+    for (const auto& s : body[list]) {
+      if (s.get<int64_t>() >= slots)
+        return Status::InvalidArgument(std::string("'") + list + "' names a slot beyond 'nslots'");
+    }
+  }
+  const int present =
+      int(body.contains("ndevs")) + int(body.contains("dpos")) + int(body.contains("dval"));
+  if (present == 0) return Status::Ok();
+  if (present != 3) return Status::InvalidArgument("'ndevs', 'dpos' and 'dval' come together");
+  const int64_t ndevs = body["ndevs"].get<int64_t>();
+  if (ndevs != 0 && ndevs != ws) return Status::InvalidArgument("'ndevs' is neither 0 nor 'ws'");
+  return CheckPairs(body, "dpos", "dval", ndevs);
+}
+
 }  // namespace
 
 Status CheckMessageSemantics(MsgType type, const json& body) {
   if (type == MsgType::kHello) return CheckDevice(body);
+  if (type == MsgType::kEventDelta) return CheckDeltaSemantics(body);
+  if (type == MsgType::kGather && body["idx"].get<int64_t>() >= body["n"].get<int64_t>())
+    return Status::InvalidArgument("'idx' is not below 'n'");
+  if ((type == MsgType::kGatherValue || type == MsgType::kLocalGatherReply) &&
+      body.contains("values") && body.contains("value"))
+    return Status::InvalidArgument("'values' and 'value' together");
   if (type == MsgType::kRepl) {
     RTFT_RETURN_IF_ERROR(CheckDevice(body));
     // A failure's three lists describe the same slots.

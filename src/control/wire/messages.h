@@ -22,12 +22,17 @@ enum class MsgType : uint8_t {
   kKvPut = 5,
   kKvGet = 6,
   kVote = 7,  // to the standby: this agent lost the primary
+  kSync = 8,  // send me the whole membership (a delta did not apply)
+  kGather = 9,
+  kGatherResult = 10,  // the gather's leader: what it decided from the contributions
   // coordinator -> agent
   kEvent = 16,
   kAck = 17,
   kKvValue = 18,
   kHeartbeatAck = 19,
   kCoordinators = 20,  // where the primary and the standby are
+  kEventDelta = 21,    // an event as what changed since the one before (wire/delta.h)
+  kGatherValue = 22,   // a gather's answer (wire/gather.h)
   // primary -> standby, and its answer
   kRepl = 24,
   kReplAck = 25,
@@ -38,6 +43,7 @@ enum class MsgType : uint8_t {
   kAssign = 48,
   kLocalEvent = 49,
   kLocalKvReply = 50,
+  kLocalGatherReply = 51,
 };
 const char* MsgTypeName(MsgType type);
 

@@ -120,13 +120,19 @@ struct RuntimeReport {
     kDeviceError = 1,
     kDetach = 2,
     kKvPut = 3,
-    kKvGet = 4
+    kKvGet = 4,
+    kGather = 5,        // key, value, timeout_ms and the gather's epoch, members, index, all
+    kGatherResult = 6,  // key, value, epoch: the leader's result
   };
   Type type = Type::kProgress;
   uint64_t step = 0;
   std::string detail;      // device error text
   std::string key, value;  // KV requests
-  int64_t timeout_ms = 0;  // kKvGet
+  int64_t timeout_ms = 0;  // kKvGet, kGather
+  uint64_t epoch = 0;      // kGather, kGatherResult
+  int32_t members = 0;     // kGather
+  int32_t index = 0;       // kGather
+  bool all = false;        // kGather
 };
 
 // Wire limits (docs/control-protocol.md).

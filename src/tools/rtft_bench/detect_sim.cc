@@ -143,9 +143,12 @@ StatusOr<json> RunOne(int n, const DetectSimOptions& o) {
   for (auto& d : drivers) bad += d->bad_events();
   if (bad) return Status::Internal(std::to_string(bad) + " simulated agents saw a wrong epoch");
   const double detect_ms = Ms(st.epoch_declared_at - killed);
+  // What went out (the delta), and what the whole membership would have cost.
   control::ControlEvent announced;
   announced.membership = coord->membership();
-  auto event_bytes = EncodeMessage(control::MsgType::kEvent, control::EventBody(announced));
+  auto full_bytes = EncodeMessage(control::MsgType::kEvent, control::EventBody(announced));
+  // Driver 0's first agent is slot 0, which is never the one killed.
+  const size_t event_bytes = drivers[0]->last_event_bytes();
   json r = {{"bench", "detect"},
             {"mode", "sim"},
             {"agents", n},
@@ -162,7 +165,8 @@ StatusOr<json> RunOne(int n, const DetectSimOptions& o) {
             {"detect_over_timeout", detect_ms / static_cast<double>(o.heartbeat_timeout.count())},
             {"announce_queue_ms", Ms(st.epoch_sent_at - st.epoch_declared_at)},
             {"announce_ms", Ms(last - st.epoch_declared_at)},
-            {"event_bytes", event_bytes.ok() ? event_bytes->size() : 0},
+            {"event_bytes", event_bytes},
+            {"full_event_bytes", full_bytes.ok() ? full_bytes->size() : 0},
             {"target_ms", 1.5 * static_cast<double>(o.heartbeat_timeout.count())}};
   r["met"] = detect_ms <= 1.5 * static_cast<double>(o.heartbeat_timeout.count());
   drivers.clear();

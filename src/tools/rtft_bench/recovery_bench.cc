@@ -6,6 +6,7 @@
 // its figures are held to the lost slot's plus one second). Each figure is read off the
 // trainer's timestamped lines (docs/protect.md, "Measured").
 #include "tools/rtft_bench/recovery_bench.h"
+#include "tools/rtft_bench/recovery_sim.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -97,8 +98,19 @@ class RecoveryCommand final : public BenchCommand {
                     "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
         ->check(CLI::IsMember({"nccl", "gloo"}))
         ->capture_default_str();
+    // --sim: the protocol at scale against one in-process coordinator (recovery_sim.h).
+    cmd->add_flag("--sim", sim_, "simulated agents against one in-process coordinator");
+    cmd->add_option("--agents", agents_, "--sim: agent counts, comma-separated")
+        ->capture_default_str();
+    cmd->add_option("--repeats", repeats_, "--sim: runs per agent count and case (the median)")
+        ->capture_default_str();
+    cmd->add_option("--cases", cases_,
+                    "--sim: one (a failure), two (a second 100 ms later), during (a second "
+                    "during the gather), comma-separated")
+        ->capture_default_str();
   }
   int Run() override;
+  int RunSim();
 
  private:
   std::vector<std::string> Args(const std::string& ckpt, const std::string& fault) const;
@@ -114,6 +126,10 @@ class RecoveryCommand final : public BenchCommand {
   int heartbeat_timeout_ms_ = 1000;
   int tp_ = 1, pp_ = 1;
   TrainDevice dev_;
+  bool sim_ = false;
+  std::string agents_ = "64,256,1024,4096";
+  std::string cases_ = "one,two,during";
+  int repeats_ = 3;
   double restart_s_ = -1;
   // The lost slot's figures: the coordinator's loss is held to them plus kTakeoverBudgetS.
   double slot_detect_s_ = -1, slot_resumed_s_ = -1;
@@ -292,7 +308,45 @@ void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines*
   out->Emit(line);
 }
 
+int RecoveryCommand::RunSim() {
+  RecoverySimOptions o;
+  auto counts = ParseCountList(agents_);
+  if (!counts.ok() || repeats_ < 1 || heartbeat_timeout_ms_ < 200) {
+    Progress("recovery --sim: bad --agents, --repeats or --heartbeat-timeout-ms");
+    return kExitUsage;
+  }
+  for (uint64_t c : *counts) {
+    if (c < 8 || c > 16384) {
+      Progress("recovery --sim: agent counts must be in [8, 16384]");
+      return kExitUsage;
+    }
+  }
+  o.agents = *counts;
+  o.cases.clear();
+  std::string rest = cases_;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string c = rest.substr(0, comma);
+    if (c != "one" && c != "two" && c != "during") {
+      Progress("recovery --sim: --cases takes one, two and during");
+      return kExitUsage;
+    }
+    o.cases.push_back(c);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  o.repeats = repeats_;
+  o.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms_);
+  JsonLines out;
+  Status s = RunRecoverySim(o, &out);
+  if (!s.ok()) {
+    Progress("recovery --sim: " + s.ToString());
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
 int RecoveryCommand::Run() {
+  if (sim_) return RunSim();
   if (step_ < 30 || l3_every_ < 1 || l3_every_ >= step_ || ranks_ < 3) {
     Progress("recovery: --step >= 30, 1 <= --l3-every < --step, --ranks >= 3");
     return kExitUsage;

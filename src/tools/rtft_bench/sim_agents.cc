@@ -73,7 +73,8 @@ void SimAgents::Receive(Agent& a) {
     const zmq::message_t& m = frames->back();
     if (m.size() < control::kHeaderBytes) continue;
     const auto type = static_cast<MsgType>(static_cast<const uint8_t*>(m.data())[5]);
-    if (type != MsgType::kEvent) continue;  // heartbeat acks
+    // Heartbeat acks aside: the first event (the whole membership), then deltas.
+    if (type != MsgType::kEvent && type != MsgType::kEventDelta) continue;
     const auto now = Clock::now();
     // Events are numbered by arrival (the first is the assignment of epoch 1; each failure in
     // the simulation makes exactly one epoch). Only the first agent of a driver decodes them
@@ -81,6 +82,7 @@ void SimAgents::Receive(Agent& a) {
     // would measure the driver, not the coordinator's announcement.
     const uint64_t epoch = a.epochs.size() + 1;
     if (&a == &agents_.front()) {
+      last_event_bytes_ = m.size();
       auto msg = control::DecodeMessage(m.data(), m.size());
       if (!msg.ok() || msg->body["epoch"].get<uint64_t>() != epoch) ++bad_events_;
     }

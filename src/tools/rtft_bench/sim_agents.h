@@ -34,6 +34,8 @@ class SimAgents {
   size_t live() const;
   // Events whose epoch was not the expected one (checked on one agent per driver).
   int bad_events() const { return bad_events_; }
+  // The size of the newest event the first agent received (the epoch's delta after the first).
+  size_t last_event_bytes() const { return last_event_bytes_; }
 
  private:
   struct Agent {
@@ -53,6 +55,7 @@ class SimAgents {
   std::vector<Agent> agents_;
   std::atomic<int> joined_{0};
   std::atomic<int> bad_events_{0};
+  std::atomic<size_t> last_event_bytes_{0};
   std::atomic<int> kill_{-1};
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;  // agents_[i].epochs and dead

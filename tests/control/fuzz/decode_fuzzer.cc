@@ -12,6 +12,8 @@
 
 #include "control/coordinator/repl_ops.h"
 #include "control/wire/codec.h"
+#include "control/wire/delta.h"
+#include "control/wire/gather.h"
 #include "control/wire/messages.h"
 
 namespace {
@@ -45,6 +47,23 @@ void Exercise(const Message& m) {
       break;
     case MsgType::kKvPut:
       (void)c::BytesFrom(m.body["value"]);
+      break;
+    case MsgType::kEventDelta: {
+      // Applied to an empty membership and to one of its own base epoch: a reason, or an event.
+      c::Membership have;
+      auto e = c::EventFromDelta(m.body, have, 0);
+      if (!e.ok() && e.status().message().empty()) std::abort();
+      have.epoch = m.body["base"].get<uint64_t>();
+      e = c::EventFromDelta(m.body, have, 0);
+      if (!e.ok() && e.status().message().empty()) std::abort();
+      break;
+    }
+    case MsgType::kGather:
+      (void)c::GatherFrom(m.body);
+      break;
+    case MsgType::kGatherValue:
+    case MsgType::kLocalGatherReply:
+      (void)c::GatherReplyFrom(m.body);
       break;
     case MsgType::kRepl: {
       // A change the standby applies: it reads, or is refused with a reason.

@@ -1,0 +1,111 @@
+// Simulated agents for `rtft-bench recovery --sim` (docs/benchmarks.md): like detect --sim's
+// (sim_agents.h), many CURVE DEALER sockets on one driver thread, each speaking the real
+// protocol to the real coordinator; at each epoch change every rank of the new epoch runs the
+// recovery protocol as the Protector does (docs/protect.md, "Recovery"): it applies the event's
+// delta, sends its state (protect/plan.h's RankState) to the epoch's gather once, rank 0 plans
+// with the Protector's planner and sends the plan back through the gather, and every rank then
+// fetches the next epoch's communicator keys (one per communicator) from the KV store.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "control/wire/keys.h"
+#include "control/wire/types.h"
+
+namespace rtft::bench {
+
+struct RecoverySimConfig {
+  std::chrono::milliseconds heartbeat_period{100};
+  int comm_keys = 2;         // communicators of the next epoch (training, replication)
+  uint64_t step = 100;       // the newest complete L1 step of every survivor
+  int32_t report_slot = -1;  // reports a device error right after its own contribution
+};
+
+class RecoveryAgents {
+ public:
+  using Clock = std::chrono::steady_clock;
+  RecoveryAgents(const control::JobKeys& keys, const std::string& endpoint,
+                 std::vector<control::SlotId> slots, const RecoverySimConfig& config);
+  ~RecoveryAgents();
+
+  void Start();
+  // The slot's agent reports a device error (a permanent failure: its rank goes to a spare).
+  void ReportFailure(control::SlotId slot);
+  int joined() const { return joined_; }
+
+  // Figures of one epoch, over the agents of this driver that hold a rank in it.
+  struct EpochFigures {
+    int ranks = 0;  // agents that hold a rank in the epoch and saw it
+    int done = 0;   // of those, holding the plan and every communicator key
+    int bad = 0;    // a plan that was not ok, or not the expected step
+    Clock::time_point last_seen{}, last_done{};
+    uint64_t bytes_sent = 0, bytes_received = 0;  // by those agents, for this epoch
+    uint64_t max_sent = 0, max_received = 0;      // by one agent
+    uint64_t event_bytes = 0;                     // the event's frame
+  };
+  EpochFigures Figures(uint64_t epoch) const;
+  int aborted() const { return aborted_; }  // gather answers kAborted
+  int errors() const { return errors_; }    // any other error answer, or a bad message
+  int resyncs() const { return resyncs_; }  // deltas that did not apply
+  std::string first_error() const;
+
+ private:
+  struct Ask {
+    uint64_t epoch;
+    int kind;  // 0 gather, 1 result, 2 kv-put, 3 kv-get
+  };
+  struct PerEpoch {
+    Clock::time_point seen{}, done{};
+    bool is_done = false;
+    int rank = -1;
+    int waiting = 0;  // answers still due (leader: acks; others: kv values)
+    uint64_t sent = 0, received = 0, event_bytes = 0;
+  };
+  struct Agent {
+    control::SlotId slot;
+    zmq::socket_t socket;
+    Clock::time_point next_beat;
+    uint64_t seq = 0, next_req = 1;
+    bool joined = false, dead = false;
+    int held_rank = -1;  // the rank whose state it holds (after a recovery completed)
+    uint64_t epoch = 0;  // the newest epoch it heard of
+    std::map<uint64_t, Ask> asks;
+    std::map<uint64_t, PerEpoch> epochs;
+  };
+  void Run();
+  void Receive(Agent& a);
+  void OnMessage(Agent& a, const zmq::message_t& m, Clock::time_point now);
+  void OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time_point now);
+  void OnGatherValue(Agent& a, const Ask& ask, const nlohmann::json& body, Clock::time_point now);
+  void Done(Agent& a, uint64_t epoch, Clock::time_point now);
+  void Send(Agent& a, uint64_t epoch, uint8_t type, const nlohmann::json& body);
+  uint64_t Request(Agent& a, uint64_t epoch, int kind);
+  void Error(const std::string& why);
+
+  zmq::context_t ctx_;
+  RecoverySimConfig config_;
+  std::vector<Agent> agents_;
+  // This driver's copy of the membership (one for all its agents: each decodes its own event,
+  // the first to see an epoch applies it), and its slot -> rank index.
+  control::Membership membership_;
+  std::vector<int> rank_of_slot_;
+  uint64_t membership_hash_ = 0;
+  std::atomic<int> joined_{0}, aborted_{0}, errors_{0}, resyncs_{0};
+  std::atomic<int> report_{-1};
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;  // agents_[i].epochs, dead, first_error_
+  std::string first_error_;
+  std::thread thread_;
+};
+
+}  // namespace rtft::bench
