@@ -79,7 +79,8 @@ class ExamplesTest : public ::testing::Test {
     EXPECT_TRUE(job.Wait(seconds(120)).has_value()) << "the job did not end\n" << job.Output();
     run.exit_code = job.JobExitCode();
     run.output = job.Output();
-    static const std::regex done(R"(\[\w+ (\d+)\] done .*digest=([0-9a-f]+))");
+    // Not greedy: the launcher may forward two ranks' lines without a line break between them.
+    static const std::regex done(R"(\[\w+ (\d+)\] done [^\[]*?digest=([0-9a-f]{16}))");
     for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
          it != std::sregex_iterator(); ++it)
       run.digests[std::stoi((*it)[1])] = (*it)[2];

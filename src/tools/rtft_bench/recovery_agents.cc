@@ -155,15 +155,18 @@ void RecoveryAgents::OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time
   g.index = pe.rank;
   g.value = protect::EncodeRankState(mine);
   g.timeout_ms = kTimeoutMs;
-  const uint64_t req = Request(a, epoch, kGather);
-  Send(a, epoch, static_cast<uint8_t>(MsgType::kGather), control::GatherBody(req, g));
   if (a.slot == config_.report_slot && epoch == 2) {
-    // A failure in the middle of the protocol: right after this rank's contribution.
+    // A failure in the middle of the protocol: this rank fails where it would contribute, so
+    // the gather of epoch 2 can never complete, whatever the timing, and every contribution
+    // the others sent is answered kAborted once the failure moves the job on.
     control::SendTo(
         a.socket, nullptr, MsgType::kFailure,
         control::FailureBody(a.next_req++, a.slot, control::FailureKind::kDeviceError, pe.rank, 0));
     a.dead = true;
+    return;
   }
+  const uint64_t req = Request(a, epoch, kGather);
+  Send(a, epoch, static_cast<uint8_t>(MsgType::kGather), control::GatherBody(req, g));
 }
 
 void RecoveryAgents::OnGatherValue(Agent& a, const Ask& ask, const json& body,
@@ -266,7 +269,15 @@ void RecoveryAgents::OnMessage(Agent& a, const zmq::message_t& m, Clock::time_po
   a.asks.erase(it);
   PerEpoch& pe = a.epochs[ask.epoch];
   pe.received += m.size();
-  if (ask.epoch != a.epoch || a.dead) return;  // an epoch that ended
+  if (ask.epoch != a.epoch || a.dead) {
+    // An epoch that ended: the abort of its gather still counts, whether it came before or
+    // after the next epoch's event.
+    if (type == MsgType::kGatherValue && !a.dead) {
+      auto reply = control::GatherReplyFrom(b);
+      if (!reply.ok() && reply.status().code() == StatusCode::kAborted) ++aborted_;
+    }
+    return;
+  }
   if (type == MsgType::kGatherValue) return OnGatherValue(a, ask, b, now);
   const Status s = control::StatusFrom(b);
   if (!s.ok()) {

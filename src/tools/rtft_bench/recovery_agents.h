@@ -28,7 +28,7 @@ struct RecoverySimConfig {
   std::chrono::milliseconds heartbeat_period{100};
   int comm_keys = 2;         // communicators of the next epoch (training, replication)
   uint64_t step = 100;       // the newest complete L1 step of every survivor
-  int32_t report_slot = -1;  // reports a device error right after its own contribution
+  int32_t report_slot = -1;  // reports a device error instead of its contribution (epoch 2)
 };
 
 class RecoveryAgents {
