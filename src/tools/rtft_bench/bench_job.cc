@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "tools/rtft_bench/bench_util.h"
 
 namespace rtft::bench {
@@ -229,6 +231,19 @@ std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                      std::to_string(batch)});
   a.insert(a.end(), train_extra.begin(), train_extra.end());
   return a;
+}
+
+void TrainDevice::AddFlags(CLI::App* cmd, bool with_offload) {
+  cmd->add_option("--device", device, "where the trainer runs: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--comm", comm,
+                  "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
+      ->check(CLI::IsMember({"nccl", "gloo"}))
+      ->capture_default_str();
+  if (with_offload)
+    cmd->add_flag("--offload", offload,
+                  "--device cuda: the optimizer's state in pinned host memory (interleaved)");
 }
 
 std::vector<std::string> TrainDevice::Args() const {

@@ -14,6 +14,10 @@
 
 #include "rtft/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace rtft::bench {
 
 using Fields = std::map<std::string, std::string>;
@@ -64,6 +68,8 @@ struct TrainDevice {
   std::string comm = "gloo";
   bool offload = false;
   bool cuda() const { return device == "cuda"; }
+  // Its command-line options (--device, --comm, and --offload where `offload`) on `cmd`.
+  void AddFlags(CLI::App* cmd, bool offload = true);
   // The trainer's options for it (none on the CPU).
   std::vector<std::string> Args() const;
   // "cpu", "cuda/gloo", "cuda/nccl/offload", ...: the benchmarks' `device` field.

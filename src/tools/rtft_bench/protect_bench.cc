@@ -35,15 +35,7 @@ class ProtectCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--step-s", step_s_, "the step time --batch 0 aims at (0.2 to 0.5 s)")
         ->capture_default_str();
-    cmd->add_option("--device", dev_.device, "where the trainer runs: cpu or cuda")
-        ->check(CLI::IsMember({"cpu", "cuda"}))
-        ->capture_default_str();
-    cmd->add_option("--comm", dev_.comm,
-                    "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
-        ->check(CLI::IsMember({"nccl", "gloo"}))
-        ->capture_default_str();
-    cmd->add_flag("--offload", dev_.offload,
-                  "--device cuda: the optimizer's state in pinned host memory (interleaved)");
+    dev_.AddFlags(cmd);
     cmd->add_option("--repeats", repeats_,
                     "runs (each about 40 s; single runs spread by several points)")
         ->capture_default_str();

@@ -91,13 +91,7 @@ class RecoveryCommand final : public BenchCommand {
                     "multiple of tp x pp)")
         ->capture_default_str();
     cmd->add_option("--pp", pp_, "pipeline-parallel degree of rtft-train")->capture_default_str();
-    cmd->add_option("--device", dev_.device, "where the trainer runs: cpu or cuda")
-        ->check(CLI::IsMember({"cpu", "cuda"}))
-        ->capture_default_str();
-    cmd->add_option("--comm", dev_.comm,
-                    "--device cuda: nccl, or gloo (ranks sharing one GPU, staged through the host)")
-        ->check(CLI::IsMember({"nccl", "gloo"}))
-        ->capture_default_str();
+    dev_.AddFlags(cmd, /*offload=*/false);
     // --sim: the protocol at scale against one in-process coordinator (recovery_sim.h).
     cmd->add_flag("--sim", sim_, "simulated agents against one in-process coordinator");
     cmd->add_option("--agents", agents_, "--sim: agent counts, comma-separated")
