@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "launcher/launch_job.h"
+#include "launcher/slot_loss_run.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -42,39 +43,18 @@ class CapiJobTest : public ::testing::Test {
   Run Start(const std::string& name, const std::string& fault = "", bool lose = false) {
     const std::string dir = root_ + "/" + name;
     std::filesystem::create_directories(dir);
-    Job job(dir);
     JobSpec spec;
     spec.slots = 4;
     spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
     spec.app = {RTFT_CAPI_JOB, "30"};
-    spec.env = {{"RTFT_FAULT_LOG", dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
-    if (!fault.empty()) spec.env["RTFT_FAULT"] = fault;
-    job.Start(spec);
-    if (lose) {
-      EXPECT_TRUE(WaitFor(
-          [&] {
-            std::ifstream in(dir + "/faults.log");
-            return in.peek() != std::ifstream::traits_type::eof();
-          },
-          seconds(60)))
-          << job.Output();
-      const pid_t agent = job.AgentOf(1);
-      EXPECT_GT(agent, 0);
-      if (agent > 0) kill(agent, SIGKILL);
-    }
+    const SlotLossRun job = RunLosingSlotOne(dir, spec, fault, lose);
     Run run;
-    EXPECT_TRUE(job.Wait(seconds(120)).has_value()) << "the job did not end\n" << job.Output();
-    run.exit_code = job.JobExitCode();
-    run.output = job.Output();
+    run.exit_code = job.exit_code;
+    run.output = job.output;
     static const std::regex done(R"(\[capi (\d+)\] done (steps=\S+ counter=\S+ digest=\S+))");
     for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
          it != std::sregex_iterator(); ++it)
       run.done[std::stoi((*it)[1])] = (*it)[2];
-    if (!fault.empty()) {
-      std::ifstream in(dir + "/faults.log");
-      std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      EXPECT_NE(log.find("slot=1"), std::string::npos) << "the fault never fired\n" << run.output;
-    }
     return run;
   }
 
