@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -114,6 +116,17 @@ std::vector<LogLine> LinesOf(const std::string& dir, int slot, const std::string
   for (auto& l : ReadSlotLog(dir, slot))
     if (l.kind == kind) out.push_back(std::move(l));
   return out;
+}
+
+void ReadTrainOutput(const std::string& output, std::map<int, std::string>* digests,
+                     int* recoveries) {
+  static const std::regex done(R"(\[train (\d+)\] done [^\[]*? digest=([0-9a-f]+))");
+  static const std::regex recovered(R"(\[train \d+\] recovered )");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), done);
+       it != std::sregex_iterator(); ++it)
+    (*digests)[std::stoi((*it)[1])] = (*it)[2];
+  *recoveries = static_cast<int>(std::distance(
+      std::sregex_iterator(output.begin(), output.end(), recovered), std::sregex_iterator()));
 }
 
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

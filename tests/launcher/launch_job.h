@@ -49,6 +49,10 @@ std::vector<LogLine> ReadSlotLog(const std::string& dir, int slot);
 std::vector<LogLine> LinesOf(const std::string& dir, int slot, const std::string& kind);
 // Polls `pred` every 20 ms.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+// What rtft-train printed: each rank's `[train R] done ... digest=D` and the count of its
+// `[train R] recovered` lines.
+void ReadTrainOutput(const std::string& output, std::map<int, std::string>* digests,
+                     int* recoveries);
 
 // Which MPI launcher starts the job, and the dp-launch built against its MPI.
 // The dp-launch under test: this build's, or RTFT_TEST_DP_LAUNCH (to run the tests against

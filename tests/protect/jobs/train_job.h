@@ -107,14 +107,7 @@ class TrainJobTest : public ::testing::Test {
     EXPECT_TRUE(rc.has_value()) << "the job did not end\n" << job.Output();
     run.exit_code = job.JobExitCode();
     run.output = job.Output();
-    static const std::regex done(R"(\[train (\d+)\] done .* digest=([0-9a-f]+))");
-    static const std::regex recovered(R"(\[train \d+\] recovered )");
-    for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), done);
-         it != std::sregex_iterator(); ++it)
-      run.digests[std::stoi((*it)[1])] = (*it)[2];
-    run.recoveries = static_cast<int>(
-        std::distance(std::sregex_iterator(run.output.begin(), run.output.end(), recovered),
-                      std::sregex_iterator()));
+    ReadTrainOutput(run.output, &run.digests, &run.recoveries);
     return run;
   }
 
