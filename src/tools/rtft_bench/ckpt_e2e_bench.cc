@@ -1,7 +1,10 @@
 #include "tools/rtft_bench/ckpt_e2e_bench.h"
 
+#include <sys/stat.h>
+
 #include <regex>
 
+#include "rtft/checkpoint.h"
 #include "tools/rtft_bench/bench_job.h"
 #include "tools/rtft_bench/bench_util.h"
 
@@ -75,6 +78,18 @@ StatusOr<CkptE2eCommand::Times> CkptE2eCommand::OneRun(const std::string& varian
   t.step_s = std::stod(m[1]);
   t.state_bytes = std::stoull(m[2]);
   if (!(t.step_s > 0)) return Status::Internal("the " + variant + " run timed no step");
+  // Each variant wrote what it was timed for: rt-ft committed L3 versions past step 0, the
+  // blocking save rank 0's state.
+  if (variant == "rtft") {
+    auto v = LatestVersion(ckpt);
+    if (!v.ok() || *v < static_cast<uint64_t>(every_))
+      return Status::Internal("the rtft run committed no L3 version past step 0 in " + ckpt);
+  } else if (variant == "blocking") {
+    struct stat st {};
+    const std::string file = ckpt + "/blocking-rank-0.bin";
+    if (::stat(file.c_str(), &st) != 0 || st.st_size <= 0)
+      return Status::Internal("the blocking run did not write its state to " + file);
+  }
   (void)RemoveTree(dir);
   return t;
 }
