@@ -123,9 +123,9 @@ class RtftStorageWriter(StorageWriter):
 
     def write_data(self, plan, planner):
         if self._staged is not None:
-            version, names = self._staged
+            version, names, pickled = self._staged
             self._staged = None
-            results = [self._staged_result(item, names, version) for item in plan.items]
+            results = [self._staged_result(item, names, pickled, version) for item in plan.items]
         else:
             version = plan.storage_data if isinstance(plan.storage_data, int) else \
                 self._next_version()
@@ -161,12 +161,20 @@ class RtftStorageWriter(StorageWriter):
         flat, mapping = flatten_state_dict(state_dict)
         version, state, names, staged = self._next_version(), rtft.State(), {}, {}
         new_name = _Names()
+        pickled = {}  # fqn -> the size of the bytes of a tensor of a dtype rt-ft lacks
         for fqn, value in flat.items():
-            if torch.is_tensor(value) and not _fits(value):
+            if torch.is_tensor(value) and type(value) is not torch.Tensor:
                 raise NotImplementedError(
-                    f"rtft.dcp: async staging takes plain tensors of rt-ft's dtypes; '{fqn}' is "
-                    f"a {type(value).__name__} of {value.dtype} (use dcp.save)")
-            if torch.is_tensor(value):
+                    f"rtft.dcp: async staging takes plain tensors; '{fqn}' is a "
+                    f"{type(value).__name__} (use dcp.save)")
+            if torch.is_tensor(value) and not _fits(value):
+                # The bytes DCP's own writer would store, as dcp.save's path does (_describe).
+                names[fqn] = new_name("pickled", fqn)
+                staged[fqn] = value.detach().cpu().clone()
+                blob = _torch_bytes(staged[fqn])
+                pickled[fqn] = len(blob)
+                state.add_object(names[fqn], lambda b=blob: b, lambda data: None)
+            elif torch.is_tensor(value):
                 tensor = value.detach()
                 tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
                 names[fqn] = new_name("tensors", fqn)
@@ -180,7 +188,7 @@ class RtftStorageWriter(StorageWriter):
         engine = self._engine_for()
         engine.checkpoint(version, state)
         engine.wait_captured(version)
-        self._staged = (version, names)
+        self._staged = (version, names, pickled)
         return unflatten_state_dict(staged, mapping)
 
     def synchronize_staging(self):
@@ -226,10 +234,13 @@ class RtftStorageWriter(StorageWriter):
         return WriteResult(item.index, tensor.numel() * tensor.element_size(),
                            {"name": name, "version": version, "offsets": list(chunk.offsets)})
 
-    def _staged_result(self, item, names, version):
+    def _staged_result(self, item, names, pickled, version):
         fqn = item.index.fqn
         if fqn not in names:
             raise RuntimeError(f"rtft.dcp: '{fqn}' was planned but not staged")
+        if fqn in pickled:
+            return WriteResult(item.index, pickled[fqn],
+                               {"name": names[fqn], "version": version, "pickled": True})
         if item.type == WriteItemType.BYTE_IO:
             return WriteResult(item.index, 0, {"name": names[fqn], "version": version})
         chunk = item.tensor_data.chunk

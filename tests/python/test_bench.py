@@ -1,0 +1,61 @@
+"""python3 -m rtft.bench (docs/python.md, "Benchmarks") on a small host state: every variant this
+torch has runs and prints its line, rt-ft's files are real (its persisted bytes counted by the
+engine), the C++ path runs as a child, bad options are refused, and the scratch directory goes."""
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import unittest
+
+from rtft import bench
+
+
+class BenchTest(unittest.TestCase):
+    def run_bench(self, *argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = bench.main(list(argv))
+        return rc, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
+
+    def test_host_state(self):
+        parent = tempfile.mkdtemp(prefix="rtft-py-bench-test-")
+        cpp = os.path.join(os.environ.get("RTFT_TEST_BIN_DIR", ""), "rtft-bench")
+        variants = "torch.save,dcp.async_save,rtft,rtft.dcp.async_save" + (
+            ",cpp" if os.path.exists(cpp) else "")
+        rc, lines, err = self.run_bench("--bytes", "32M", "--tensors", "8", "--state", "host",
+                                        "--dir", parent, "--variants", variants,
+                                        "--rtft-bench", cpp)
+        self.assertEqual(rc, 0, err)
+        by = {line["variant"]: line for line in lines if line["name"] == "py_ckpt"}
+        self.assertEqual(list(by), variants.split(","))
+        for name, line in by.items():
+            self.assertEqual(line["bytes"], 32 << 20)
+            if "skipped" in line:
+                self.assertIn("dcp", name)
+                continue
+            self.assertNotIn("error", line)
+            self.assertGreater(line["persist_s"], 0)
+            self.assertLessEqual(line["held_s"], line["persist_s"] + 1e-6)
+        self.assertLess(by["rtft"]["held_s"], by["rtft"]["persist_s"])
+        summary = lines[-1]
+        self.assertEqual(summary["name"], "py_ckpt_summary")
+        self.assertIn("rtft_over_torch_save_persist_gbps", summary)
+        if "cpp" in by:
+            self.assertIn("module_over_cpp_persist_gbps", summary)
+        self.assertEqual(os.listdir(parent), [])  # the scratch directory is removed
+        os.rmdir(parent)
+
+    def test_bad_options_refused(self):
+        for argv in (["--bytes", "0"], ["--bytes", "12Q"], ["--variants", "torch.load"],
+                     ["--tensors", "0"], ["--bytes", "4K", "--tensors", "2"],
+                     ["--state", "gpu", "--dir", "/nonexistent"]):
+            with self.assertRaises(SystemExit, msg=argv) as caught, \
+                    contextlib.redirect_stderr(io.StringIO()):
+                bench.main(argv)
+            self.assertEqual(caught.exception.code, 2, argv)
+
+
+if __name__ == "__main__":
+    unittest.main()
