@@ -104,7 +104,7 @@ struct RestoreOptions {
   // split (its checksum covers all of it), so the buffer grows to the largest chunk streamed
   // (logged at info) when this is smaller. Device tensors that are resharded are instead
   // assembled whole in ordinary host memory and copied once.
-  uint64_t staging_bytes = 128ull << 20;  // two 64 MiB chunks: reads overlap copies
+  uint64_t staging_bytes = 256ull << 20;  // two halves of 128 MiB: reads overlap copies
 };
 
 // Fills every tensor that `state` describes from the checkpoint: tensors with shard

@@ -143,6 +143,30 @@ TEST_F(Staging, CopiesWholeChunksThroughBothHalves) {
   }
 }
 
+// Several tensors in one call go through one pipeline: the reader fills a half with the next
+// tensor's first chunks while the last ones of the previous are checked and copied.
+TEST_F(Staging, TensorsStreamThroughOnePipeline) {
+  const TensorEntry* entry = reader_->manifest().FindTensor("w");
+  std::vector<char> device(3 * device_.size(), '\0');
+  copier_.device = device.data();
+  std::vector<DeviceStaging::Item> items;
+  for (int i = 0; i < 3; ++i)
+    items.push_back({reader_.get(), entry, &copier_, device.data() + i * device_.size()});
+  auto staging = DeviceStaging::Create(4096, 1024);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  Status s = (*staging)->Stream(items, true);
+  ASSERT_TRUE(s.ok()) << s;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp(device.data() + i * device_.size(), Saved(), device_.size()), 0) << i;
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 3; ++i) sizes.insert(sizes.end(), {2048, 2048, 2048, 2048, 256});
+  EXPECT_EQ(copier_.sizes, sizes);
+  EXPECT_EQ(copier_.max_pending, 2);
+  EXPECT_EQ(copier_.pending, 0);
+  EXPECT_EQ(copier_.clobbered, 0);
+  EXPECT_EQ(copier_.unwaited, 0);
+}
+
 TEST_F(Staging, DamagedChunkStopsTheStream) {
   const TensorEntry* entry = reader_->manifest().FindTensor("w");
   std::FILE* f = std::fopen(RankFilePath(dir_.path(), 1, 0).c_str(), "r+b");

@@ -52,63 +52,79 @@ DeviceStaging::~DeviceStaging() {
 
 namespace {
 
-// What Stream does to one tensor: `groups` copies of up to `per_copy` whole chunks each.
+// What Stream does: the items' chunks in groups, each group up to a half of whole chunks of one
+// item, numbered across the items so that the pipeline runs from the first item to the last.
 struct Plan {
-  const CheckpointFileReader* reader;
-  const TensorEntry* entry;
+  struct Group {
+    const DeviceStaging::Item* item;
+    uint64_t first, end;  // its chunks [first, end) of the item
+  };
+  std::vector<Group> list;
   bool verify;
-  DeviceCopier* copier;
-  char* dst;
-  uint64_t chunk;
-  uint64_t chunks;
-  uint64_t per_copy;
 
-  uint64_t groups() const { return (chunks + per_copy - 1) / per_copy; }
-  uint64_t First(uint64_t g) const { return g * per_copy; }
-  uint64_t End(uint64_t g) const { return std::min(First(g) + per_copy, chunks); }
+  Plan(const std::vector<DeviceStaging::Item>& items, uint64_t slot_bytes, bool verify)
+      : verify(verify) {
+    for (const DeviceStaging::Item& item : items) {
+      const uint64_t chunk = item.reader->chunk_bytes();
+      const uint64_t chunks = ChunkCount(item.entry->bytes, chunk);
+      // Whole chunks per copy: fewer, larger copies when chunks are small.
+      const uint64_t per_copy = std::max<uint64_t>(1, slot_bytes / chunk);
+      for (uint64_t c = 0; c < chunks; c += per_copy)
+        list.push_back(Group{&item, c, std::min(c + per_copy, chunks)});
+    }
+  }
+  uint64_t groups() const { return list.size(); }
+  const std::string& Name(uint64_t g) const { return list[g].item->entry->name; }
 
   // Reads group `g` into `buffer`, unchecked; returns its bytes.
   StatusOr<uint64_t> Read(uint64_t g, char* buffer) const {
+    const Group& x = list[g];
     uint64_t filled = 0;
-    for (uint64_t c = First(g); c < End(g); ++c) {
-      RTFT_RETURN_IF_ERROR(reader->ReadTensorChunk(*entry, c, buffer + filled, false));
-      filled += reader->ChunkSize(*entry, c);
+    for (uint64_t c = x.first; c < x.end; ++c) {
+      RTFT_RETURN_IF_ERROR(
+          x.item->reader->ReadTensorChunk(*x.item->entry, c, buffer + filled, false));
+      filled += x.item->reader->ChunkSize(*x.item->entry, c);
     }
     return filled;
   }
   Status Check(uint64_t g, const char* buffer) const {
+    const Group& x = list[g];
     uint64_t at = 0;
-    for (uint64_t c = First(g); verify && c < End(g); ++c) {
-      RTFT_RETURN_IF_ERROR(reader->CheckChunk(*entry, c, buffer + at));
-      at += reader->ChunkSize(*entry, c);
+    for (uint64_t c = x.first; verify && c < x.end; ++c) {
+      RTFT_RETURN_IF_ERROR(x.item->reader->CheckChunk(*x.item->entry, c, buffer + at));
+      at += x.item->reader->ChunkSize(*x.item->entry, c);
     }
     return Status::Ok();
   }
   StatusOr<std::unique_ptr<CopyTicket>> Copy(uint64_t g, const char* buffer, uint64_t bytes) const {
-    auto ticket = copier->CopyToDeviceAsync(dst + First(g) * chunk, buffer, bytes);
+    const Group& x = list[g];
+    char* dst = static_cast<char*>(x.item->dst) + x.first * x.item->reader->chunk_bytes();
+    auto ticket = x.item->copier->CopyToDeviceAsync(dst, buffer, bytes);
     if (!ticket.ok())
-      return ticket.status().Annotate("copying tensor '" + entry->name + "' to the device");
+      return ticket.status().Annotate("copying tensor '" + Name(g) + "' to the device");
     return ticket;
   }
 };
 
-Status Copied(const Status& waited, const Plan& p) {
-  return waited.Annotate("copying tensor '" + p.entry->name + "' to the device");
+Status Copied(const Status& waited, const Plan& p, uint64_t g) {
+  return waited.Annotate("copying tensor '" + p.Name(g) + "' to the device");
 }
 
 // One half of the buffer: reads and copies take turns.
 Status StreamInTurn(const Plan& p, char* buffer) {
   InFlight in_flight;
+  uint64_t copying = 0;  // the group of the copy in flight
   for (uint64_t g = 0; g < p.groups(); ++g) {
     Status waited = in_flight.Wait(0);
-    if (!waited.ok()) return Copied(waited, p);
+    if (!waited.ok()) return Copied(waited, p, copying);
     RTFT_ASSIGN_OR_RETURN(uint64_t bytes, p.Read(g, buffer));
     RTFT_RETURN_IF_ERROR(p.Check(g, buffer));
     if (bytes == 0) continue;  // an empty tensor
     RTFT_ASSIGN_OR_RETURN(in_flight.tickets[0], p.Copy(g, buffer, bytes));
+    copying = g;
   }
   Status waited = in_flight.Wait(0);
-  return waited.ok() ? waited : Copied(waited, p);
+  return waited.ok() ? waited : Copied(waited, p, copying);
 }
 
 // Two halves: a reader thread fills one half (once its last copy to the device is done) while
@@ -117,6 +133,7 @@ Status StreamInTurn(const Plan& p, char* buffer) {
 Status StreamOverlapped(const Plan& p, char* halves[2]) {
   struct Half {
     std::unique_ptr<CopyTicket> ticket;  // the copy out of it, once started
+    uint64_t group = 0;                  // the group that copy carries
     bool filled = false;
     uint64_t bytes = 0;
     Status read;
@@ -129,13 +146,15 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
     for (uint64_t g = 0; g < p.groups(); ++g) {
       Half& h = half[g % 2];
       std::unique_ptr<CopyTicket> previous;
+      uint64_t previous_group = 0;
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stop || !h.filled; });
         if (stop) return;
         previous = std::move(h.ticket);
+        previous_group = h.group;
       }
-      Status read = previous ? Copied(previous->Wait(), p) : Status::Ok();
+      Status read = previous ? Copied(previous->Wait(), p, previous_group) : Status::Ok();
       StatusOr<uint64_t> bytes = read.ok() ? p.Read(g, halves[g % 2]) : read;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -167,6 +186,7 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
     {
       std::lock_guard<std::mutex> lock(mu);
       h.ticket = std::move(ticket);
+      h.group = g;
       h.filled = false;
       stop = !result.ok();
     }
@@ -177,24 +197,21 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
   for (Half& h : half) {
     if (!h.ticket) continue;
     Status waited = h.ticket->Wait();
-    if (result.ok() && !waited.ok()) result = Copied(waited, p);
+    if (result.ok() && !waited.ok()) result = Copied(waited, p, h.group);
   }
   return result;
 }
 
 }  // namespace
 
-Status DeviceStaging::Stream(const CheckpointFileReader& reader, const TensorEntry& entry,
-                             bool verify, DeviceCopier* copier, void* dst) {
-  const uint64_t chunk = reader.chunk_bytes();
-  const uint64_t largest = std::min(chunk, entry.bytes);
+Status DeviceStaging::Stream(const std::vector<Item>& items, bool verify) {
+  uint64_t largest = 0;
+  for (const Item& item : items)
+    largest = std::max(largest, std::min(item.reader->chunk_bytes(), item.entry->bytes));
   const int slots = bytes_ / 2 >= largest ? 2 : 1;
   const uint64_t slot_bytes = bytes_ / slots;
   RTFT_CHECK(largest <= slot_bytes);  // Create's min_bytes covers the largest chunk
-  Plan p{&reader, &entry, verify, copier, static_cast<char*>(dst), chunk,
-         ChunkCount(entry.bytes, chunk),
-         // Whole chunks per copy: fewer, larger copies when chunks are small.
-         std::max<uint64_t>(1, slot_bytes / chunk)};
+  const Plan p(items, slot_bytes, verify);
   if (slots == 1) return StreamInTurn(p, base_);
   char* halves[2] = {base_, base_ + slot_bytes};
   return StreamOverlapped(p, halves);

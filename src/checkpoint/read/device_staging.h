@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "checkpoint/capture/device_copy.h"
 #include "checkpoint/layout/manifest.h"
@@ -22,14 +23,27 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
 
-  // Reads `entry` from `reader` chunk by chunk (each checked with `verify` before it leaves host
-  // memory) and copies it to `dst`, device memory of `copier`'s device. When the buffer holds two
-  // of the tensor's chunks, it is used as two halves: a reader thread fills one (O_DIRECT where
-  // the file allows) while the other is checked and copied, so the disk never waits for a
-  // checksum or a copy; otherwise reads and copies alternate. Copies leave in order. Returns once
-  // every copy is complete. Not thread-safe: one tensor at a time.
+  // One saved tensor to stream: `entry` of `reader` into `dst`, device memory of `copier`'s
+  // device.
+  struct Item {
+    const CheckpointFileReader* reader;
+    const TensorEntry* entry;
+    DeviceCopier* copier;
+    void* dst;
+  };
+
+  // Reads each item chunk by chunk (each checked with `verify` before it leaves host memory) and
+  // copies it to its device memory. When the buffer holds two of the largest chunk, it is used as
+  // two halves: a reader thread fills one (O_DIRECT where the file allows) while the other is
+  // checked and copied, across the items, so the disk never waits for a checksum, a copy or the
+  // next tensor; otherwise reads and copies alternate. Copies leave in order. Returns once every
+  // copy is complete. Not thread-safe: one call at a time.
+  Status Stream(const std::vector<Item>& items, bool verify);
+  // One tensor.
   Status Stream(const CheckpointFileReader& reader, const TensorEntry& entry, bool verify,
-                DeviceCopier* copier, void* dst);
+                DeviceCopier* copier, void* dst) {
+    return Stream({Item{&reader, &entry, copier, dst}}, verify);
+  }
 
   uint64_t bytes() const { return bytes_; }
   bool pinned() const { return pinned_; }

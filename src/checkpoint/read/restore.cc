@@ -194,33 +194,31 @@ Status RunPlan(const TensorPlan& plan, bool verify, DeviceSink* device) {
   return Status::Ok();
 }
 
-// The staging buffer is allocated once, on the first streamed tensor, large enough for the
-// largest chunk of any of them; tensors go one at a time because they share it.
+// The staging buffer is allocated once, large enough for the largest chunk of any streamed
+// tensor; the tensors go through it in one pipeline, so that the disk is read without a pause
+// between one tensor and the next.
 Status StreamToDevice(const std::vector<const TensorPlan*>& streamed, const RestoreOptions& options,
                       DeviceSink* device) {
+  if (streamed.empty()) return Status::Ok();
   uint64_t largest = 0;
-  for (const TensorPlan* p : streamed)
-    largest = std::max(largest, std::min(p->direct->reader->chunk_bytes(), p->want->bytes()));
-  std::unique_ptr<DeviceStaging> staging;
+  std::vector<DeviceStaging::Item> items;
   for (const TensorPlan* p : streamed) {
     const TensorDesc& want = *p->want;
+    largest = std::max(largest, std::min(p->direct->reader->chunk_bytes(), want.bytes()));
     auto copier = device->Get(want.device);
     if (!copier.ok())
       return copier.status().Annotate("restoring tensor '" + want.name + "' into device memory");
-    if (!staging) {
-      if (largest > options.staging_bytes)
-        RTFT_LOG(kInfo, kLogCkpt) << "restore: staging_bytes of "
-                                  << FormatBytes(options.staging_bytes) << " is smaller than a "
-                                  << FormatBytes(largest) << " chunk; staging "
-                                  << FormatBytes(largest) << " instead";
-      RTFT_ASSIGN_OR_RETURN(staging, DeviceStaging::Create(options.staging_bytes, largest));
-      RTFT_LOG(kDebug, kLogCkpt) << "restore staging: " << FormatBytes(staging->bytes())
-                                 << (staging->pinned() ? ", pinned" : ", not pinned");
-    }
-    RTFT_RETURN_IF_ERROR(staging->Stream(*p->direct->reader, *p->direct->entry,
-                                         options.verify_checksums, *copier, want.data));
+    items.push_back(DeviceStaging::Item{p->direct->reader, p->direct->entry, *copier, want.data});
   }
-  return Status::Ok();
+  if (largest > options.staging_bytes)
+    RTFT_LOG(kInfo, kLogCkpt) << "restore: staging_bytes of " << FormatBytes(options.staging_bytes)
+                              << " is smaller than a " << FormatBytes(largest) << " chunk; staging "
+                              << FormatBytes(largest) << " instead";
+  RTFT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStaging> staging,
+                        DeviceStaging::Create(options.staging_bytes, largest));
+  RTFT_LOG(kDebug, kLogCkpt) << "restore staging: " << FormatBytes(staging->bytes())
+                             << (staging->pinned() ? ", pinned" : ", not pinned");
+  return staging->Stream(items, options.verify_checksums);
 }
 
 // One piece of parallel work: a chunk of a host tensor read straight into its place, or a whole
