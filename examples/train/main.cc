@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
                "trainer's own loop (with --device cuda: the optimizer's state in pinned host "
                "memory, subgroups updated on the GPU and the CPU interleaved); its state is "
                "protected through its state provider");
+  std::string offload_mode = "interleaved";
+  auto* mode = app.add_option("--offload-mode", offload_mode,
+                              "--device cuda --offload: interleaved (subgroups on the GPU and the "
+                              "CPU, the share chosen by a performance model) or cpu (every "
+                              "subgroup updated on the CPU: the baseline of rtft-bench "
+                              "offload-e2e)")
+                   ->check(CLI::IsMember({"interleaved", "cpu"}));
   std::string drop;
   app.add_option("--drop-replica", drop,
                  "test option, D@STEP: after STEP steps lay the layout out as if data-parallel "
@@ -89,6 +96,11 @@ int main(int argc, char** argv) {
     o.drop_replica = static_cast<int>(d);
     o.drop_step = step;
   }
+  if (mode->count() > 0 && !(o.cuda && o.offload)) {
+    std::fprintf(stderr, "rtft-train: --offload-mode applies to --device cuda --offload only\n");
+    return 2;
+  }
+  (void)rtft::ParseOffloadMode(offload_mode, &o.offload_mode);  // checked by IsMember above
   if (comm->count() > 0 && !o.cuda) {
     std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
     return 2;

@@ -35,6 +35,9 @@ struct Options {
   int64_t protect_every = 0;
   int64_t blocking_save_every = -1;
   bool offload = false;  // rt-ft's OffloadOptimizer instead of the trainer's own AdamW loop
+  // --device cuda --offload: kInterleaved, or kCpu (every subgroup on the CPU: the CPU-only
+  // baseline of rtft-bench offload-e2e).
+  rtft::OffloadMode offload_mode = rtft::OffloadMode::kInterleaved;
   // Tensor and pipeline degrees (grid_model.h; the data-parallel one from the world size) and
   // the micro-batches of the pipeline's schedule.
   int tp = 1, pp = 1, micro = 2;

@@ -57,7 +57,7 @@ Status Trainer::DescribeGpu(rtft::CompositeProvider* state, int world, int rank)
   p.device = gpu_->device();
   p.shard = rtft::EvenShard("params", DType::kBFloat16, {int64_t(n_)}, world, rank).shard;
   rtft::OffloadOptions oo;
-  oo.mode = o_.offload ? rtft::OffloadMode::kInterleaved : rtft::OffloadMode::kGpu;
+  oo.mode = o_.offload ? o_.offload_mode : rtft::OffloadMode::kGpu;
   RTFT_ASSIGN_OR_RETURN(optimizer_, rtft::OffloadOptimizer::Create({p}, oo));
   state->Add(optimizer_->state_provider());
   return Status::Ok();

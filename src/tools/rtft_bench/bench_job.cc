@@ -258,6 +258,25 @@ std::string TrainDevice::Name() const {
   return device + "/" + comm + (offload ? "/offload" : "");
 }
 
+StatusOr<TrainTimes> RunTrainTimed(const std::string& dir, int ranks, int hidden, int batch,
+                                   const std::vector<std::string>& train_extra,
+                                   milliseconds timeout) {
+  BenchJob job(dir, ranks + 1);
+  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(ranks, hidden, batch, {}, train_extra)));
+  RTFT_RETURN_IF_ERROR(job.Wait(timeout));
+  const std::string out = job.Output();
+  static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+) .*state_bytes=(\d+))");
+  std::smatch m;
+  if (!std::regex_search(out, m, done))
+    return Status::Internal("the job did not finish (see " + dir + "/mpirun.out)");
+  TrainTimes t;
+  t.step_s = std::stod(m[1]);
+  t.state_bytes = std::stoull(m[2]);
+  if (!(t.step_s > 0))
+    return Status::Internal("the job timed no step (see " + dir + "/mpirun.out)");
+  return t;
+}
+
 StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s,
                              const std::vector<std::string>& train_extra) {
   // A probe's step is mostly its batch's compute, but a fixed share (collectives, a GPU's
@@ -266,19 +285,12 @@ StatusOr<int> CalibrateBatch(int ranks, int hidden, double step_s,
   int batch = 32;
   for (int probe = 0; probe < 4; ++probe) {
     RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
-    BenchJob job(dir, ranks + 1);
     std::vector<std::string> extra = {"--steps", "10", "--log-every", "1000000", "--no-protect"};
     extra.insert(extra.end(), train_extra.begin(), train_extra.end());
-    RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(ranks, hidden, batch, {}, extra)));
-    RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(600000)));
-    const std::string out = job.Output();
-    static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+))");
-    std::smatch m;
-    if (!std::regex_search(out, m, done))
-      return Status::Internal("the calibration run did not finish (see " + dir + "/mpirun.out)");
-    const double probe_s = std::stod(m[1]);
+    auto times = RunTrainTimed(dir, ranks, hidden, batch, extra, milliseconds(600000));
+    if (!times.ok()) return times.status().Annotate("calibrating the batch");
+    const double probe_s = times->step_s;
     (void)RemoveTree(dir);
-    if (!(probe_s > 0)) return Status::Internal("the calibration run timed no step");
     const int next =
         static_cast<int>(std::clamp(std::lround(batch * step_s / probe_s), 1L, 65536L));
     const bool settled = std::abs(next - batch) <= batch / 4;

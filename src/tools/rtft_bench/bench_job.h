@@ -54,6 +54,16 @@ std::vector<std::string> DpLaunchArgs(int slots, const std::string& dp_launch,
 std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra);
+// What one rtft-train job's `[train 0] done` line says: rank 0's mean step time and its state.
+struct TrainTimes {
+  double step_s = 0;
+  uint64_t state_bytes = 0;
+};
+// Runs TrainJobArgs(ranks, hidden, batch, {}, train_extra) in `dir` (left there for the caller
+// to check and remove) and reads rank 0's done line; an error when the job did not finish.
+StatusOr<TrainTimes> RunTrainTimed(const std::string& dir, int ranks, int hidden, int batch,
+                                   const std::vector<std::string>& train_extra,
+                                   std::chrono::milliseconds timeout);
 // The batch for which an unprotected step of `ranks` ranks takes about `step_s` on this machine:
 // short runs at probe batches, each scaled from the last until the batch settles (the figures
 // mean nothing for a step chosen to flatter them: docs/benchmarks.md asks for 0.2 to 0.5 s).

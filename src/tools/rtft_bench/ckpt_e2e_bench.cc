@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <regex>
-
 #include "rtft/checkpoint.h"
 #include "tools/rtft_bench/bench_job.h"
 #include "tools/rtft_bench/bench_util.h"
@@ -40,11 +38,7 @@ class CkptE2eCommand final : public BenchCommand {
   int Run() override;
 
  private:
-  struct Times {
-    double step_s = 0;  // rank 0's mean iteration time
-    uint64_t state_bytes = 0;
-  };
-  StatusOr<Times> OneRun(const std::string& variant, int batch);
+  StatusOr<TrainTimes> OneRun(const std::string& variant, int batch);
 
   int ranks_ = 1, every_ = 10, steps_ = 63, hidden_ = 1024, batch_ = 0, repeats_ = 3;
   double step_s_ = 0.3;
@@ -52,7 +46,7 @@ class CkptE2eCommand final : public BenchCommand {
   TrainDevice dev_;
 };
 
-StatusOr<CkptE2eCommand::Times> CkptE2eCommand::OneRun(const std::string& variant, int batch) {
+StatusOr<TrainTimes> CkptE2eCommand::OneRun(const std::string& variant, int batch) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir(dir_));
   const std::string ckpt = dir + "/ckpt";
   const std::string every = std::to_string(every_);
@@ -66,18 +60,8 @@ StatusOr<CkptE2eCommand::Times> CkptE2eCommand::OneRun(const std::string& varian
   }
   const std::vector<std::string> d = dev_.Args();
   args.insert(args.end(), d.begin(), d.end());
-  BenchJob job(dir, ranks_ + 1);
-  RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(ranks_, hidden_, batch, {}, args)));
-  RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
-  const std::string out = job.Output();
-  static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+) .*state_bytes=(\d+))");
-  std::smatch m;
-  if (!std::regex_search(out, m, done))
-    return Status::Internal("the " + variant + " run did not finish (see " + dir + "/mpirun.out)");
-  Times t;
-  t.step_s = std::stod(m[1]);
-  t.state_bytes = std::stoull(m[2]);
-  if (!(t.step_s > 0)) return Status::Internal("the " + variant + " run timed no step");
+  auto t = RunTrainTimed(dir, ranks_, hidden_, batch, args, milliseconds(1800000));
+  if (!t.ok()) return t.status().Annotate("the " + variant + " run");
   // Each variant wrote what it was timed for: rt-ft committed L3 versions past step 0, the
   // blocking save rank 0's state.
   if (variant == "rtft") {

@@ -15,6 +15,7 @@
 #include "tools/rtft_bench/goodput_bench.h"
 #include "tools/rtft_bench/heatdis_bench.h"
 #include "tools/rtft_bench/offload_bench.h"
+#include "tools/rtft_bench/offload_e2e_bench.h"
 #include "tools/rtft_bench/protect_bench.h"
 #include "tools/rtft_bench/recovery_bench.h"
 
@@ -30,6 +31,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewCommCommand());
   commands.push_back(rtft::bench::NewProtectCommand());
   commands.push_back(rtft::bench::NewCkptE2eCommand());
+  commands.push_back(rtft::bench::NewOffloadE2eCommand());
   commands.push_back(rtft::bench::NewRecoveryCommand());
   commands.push_back(rtft::bench::NewGoodputCommand());
   commands.push_back(rtft::bench::NewHeatdisCommand());
