@@ -28,6 +28,11 @@ for case, l in by_case.items():
     assert l["met"], l
 assert by_case["none"]["failures"] == 1 and by_case["none"]["epochs"] == 1
 assert by_case["none"]["aborted_answers"] == 0
+# The coordinator's side of the announcement: it decides after the report, hands every copy of
+# the event to ZeroMQ after deciding, and no agent sees the epoch before the decision.
+none = by_case["none"]
+assert 0 <= none["decided_s"] <= none["handed_s"], none
+assert none["decided_s"] < none["announce_s"], none
 assert by_case["during_gather"]["epochs"] == 2
 assert by_case["during_gather"]["aborted_answers"] > 0, by_case["during_gather"]
 print("recovery --sim: all fields present and within targets")

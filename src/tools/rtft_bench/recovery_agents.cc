@@ -59,6 +59,7 @@ RecoveryAgents::~RecoveryAgents() {
 void RecoveryAgents::Start() {
   for (auto& a : agents_)
     control::SendTo(a.socket, nullptr, MsgType::kHello, control::HelloBody({a.slot, "sim", 0}));
+  late_at_ = Clock::now().time_since_epoch().count();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -133,6 +134,7 @@ void RecoveryAgents::OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time
     a.joined = true;
     a.held_rank = pe.rank;
     ++joined_;
+    late_at_ = now.time_since_epoch().count();  // steady() counts from the last join
     return;
   }
   if (pe.rank < 0) return;  // a spare
@@ -290,19 +292,44 @@ void RecoveryAgents::OnMessage(Agent& a, const zmq::message_t& m, Clock::time_po
   if (--pe.waiting == 0) Done(a, ask.epoch, now);
 }
 
-void RecoveryAgents::Receive(Agent& a) {
+void RecoveryAgents::Drain(Agent& a, std::vector<Arrival>* inbox) {
   while (a.socket.get(zmq::sockopt::events) & ZMQ_POLLIN) {
     auto frames = control::RecvFrames(a.socket);
     if (!frames) break;
-    const zmq::message_t& m = frames->back();
-    if (m.size() < control::kHeaderBytes) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    OnMessage(a, m, Clock::now());
+    if (frames->back().size() < control::kHeaderBytes) continue;
+    inbox->push_back({&a, std::move(frames->back()), Clock::now()});
   }
 }
 
+void RecoveryAgents::Handle(std::vector<Arrival>* inbox) {
+  if (inbox->empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Arrival& in : *inbox) OnMessage(*in.agent, in.message, in.at);
+  inbox->clear();
+}
+
+void RecoveryAgents::Beat(Agent& a, Clock::time_point now) {
+  control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
+                  control::HeartbeatBody(a.slot, a.seq, a.seq));
+  ++a.seq;
+  // A beat sent late (the driver was busy) marks the driver unsteady; the next one stays on
+  // this agent's own schedule, so that the agents' heartbeats stay spread over the period
+  // instead of all falling due in one scan after a busy spell.
+  if (now - a.next_beat > config_.heartbeat_period / 4) late_at_ = now.time_since_epoch().count();
+  a.next_beat += config_.heartbeat_period * ((now - a.next_beat) / config_.heartbeat_period + 1);
+}
+
+bool RecoveryAgents::steady() const {
+  const auto late = Clock::time_point(Clock::duration(late_at_.load()));
+  return joined_ == static_cast<int>(agents_.size()) &&
+         Clock::now() - late > 2 * config_.heartbeat_period;
+}
+
 void RecoveryAgents::Run() {
-  // As SimAgents::Run (sim_agents.cc): epoll over the sockets' ZMQ_FDs.
+  // As SimAgents::Run (sim_agents.cc): epoll over the sockets' ZMQ_FDs. Every ready socket is
+  // read (and each message stamped) before any is handled: 2048 agents share this thread, and
+  // one agent's answer to an event (its state into the gather) must not delay the moment the
+  // next agent's copy of the event counts as received.
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   for (size_t i = 0; i < agents_.size(); ++i) {
     epoll_event ev{};
@@ -311,10 +338,17 @@ void RecoveryAgents::Run() {
     ::epoll_ctl(ep, EPOLL_CTL_ADD, agents_[i].socket.get(zmq::sockopt::fd), &ev);
   }
   std::vector<epoll_event> ready(256);
+  std::vector<Arrival> inbox;
   auto next_scan = Clock::now();
   while (!stop_) {
-    const int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 1);
-    for (int i = 0; i < n; ++i) Receive(agents_[ready[i].data.u64]);
+    int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 1);
+    // While a broadcast arrives, keep reading what became ready meanwhile (a bounded number of
+    // rounds, so heartbeats stay on time), then handle it all.
+    for (int round = 0; n > 0 && round < 16; ++round) {
+      for (int i = 0; i < n; ++i) Drain(agents_[ready[i].data.u64], &inbox);
+      n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 0);
+    }
+    Handle(&inbox);
     const int report = report_.exchange(-1);
     const auto now = Clock::now();
     if (now < next_scan && report < 0) continue;
@@ -330,13 +364,10 @@ void RecoveryAgents::Run() {
         a.dead = true;
       }
       if (a.dead || now < a.next_beat) continue;
-      control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
-                      control::HeartbeatBody(a.slot, a.seq, a.seq));
-      ++a.seq;
-      a.next_beat += config_.heartbeat_period;
-      if (a.next_beat < now) a.next_beat = now + config_.heartbeat_period;
-      Receive(a);  // a send may consume the ZMQ_FD's signal of a message that arrived meanwhile
+      Beat(a, now);
+      Drain(a, &inbox);  // a send may consume the ZMQ_FD's signal of a message that arrived
     }
+    Handle(&inbox);
   }
   ::close(ep);
 }

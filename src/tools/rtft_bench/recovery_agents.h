@@ -42,6 +42,10 @@ class RecoveryAgents {
   // The slot's agent reports a device error (a permanent failure: its rank goes to a spare).
   void ReportFailure(control::SlotId slot);
   int joined() const { return joined_; }
+  // Every agent joined, and none of their heartbeats went out late for two periods: the job runs
+  // as it would between failures (after the join, each agent decoding the whole membership
+  // keeps the driver busy for seconds).
+  bool steady() const;
 
   // Figures of one epoch, over the agents of this driver that hold a rank in it.
   struct EpochFigures {
@@ -82,8 +86,16 @@ class RecoveryAgents {
     std::map<uint64_t, Ask> asks;
     std::map<uint64_t, PerEpoch> epochs;
   };
+  // A message taken from an agent's socket, stamped when it was taken.
+  struct Arrival {
+    Agent* agent;
+    zmq::message_t message;
+    Clock::time_point at;
+  };
   void Run();
-  void Receive(Agent& a);
+  void Drain(Agent& a, std::vector<Arrival>* inbox);  // every message waiting on its socket
+  void Handle(std::vector<Arrival>* inbox);           // in arrival order, under mu_
+  void Beat(Agent& a, Clock::time_point now);
   void OnMessage(Agent& a, const zmq::message_t& m, Clock::time_point now);
   void OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time_point now);
   void OnGatherValue(Agent& a, const Ask& ask, const nlohmann::json& body, Clock::time_point now);
@@ -102,6 +114,7 @@ class RecoveryAgents {
   uint64_t membership_hash_ = 0;
   std::atomic<int> joined_{0}, aborted_{0}, errors_{0}, resyncs_{0};
   std::atomic<int> report_{-1};
+  std::atomic<Clock::rep> late_at_{0};  // when a heartbeat last went out late
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;  // agents_[i].epochs, dead, first_error_
   std::string first_error_;

@@ -19,12 +19,14 @@ using AgentClock = RecoveryAgents::Clock;
 constexpr int kSpares = 2;
 constexpr control::SlotId kFirstFailed = 1, kSecondFailed = 3;
 
+// Polls every 10 ms: each poll reads every agent's figures under its driver's lock, and the
+// figures themselves are the drivers' time stamps, not the moment a poll saw them.
 template <typename Pred>
 bool WaitFor(Pred pred, milliseconds timeout) {
   const auto deadline = AgentClock::now() + timeout;
   while (!pred()) {
     if (AgentClock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(milliseconds(10));
   }
   return true;
 }
@@ -33,6 +35,7 @@ double Seconds(AgentClock::duration d) { return std::chrono::duration<double>(d)
 
 struct Run {
   double announce_s = 0, protocol_s = 0;
+  double decided_s = -1, handed_s = -1;  // -1: the poll saw the job past epoch 2 already
   double bytes_sent_per_agent = 0, bytes_received_per_agent = 0;
   uint64_t max_sent = 0, max_received = 0, event_bytes = 0;
   int aborted = 0, resyncs = 0, epochs = 0;
@@ -72,6 +75,14 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
   if (!WaitFor([&] { return joined() == n; }, milliseconds(300000)))
     return Status::DeadlineExceeded(std::to_string(joined()) + " of " + std::to_string(n) +
                                     " simulated agents joined");
+  // The failure comes in a running job, not in the aftermath of its start.
+  auto steady = [&] {
+    for (auto& d : drivers)
+      if (!d->steady()) return false;
+    return true;
+  };
+  if (!WaitFor(steady, milliseconds(60000)))
+    return Status::DeadlineExceeded("the simulated agents' heartbeats did not come back on time");
 
   const uint64_t final_epoch = which == "one" ? 2 : 3;
   const auto t0 = AgentClock::now();
@@ -103,8 +114,15 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
     for (auto& d : drivers) e += d->errors();
     return e;
   };
+  // The coordinator's side of the first new epoch: when it decided, and when it had handed the
+  // last agent's copy of the event to ZeroMQ (read while the job is at that epoch).
+  control::CoordinatorStats first_stats;
   const bool finished = WaitFor(
       [&] {
+        if (first_stats.epoch != 2) {
+          const control::CoordinatorStats st = coord->stats();
+          if (st.epoch == 2) first_stats = st;
+        }
         const auto f = figures(final_epoch);
         return errors() > 0 || (f.ranks == world && f.done == world);
       },
@@ -124,6 +142,10 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
   Run r;
   r.announce_s = Seconds(first.last_seen - t0);
   r.protocol_s = Seconds(f.last_done - t0);
+  if (first_stats.epoch == 2) {
+    r.decided_s = Seconds(first_stats.epoch_declared_at - t0);
+    r.handed_s = Seconds(first_stats.epoch_sent_at - t0);
+  }
   r.bytes_sent_per_agent = static_cast<double>(f.bytes_sent) / world;
   r.bytes_received_per_agent = static_cast<double>(f.bytes_received) / world;
   r.max_sent = f.max_sent;
@@ -152,7 +174,7 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
   RaiseFileLimit();
   for (const std::string& which : o.cases) {
     for (uint64_t n : o.agents) {
-      std::vector<double> announce, protocol, sent, received;
+      std::vector<double> announce, protocol, sent, received, decided, handed;
       Run last;
       int aborted = 0, resyncs = 0;
       for (int i = 0; i < o.repeats; ++i) {
@@ -160,6 +182,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                  std::to_string(i + 1) + "/" + std::to_string(o.repeats));
         RTFT_ASSIGN_OR_RETURN(last, RunOne(static_cast<int>(n), which, o));
         announce.push_back(last.announce_s);
+        decided.push_back(last.decided_s);
+        handed.push_back(last.handed_s);
         protocol.push_back(last.protocol_s);
         sent.push_back(last.bytes_sent_per_agent);
         received.push_back(last.bytes_received_per_agent);
@@ -179,6 +203,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                 {"repeats", o.repeats},
                 {"announce_s", Median(announce)},
                 {"protocol_s", Median(protocol)},
+                {"decided_s", Median(decided)},
+                {"handed_s", Median(handed)},
                 {"protocol_s_max", *std::max_element(protocol.begin(), protocol.end())},
                 {"bytes_sent_per_agent", Median(sent)},
                 {"bytes_received_per_agent", Median(received)},
