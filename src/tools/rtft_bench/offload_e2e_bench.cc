@@ -15,9 +15,7 @@ using std::chrono::milliseconds;
 // The trainer's options of each variant, after --device cuda --comm C.
 const std::map<std::string, std::vector<std::string>>& Variants() {
   static const auto* v = new std::map<std::string, std::vector<std::string>>{
-      {"gpu", {}},
-      {"interleaved", {"--offload"}},
-      {"cpu", {"--offload", "--offload-mode", "cpu"}}};
+      {"gpu", {}}, {"interleaved", {"--offload"}}, {"cpu", {"--offload", "--offload-mode", "cpu"}}};
   return *v;
 }
 
@@ -95,8 +93,8 @@ int OffloadE2eCommand::Run() {
         Progress("offload-e2e: " + dir.status().ToString());
         return kExitFailed;
       }
-      std::vector<std::string> args = {"--steps", std::to_string(steps_), "--log-every",
-                                       "1000000", "--no-protect"};
+      std::vector<std::string> args = {"--steps", std::to_string(steps_), "--log-every", "1000000",
+                                       "--no-protect"};
       const std::vector<std::string> device = DeviceArgs();
       args.insert(args.end(), device.begin(), device.end());
       args.insert(args.end(), extra.begin(), extra.end());

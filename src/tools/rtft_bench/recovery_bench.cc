@@ -86,6 +86,10 @@ class RecoveryCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms_, "dp-launch heartbeat timeout")
         ->capture_default_str();
+    cmd->add_option("--heartbeat-ms", heartbeat_ms_,
+                    "dp-launch heartbeat period (with --sim, the simulated agents'); below the "
+                    "timeout")
+        ->capture_default_str();
     cmd->add_option("--tp", tp_,
                     "tensor-parallel degree of rtft-train (--ranks must be a "
                     "multiple of tp x pp)")
@@ -118,6 +122,7 @@ class RecoveryCommand final : public BenchCommand {
 
   int step_ = 150, l3_every_ = 100, ranks_ = 4, hidden_ = 1024, batch_ = 0;
   int heartbeat_timeout_ms_ = 1000;
+  int heartbeat_ms_ = 100;
   int tp_ = 1, pp_ = 1;
   TrainDevice dev_;
   bool sim_ = false;
@@ -134,12 +139,13 @@ constexpr double kTakeoverBudgetS = 1.0;
 
 std::vector<std::string> RecoveryCommand::Args(const std::string& ckpt,
                                                const std::string& fault) const {
-  std::vector<std::string> a = TrainJobArgs(
-      ranks_, hidden_, batch_,
-      {"--heartbeat-ms", "100", "--heartbeat-timeout-ms", std::to_string(heartbeat_timeout_ms_)},
-      {"--steps", std::to_string(step_ + 3), "--log-every", "1", "--l3-every",
-       std::to_string(l3_every_), "--ckpt-dir", ckpt, "--tp", std::to_string(tp_), "--pp",
-       std::to_string(pp_)});
+  std::vector<std::string> a =
+      TrainJobArgs(ranks_, hidden_, batch_,
+                   {"--heartbeat-ms", std::to_string(heartbeat_ms_), "--heartbeat-timeout-ms",
+                    std::to_string(heartbeat_timeout_ms_)},
+                   {"--steps", std::to_string(step_ + 3), "--log-every", "1", "--l3-every",
+                    std::to_string(l3_every_), "--ckpt-dir", ckpt, "--tp", std::to_string(tp_),
+                    "--pp", std::to_string(pp_)});
   if (!fault.empty()) a.insert(a.end(), {"--fault", fault});
   const std::vector<std::string> d = dev_.Args();
   a.insert(a.end(), d.begin(), d.end());
@@ -305,8 +311,11 @@ void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines*
 int RecoveryCommand::RunSim() {
   RecoverySimOptions o;
   auto counts = ParseCountList(agents_);
-  if (!counts.ok() || repeats_ < 1 || heartbeat_timeout_ms_ < 200) {
-    Progress("recovery --sim: bad --agents, --repeats or --heartbeat-timeout-ms");
+  if (!counts.ok() || repeats_ < 1 || heartbeat_timeout_ms_ < 200 || heartbeat_ms_ < 1 ||
+      heartbeat_ms_ >= heartbeat_timeout_ms_) {
+    Progress(
+        "recovery --sim: bad --agents or --repeats, or not 1 <= --heartbeat-ms < "
+        "--heartbeat-timeout-ms (>= 200)");
     return kExitUsage;
   }
   for (uint64_t c : *counts) {
@@ -330,6 +339,7 @@ int RecoveryCommand::RunSim() {
   }
   o.repeats = repeats_;
   o.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms_);
+  o.heartbeat_period = std::chrono::milliseconds(heartbeat_ms_);
   JsonLines out;
   Status s = RunRecoverySim(o, &out);
   if (!s.ok()) {
@@ -341,8 +351,11 @@ int RecoveryCommand::RunSim() {
 
 int RecoveryCommand::Run() {
   if (sim_) return RunSim();
-  if (step_ < 30 || l3_every_ < 1 || l3_every_ >= step_ || ranks_ < 3) {
-    Progress("recovery: --step >= 30, 1 <= --l3-every < --step, --ranks >= 3");
+  if (step_ < 30 || l3_every_ < 1 || l3_every_ >= step_ || ranks_ < 3 || heartbeat_ms_ < 1 ||
+      heartbeat_ms_ >= heartbeat_timeout_ms_) {
+    Progress(
+        "recovery: --step >= 30, 1 <= --l3-every < --step, --ranks >= 3, 1 <= --heartbeat-ms < "
+        "--heartbeat-timeout-ms");
     return kExitUsage;
   }
   if (tp_ < 1 || pp_ < 1 || ranks_ % (tp_ * pp_) != 0 || ranks_ / (tp_ * pp_) < 2) {

@@ -201,6 +201,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                                                     : "during_gather"},
                 {"epochs", last.epochs},
                 {"repeats", o.repeats},
+                {"heartbeat_ms", o.heartbeat_period.count()},
+                {"heartbeat_timeout_ms", o.heartbeat_timeout.count()},
                 {"announce_s", Median(announce)},
                 {"protocol_s", Median(protocol)},
                 {"decided_s", Median(decided)},
