@@ -9,6 +9,7 @@
 #include "control/wire/gather.h"
 #include "control/wire/messages.h"
 #include "protect/plan.h"
+#include "tools/rtft_bench/sim_agents.h"
 
 namespace rtft::bench {
 
@@ -316,7 +317,7 @@ void RecoveryAgents::Beat(Agent& a, Clock::time_point now) {
   // this agent's own schedule, so that the agents' heartbeats stay spread over the period
   // instead of all falling due in one scan after a busy spell.
   if (now - a.next_beat > config_.heartbeat_period / 4) late_at_ = now.time_since_epoch().count();
-  a.next_beat += config_.heartbeat_period * ((now - a.next_beat) / config_.heartbeat_period + 1);
+  a.next_beat = NextBeat(a.next_beat, now, config_.heartbeat_period);
 }
 
 bool RecoveryAgents::steady() const {

@@ -131,8 +131,7 @@ void SimAgents::Run() {
         control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
                         control::HeartbeatBody(a.slot, a.seq, a.seq));
         ++a.seq;
-        a.next_beat += period_;
-        if (a.next_beat < now) a.next_beat = now + period_;
+        a.next_beat = NextBeat(a.next_beat, now, period_);
         // A send may consume the ZMQ_FD's signal of a message that arrived meanwhile.
         Receive(a);
       }

@@ -17,6 +17,14 @@
 
 namespace rtft::bench {
 
+// When an agent's next heartbeat is due after one sent at `now` that was due at `due`: on its
+// own schedule (`due` plus whole periods, the first after `now`), so that agents a busy driver
+// delayed together do not all fall due again in one scan.
+template <typename TimePoint, typename Duration>
+TimePoint NextBeat(TimePoint due, TimePoint now, Duration period) {
+  return due + period * ((now - due) / period + 1);
+}
+
 class SimAgents {
  public:
   using Clock = std::chrono::steady_clock;
