@@ -15,6 +15,7 @@
 
 #include "launcher/launch_job.h"
 #include "launcher/slot_loss_run.h"
+#include "test_util.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -145,15 +146,17 @@ class PythonExampleTest : public ExamplesTest {
 #endif
     ExamplesTest::SetUp();
   }
-  Run StartTrain(const std::string& name, const std::string& fault = "", bool lose = false) {
+  Run StartTrain(const std::string& name, const std::string& fault = "", bool lose = false,
+                 const std::string& device = "cpu") {
 #if defined(RTFT_PYTHON_EXECUTABLE)
-    return StartApp(name,
-                    {RTFT_PYTHON_EXECUTABLE,
-                     std::string(RTFT_SOURCE_DIR) + "/examples/python/train.py", "--steps", "30"},
-                    {{"PYTHONPATH", RTFT_PYTHON_DIR},
-                     { "PYTHONDONTWRITEBYTECODE",
-                       "1" }},
-                    fault, lose);
+    return StartApp(
+        name,
+        {RTFT_PYTHON_EXECUTABLE, std::string(RTFT_SOURCE_DIR) + "/examples/python/train.py",
+         "--steps", "30", "--device", device},
+        {{"PYTHONPATH", RTFT_PYTHON_DIR},
+         { "PYTHONDONTWRITEBYTECODE",
+           "1" }},
+        fault, lose);
 #else
     return {};
 #endif
@@ -170,6 +173,31 @@ TEST_F(PythonExampleTest, PythonTrainEndsLikeARunWithoutTheCrash) {
   const Run ref = StartTrain("py-ref");
   const Run run = StartTrain("py-crash", "1/protect.capture@9:kill");
   ExpectLikeTheReference(run, ref);
+}
+
+// The same loop with CUDA tensors, the three ranks and the spare sharing one GPU over the
+// host-staged Gloo communicator (label gpu: skipped where the interpreter's torch sees no GPU).
+class PythonGpuExampleTest : public PythonExampleTest {
+ protected:
+  void SetUp() override {
+    PythonExampleTest::SetUp();
+    if (IsSkipped()) return;
+#if defined(RTFT_PYTHON_EXECUTABLE)
+    int rc = -1;
+    RunCommand(std::string(RTFT_PYTHON_EXECUTABLE) +
+                   " -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'",
+               &rc);
+    if (rc != 0) GTEST_SKIP() << "the interpreter's torch sees no CUDA device";
+#endif
+  }
+};
+
+TEST_F(PythonGpuExampleTest, PythonTrainOnTheGpuEndsLikeARunWithoutTheFailures) {
+  const Run ref = StartTrain("py-gpu-ref", "", false, "cuda");
+  const Run crash = StartTrain("py-gpu-crash", "1/protect.capture@9:kill", false, "cuda");
+  ExpectLikeTheReference(crash, ref);
+  const Run lost = StartTrain("py-gpu-lost", "1/protect.update@12:hang", /*lose=*/true, "cuda");
+  ExpectLikeTheReference(lost, ref);
 }
 
 }  // namespace
