@@ -53,54 +53,138 @@ RankState DecodeRankState(const std::string& text, int rank) {
   return s;
 }
 
-std::string EncodeAgreedPlan(const AgreedPlan& a) {
-  const RecoveryPlan& p = a.plan;
-  return json{{"v", 1},
-              {"shrink", a.shrink},
-              {"ok", p.ok},
-              {"step", p.step},
-              {"needy", p.needy},
-              {"holder", p.holder},
-              {"source", p.source},
-              {"rsource", p.replicated_source},
-              {"why", p.why}}
-      .dump();
+namespace {
+
+json PlanJson(const RecoveryPlan& p) {
+  return json{{"ok", p.ok},         {"step", p.step},     {"needy", p.needy},
+              {"holder", p.holder}, {"source", p.source}, {"rsource", p.replicated_source},
+              {"why", p.why}};
 }
 
-StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto bad = [](const std::string& why) {
-    return Status::DataLoss("the agreed recovery plan: " + why);
-  };
-  if (!j.is_object() || !j.contains("v") || j["v"] != 1) return bad("not a version 1 plan");
-  for (const char* f : {"shrink", "ok"})
-    if (!j.contains(f) || !j[f].is_boolean()) return bad(std::string("no boolean '") + f + "'");
-  if (!j.contains("step") || !j["step"].is_number_unsigned()) return bad("no step");
-  if (!j.contains("why") || !j["why"].is_string()) return bad("no reason");
-  if (!j.contains("rsource") || !j["rsource"].is_number_integer()) return bad("no source");
-  AgreedPlan a;
-  a.shrink = j["shrink"].get<bool>();
-  RecoveryPlan& p = a.plan;
+Status BadPlan(const std::string& why) {
+  return Status::DataLoss("the agreed recovery plan: " + why);
+}
+
+// A list of ranks, each in [lo, hi): of length `n` exactly, or (`n` negative) of at most `hi`.
+StatusOr<std::vector<int>> Ranks(const json& j, const char* f, int64_t n, int64_t lo, int64_t hi) {
+  if (!j.contains(f) || !j[f].is_array()) return BadPlan(std::string("no list '") + f + "'");
+  if (n >= 0 ? j[f].size() != static_cast<size_t>(n)
+             : j[f].size() > static_cast<size_t>(std::max<int64_t>(hi, 0)))
+    return BadPlan(std::string("'") + f + "' of the wrong length");
+  std::vector<int> out;
+  out.reserve(j[f].size());
+  for (const auto& v : j[f]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() >= hi)
+      return BadPlan(std::string("'") + f + "' names a rank outside the world");
+    out.push_back(static_cast<int>(v.get<int64_t>()));
+  }
+  return out;
+}
+
+// A plan over `world` ranks, every field checked.
+StatusOr<RecoveryPlan> PlanFromJson(const json& j, int world) {
+  if (!j.is_object()) return BadPlan("not an object");
+  if (!j.contains("ok") || !j["ok"].is_boolean()) return BadPlan("no boolean 'ok'");
+  if (!j.contains("step") || !j["step"].is_number_unsigned()) return BadPlan("no step");
+  if (!j.contains("why") || !j["why"].is_string()) return BadPlan("no reason");
+  if (!j.contains("rsource") || !j["rsource"].is_number_integer()) return BadPlan("no source");
+  RecoveryPlan p;
   p.ok = j["ok"].get<bool>();
   p.step = j["step"].get<uint64_t>();
   p.why = j["why"].get<std::string>();
   const int64_t rs = j["rsource"].get<int64_t>();
-  if (rs < -1 || rs >= world) return bad("source rank out of range");
+  if (rs < -1 || rs >= world) return BadPlan("source rank out of range");
   p.replicated_source = static_cast<int>(rs);
-  size_t n = 0;
-  for (const char* f : {"needy", "holder", "source"}) {
-    if (!j.contains(f) || !j[f].is_array()) return bad(std::string("no list '") + f + "'");
-    if (j[f].size() > static_cast<size_t>(world))
-      return bad(std::string("'") + f + "' longer than the world");
-    if (f[0] != 'n' && j[f].size() != n) return bad("lists of different lengths");
-    n = j[f].size();
-    std::vector<int>& out = f[0] == 'n' ? p.needy : f[0] == 'h' ? p.holder : p.source;
-    out.reserve(n);
-    for (const auto& v : j[f]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= world)
-        return bad(std::string("'") + f + "' names a rank outside the world");
-      out.push_back(static_cast<int>(v.get<int64_t>()));
-    }
+  RTFT_ASSIGN_OR_RETURN(p.needy, Ranks(j, "needy", -1, 0, world));
+  RTFT_ASSIGN_OR_RETURN(p.holder, Ranks(j, "holder", -1, 0, world));
+  RTFT_ASSIGN_OR_RETURN(p.source, Ranks(j, "source", -1, 0, world));
+  if (p.holder.size() != p.needy.size() || p.source.size() != p.needy.size())
+    return BadPlan("lists of different lengths");
+  return p;
+}
+
+json DecisionJson(const ShrinkDecision& d) {
+  const GridShrinkPlan& g = d.grid;
+  return json{{"old", d.old_size},
+              {"new_of_old", d.new_of_old},
+              {"fresh", d.fresh},
+              {"plan", PlanJson(d.plan)},
+              {"grid",
+               {{"ok", g.ok},
+                {"step", g.step},
+                {"why", g.why},
+                {"tensor", g.tensor},
+                {"pipeline", g.pipeline},
+                {"old_data", g.old_data},
+                {"new_data", g.new_data},
+                {"left", g.left},
+                {"holder", g.holder}}}};
+}
+
+StatusOr<ShrinkDecision> DecisionFromJson(const json& j, int world) {
+  if (!j.is_object() || !j.contains("old") || !j["old"].is_number_integer() ||
+      j["old"].get<int64_t>() < 1 || j["old"].get<int64_t>() > kMaxWorld)
+    return BadPlan("a shrink without the old world's size");
+  if (!j.contains("fresh") || !j["fresh"].is_string()) return BadPlan("no 'fresh'");
+  ShrinkDecision d;
+  d.old_size = static_cast<int>(j["old"].get<int64_t>());
+  d.fresh = j["fresh"].get<std::string>();
+  RTFT_ASSIGN_OR_RETURN(d.new_of_old, Ranks(j, "new_of_old", d.old_size, -1, world));
+  if (!j.contains("plan")) return BadPlan("a shrink without its plan");
+  RTFT_ASSIGN_OR_RETURN(d.plan, PlanFromJson(j["plan"], d.old_size));
+  if (!j.contains("grid") || !j["grid"].is_object()) return BadPlan("a shrink without its grid");
+  const json& gj = j["grid"];
+  GridShrinkPlan& g = d.grid;
+  for (const char* f : {"tensor", "pipeline", "old_data", "new_data"})
+    if (!gj.contains(f) || !gj[f].is_number_integer() || gj[f].get<int64_t>() < 0 ||
+        gj[f].get<int64_t>() > kMaxWorld)
+      return BadPlan(std::string("the grid's '") + f + "'");
+  if (!gj.contains("ok") || !gj["ok"].is_boolean() || !gj.contains("step") ||
+      !gj["step"].is_number_unsigned() || !gj.contains("why") || !gj["why"].is_string())
+    return BadPlan("the grid's outcome");
+  g.ok = gj["ok"].get<bool>();
+  g.step = gj["step"].get<uint64_t>();
+  g.why = gj["why"].get<std::string>();
+  g.tensor = static_cast<int>(gj["tensor"].get<int64_t>());
+  g.pipeline = static_cast<int>(gj["pipeline"].get<int64_t>());
+  g.old_data = static_cast<int>(gj["old_data"].get<int64_t>());
+  g.new_data = static_cast<int>(gj["new_data"].get<int64_t>());
+  g.new_of_old = d.new_of_old;
+  RTFT_ASSIGN_OR_RETURN(g.left, Ranks(gj, "left", -1, 0, std::max(g.old_data, 1)));
+  RTFT_ASSIGN_OR_RETURN(g.holder, Ranks(gj, "holder", -1, -1, d.old_size));
+  if (g.ok) {
+    // What GroupShrinkPart indexes: a whole old grid, a holder for every old rank, and new
+    // positions within the new data-parallel degree.
+    if (g.tensor < 1 || g.pipeline < 1 || g.new_data < 1 || g.new_data > g.old_data ||
+        int64_t{g.tensor} * g.pipeline * g.old_data != d.old_size ||
+        g.holder.size() != static_cast<size_t>(d.old_size))
+      return BadPlan("a grid shrink that does not fit its old world");
+    for (int h : g.holder)
+      if (h < 0) return BadPlan("a grid shrink with an old rank held nowhere");
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string EncodeAgreedPlan(const AgreedPlan& a) {
+  json j = PlanJson(a.plan);
+  j["v"] = 1;
+  j["shrink"] = a.shrink;
+  if (a.shrink) j["decision"] = DecisionJson(a.shrink_decision);
+  return j.dump();
+}
+
+StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("v") || j["v"] != 1) return BadPlan("not a version 1 plan");
+  if (!j.contains("shrink") || !j["shrink"].is_boolean()) return BadPlan("no boolean 'shrink'");
+  AgreedPlan a;
+  a.shrink = j["shrink"].get<bool>();
+  RTFT_ASSIGN_OR_RETURN(a.plan, PlanFromJson(j, world));
+  if (a.shrink) {
+    if (!j.contains("decision")) return BadPlan("a shrink without its decision");
+    RTFT_ASSIGN_OR_RETURN(a.shrink_decision, DecisionFromJson(j["decision"], world));
   }
   return a;
 }
@@ -388,6 +472,65 @@ RecoveryPlan GroupShrinkPart(const GridShrinkPlan& g, int t, int p, std::vector<
     part.holder.push_back((g.holder[r] / T) % D);
   }
   return part;
+}
+
+namespace {
+
+// The old world as the survivors knew it: its size, each old rank's published state, the new
+// rank of each old one (-1: lost), and why no plan can use it (a rank that holds no old state).
+struct OldWorld {
+  int size = 0;
+  std::vector<RankState> ranks;
+  std::vector<int> new_of_old;
+  std::string fresh;
+};
+
+OldWorld FindOldWorld(const std::vector<RankState>& all) {
+  OldWorld w;
+  for (const RankState& r : all) w.size = std::max(w.size, r.was_world);
+  w.ranks.resize(w.size);
+  w.new_of_old.assign(w.size, -1);
+  for (const RankState& r : all) {
+    if (r.was_world != w.size || r.was < 0 || w.new_of_old[r.was] >= 0) {
+      w.fresh =
+          "rank " + std::to_string(r.rank) + " of the shrunk job holds no state of the old one";
+      continue;
+    }
+    w.new_of_old[r.was] = r.rank;
+    w.ranks[r.was] = r;
+    w.ranks[r.was].rank = r.was;
+  }
+  return w;
+}
+
+RecoveryPlan PlanFor(const OldWorld& w, uint64_t layout_hash) {
+  if (!w.fresh.empty()) {
+    RecoveryPlan p;
+    p.why = w.fresh;
+    return p;
+  }
+  std::vector<bool> survived(w.size);
+  for (int q = 0; q < w.size; ++q) survived[q] = w.new_of_old[q] >= 0;
+  return PlanShrink(w.ranks, survived, layout_hash);
+}
+
+}  // namespace
+
+ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int pipeline,
+                            uint64_t layout_hash) {
+  const OldWorld old = FindOldWorld(all);
+  ShrinkDecision d;
+  d.old_size = old.size;
+  d.new_of_old = old.new_of_old;
+  d.fresh = old.fresh;
+  if (tensor <= 1 && pipeline <= 1) {
+    d.plan = PlanFor(old, layout_hash);
+  } else if (old.fresh.empty()) {
+    d.grid = PlanGridShrink(tensor, pipeline, old.ranks, old.new_of_old);
+  } else {
+    d.grid.why = old.fresh;
+  }
+  return d;
 }
 
 }  // namespace rtft::protect

@@ -83,12 +83,29 @@ RecoveryPlan GroupShrinkPart(const GridShrinkPlan& plan, int t, int p,
 std::string EncodeRankState(const RankState& state);
 RankState DecodeRankState(const std::string& text, int rank);
 
+// What the leader decides for a shrink from every rank's state (docs/protect.md, "Shrink"), sent
+// with the agreement so that no rank needs the others' states: the old world's size and each old
+// rank's new rank (-1: lost), why no plan can use it (`fresh`: a rank of the new world holds no
+// state of the old one), and the plan: `plan` (in old ranks) without a grid, `grid` on one (each
+// rank takes its data-parallel group's part, GroupShrinkPart).
+struct ShrinkDecision {
+  int old_size = 0;
+  std::vector<int> new_of_old;
+  std::string fresh;
+  RecoveryPlan plan;
+  GridShrinkPlan grid;
+};
+// `all`: every rank of the new world's published state, indexed by its new rank.
+ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int pipeline,
+                            uint64_t layout_hash);
+
 // What the leader of the rollback agreement (rank 0) decided from every rank's state and sends
 // the others through the coordinator's gather (docs/protect.md, "Recovery"): the plan, or that
-// the job shrank (the shrink then gathers every state itself).
+// the job shrank and the shrink's decision.
 struct AgreedPlan {
   RecoveryPlan plan;
   bool shrink = false;
+  ShrinkDecision shrink_decision;  // when `shrink`
 };
 std::string EncodeAgreedPlan(const AgreedPlan& agreed);
 // Checks every field against a world of `world` ranks (it came over the network).

@@ -94,7 +94,7 @@ class ProtectorImpl final : public Protector {
   };
   // Whether the job's new world can hold the grid: whole replicas of the default order.
   Status CanShrinkGrid(const RuntimeInfo& now) const;
-  StatusOr<uint64_t> Shrink(uint64_t epoch, const std::vector<RankState>& all,
+  StatusOr<uint64_t> Shrink(uint64_t epoch, const ShrinkDecision& decision, int world,
                             Clock::time_point t0);
   StatusOr<uint64_t> ShrinkFromMemory(uint64_t epoch, const RecoveryPlan& plan,
                                       const std::vector<int>& new_of_old, ResizedState resized,

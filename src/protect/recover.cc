@@ -14,8 +14,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string KeyPrefix(uint64_t epoch) { return "protect/e" + std::to_string(epoch) + "/rank/"; }
-
 }  // namespace
 
 StatusOr<uint64_t> ProtectorImpl::Recover() {
@@ -150,7 +148,10 @@ StatusOr<AgreedPlan> ProtectorImpl::Agree(uint64_t epoch, const RankState& mine,
   for (const RankState& r : all)
     agreed.shrink = agreed.shrink || (r.was_world > 0 && r.was_world != world);
   Status grid_error;
-  if (!agreed.shrink) {
+  if (agreed.shrink) {
+    agreed.shrink_decision =
+        DecideShrink(all, o_.grid.tensor, o_.grid.pipeline, layout_.shared_hash);
+  } else {
     auto grid = GridMap::Make(o_.grid, world);
     if (grid.ok()) {
       agreed.plan = PlanRecovery(all, grid->DataGroups());
@@ -176,11 +177,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   // Every rank takes the same path, decided by the leader from what all published.
   if (agreed.shrink) {
     if (o_.grid.tensor > 1 || o_.grid.pipeline > 1) RTFT_RETURN_IF_ERROR(CanShrinkGrid(now));
-    // The shrink needs every rank's state on every rank: the key-value gather (O(N^2) reads).
-    RTFT_ASSIGN_OR_RETURN(
-        std::vector<RankState> all,
-        Gather(KeyPrefix(epoch), Mine(now.rank), std::vector<bool>(now.world_size), epoch));
-    return Shrink(epoch, all, t0);
+    // The leader decided the shrink from every rank's state; it came with the agreement.
+    return Shrink(epoch, agreed.shrink_decision, now.world_size, t0);
   }
   if (shards_ != Shards::kApplication)
     return Status::Internal("this rank's snapshot is laid out for another world than the job's");

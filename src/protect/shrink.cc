@@ -20,44 +20,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The old world as the survivors knew it: its size, each old rank's published state, the new
-// rank of each old one (-1: lost), and why no plan can use it (a rank that holds no old state).
-struct OldWorld {
-  int size = 0;
-  std::vector<RankState> ranks;
-  std::vector<int> new_of_old;
-  std::string fresh;
-};
-
-OldWorld FindOldWorld(const std::vector<RankState>& all) {
-  OldWorld w;
-  for (const RankState& r : all) w.size = std::max(w.size, r.was_world);
-  w.ranks.resize(w.size);
-  w.new_of_old.assign(w.size, -1);
-  for (const RankState& r : all) {
-    if (r.was_world != w.size || r.was < 0 || w.new_of_old[r.was] >= 0) {
-      w.fresh =
-          "rank " + std::to_string(r.rank) + " of the shrunk job holds no state of the old one";
-      continue;
-    }
-    w.new_of_old[r.was] = r.rank;
-    w.ranks[r.was] = r;
-    w.ranks[r.was].rank = r.was;
-  }
-  return w;
-}
-
-RecoveryPlan PlanFor(const OldWorld& w, uint64_t layout_hash) {
-  if (!w.fresh.empty()) {
-    RecoveryPlan p;
-    p.why = w.fresh;
-    return p;
-  }
-  std::vector<bool> survived(w.size);
-  for (int q = 0; q < w.size; ++q) survived[q] = w.new_of_old[q] >= 0;
-  return PlanShrink(w.ranks, survived, layout_hash);
-}
-
 bool SameTensor(const TensorDesc& a, const TensorDesc& b) {
   return a.name == b.name && a.dtype == b.dtype;
 }
@@ -81,35 +43,29 @@ Status ProtectorImpl::CanShrinkGrid(const RuntimeInfo& now) const {
 }
 
 // On a grid the plan is the world's (one step for every group); this rank moves its own
-// data-parallel group's part, in positions of its ring (docs/protect.md, "3D layouts").
-StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const std::vector<RankState>& all,
+// data-parallel group's part, in positions of its ring (docs/protect.md, "3D layouts"). The
+// decision is the agreement leader's (DecideShrink), the same on every rank.
+StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const ShrinkDecision& decision, int world,
                                          Clock::time_point t0) {
-  const int world = static_cast<int>(all.size());
-  const OldWorld old = FindOldWorld(all);
   const bool on_grid = o_.grid.tensor > 1 || o_.grid.pipeline > 1;
   RecoveryPlan plan;
-  GridShrinkPlan grid_plan;
-  if (!on_grid) {
-    plan = PlanFor(old, layout_.shared_hash);
-  } else if (old.fresh.empty()) {
-    grid_plan = PlanGridShrink(o_.grid.tensor, o_.grid.pipeline, old.ranks, old.new_of_old);
-  } else {
-    grid_plan.why = old.fresh;
-  }
+  if (!on_grid) plan = decision.plan;
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
-  RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << old.size << " to " << world
+  RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << decision.old_size << " to " << world
                                << " ranks (this rank was " << held_rank_ << ", is now "
                                << rt_->current().rank << ")";
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
   if (train_->world_size() != world)
     return Status::Aborted("the job moved on from epoch " + std::to_string(epoch));
-  std::vector<int> new_of_old = old.new_of_old;
-  if (on_grid && grid_plan.ok) {
+  std::vector<int> new_of_old = decision.new_of_old;
+  if (on_grid && decision.grid.ok) {
+    if (decision.grid.tensor != o_.grid.tensor || decision.grid.pipeline != o_.grid.pipeline)
+      return Status::Internal("the shrink was decided for another tensor x pipeline layout");
     const GridPlace me = grid_.of(train_->rank());
-    plan = GroupShrinkPart(grid_plan, me.t, me.p, &new_of_old);
+    plan = GroupShrinkPart(decision.grid, me.t, me.p, &new_of_old);
   } else if (on_grid) {
-    plan.why = grid_plan.why;
+    plan.why = decision.grid.why;
   }
   RTFT_ASSIGN_OR_RETURN(ResizedState resized, Resize(NewPlace(world, train_->rank())));
   if (plan.ok) return ShrinkFromMemory(epoch, plan, new_of_old, std::move(resized), t0);

@@ -137,5 +137,125 @@ TEST(PlanTest, TheWorldARankHeldStateForSurvivesTheStoreAndNonsenseIsIgnored) {
   }
 }
 
+// The leader decides a shrink from the new world's states (each survivor saying which old rank
+// it was) and every rank gets the decision with the agreement: the plan in old ranks and the
+// new rank of each old one, back bit for bit through the wire format.
+TEST(PlanTest, TheLeadersShrinkDecisionTravelsWithTheAgreement) {
+  // Old world of 4, old rank 2 lost; the survivors 0, 1, 3 are the new ranks 0, 1, 2.
+  std::vector<RankState> now = {Holds(0, {9, 8}, {{3, 9}}), Holds(1, {9, 8}, {{0, 9}}),
+                                Holds(2, {9, 8}, {{2, 9}, {2, 8}})};
+  const int was[] = {0, 1, 3};
+  for (int r = 0; r < 3; ++r) {
+    now[r].was = was[r];
+    now[r].was_world = 4;
+  }
+  AgreedPlan agreed;
+  agreed.shrink = true;
+  agreed.shrink_decision = DecideShrink(now, 1, 1, 7);
+  const ShrinkDecision& d = agreed.shrink_decision;
+  EXPECT_EQ(d.old_size, 4);
+  EXPECT_EQ(d.new_of_old, std::vector<int>({0, 1, -1, 2}));
+  EXPECT_TRUE(d.fresh.empty());
+  ASSERT_TRUE(d.plan.ok) << d.plan.why;
+  EXPECT_EQ(d.plan.step, 9u);
+  EXPECT_EQ(d.plan.needy, std::vector<int>({2}));
+  EXPECT_EQ(d.plan.holder, std::vector<int>({3}));
+  auto back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->shrink);
+  EXPECT_EQ(back->shrink_decision.old_size, 4);
+  EXPECT_EQ(back->shrink_decision.new_of_old, d.new_of_old);
+  EXPECT_EQ(back->shrink_decision.plan.step, 9u);
+  EXPECT_EQ(back->shrink_decision.plan.needy, d.plan.needy);
+  EXPECT_EQ(back->shrink_decision.plan.holder, d.plan.holder);
+
+  // A new rank that held nothing of the old world: no plan, and the reason travels.
+  now[1].was = -1;
+  now[1].was_world = 0;
+  const ShrinkDecision fresh = DecideShrink(now, 1, 1, 7);
+  EXPECT_FALSE(fresh.plan.ok);
+  EXPECT_NE(fresh.fresh.find("holds no state of the old one"), std::string::npos) << fresh.fresh;
+}
+
+TEST(PlanTest, AGridShrinkDecisionTravelsAndEachGroupTakesItsPart) {
+  // 2 x 1 x 3 (tensor 2, data 3): replica d = 1 (old ranks 2, 3) left; everyone holds step 5,
+  // and each holds its left neighbour's replica in its data-parallel ring (by position d): old
+  // ranks 4 and 5 (d = 2) those of d = 1, old ranks 0 and 1 (d = 0) those of d = 2.
+  std::vector<RankState> now;
+  const int was[] = {0, 1, 4, 5};
+  for (int r = 0; r < 4; ++r) {
+    RankState s = Holds(r, {5}, {});
+    s.was = was[r];
+    s.was_world = 6;
+    now.push_back(s);
+  }
+  now[2].l2 = {{1, 5}};
+  now[3].l2 = {{1, 5}};
+  now[0].l2 = {{2, 5}};
+  now[1].l2 = {{2, 5}};
+  AgreedPlan agreed;
+  agreed.shrink = true;
+  agreed.shrink_decision = DecideShrink(now, 2, 1, 7);
+  const GridShrinkPlan& g = agreed.shrink_decision.grid;
+  ASSERT_TRUE(g.ok) << g.why;
+  auto back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 4);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const GridShrinkPlan& b = back->shrink_decision.grid;
+  EXPECT_EQ(b.step, g.step);
+  EXPECT_EQ(b.holder, g.holder);
+  EXPECT_EQ(b.left, g.left);
+  EXPECT_EQ(b.new_data, g.new_data);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<int> mine, theirs;
+    const RecoveryPlan here = GroupShrinkPart(g, t, 0, &mine);
+    const RecoveryPlan there = GroupShrinkPart(b, t, 0, &theirs);
+    EXPECT_EQ(here.needy, there.needy);
+    EXPECT_EQ(here.holder, there.holder);
+    EXPECT_EQ(mine, theirs);
+  }
+}
+
+TEST(PlanTest, AShrinkDecisionFromTheNetworkIsChecked) {
+  AgreedPlan agreed;
+  agreed.shrink = true;
+  ShrinkDecision& d = agreed.shrink_decision;
+  d.old_size = 4;
+  d.new_of_old = {0, 1, -1, 2};
+  d.plan.ok = true;
+  d.plan.step = 9;
+  d.plan.needy = {2};
+  d.plan.holder = {3};
+  d.plan.source = {0};
+  ASSERT_TRUE(DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3).ok());
+  auto refused = [&](const AgreedPlan& a, int world) {
+    return !DecodeAgreedPlan(EncodeAgreedPlan(a), world).ok();
+  };
+  AgreedPlan bad = agreed;
+  bad.shrink_decision.new_of_old = {0, 1, -1, 3};  // a new rank outside the new world of 3
+  EXPECT_TRUE(refused(bad, 3));
+  bad = agreed;
+  bad.shrink_decision.new_of_old = {0, 1, 2};  // not one per old rank
+  EXPECT_TRUE(refused(bad, 3));
+  bad = agreed;
+  bad.shrink_decision.plan.holder = {4};  // an old rank outside the old world
+  EXPECT_TRUE(refused(bad, 3));
+  bad = agreed;
+  bad.shrink_decision.grid.ok = true;  // a grid plan that fits no old world
+  bad.shrink_decision.grid.tensor = 2;
+  bad.shrink_decision.grid.pipeline = 1;
+  bad.shrink_decision.grid.old_data = 3;
+  bad.shrink_decision.grid.new_data = 2;
+  bad.shrink_decision.grid.holder = {0, 1, 2, 3};
+  EXPECT_TRUE(refused(bad, 3));
+  // A shrink without its decision, and texts that are no plan.
+  EXPECT_FALSE(DecodeAgreedPlan(R"({"v":1,"shrink":true,"ok":false,"step":0,"needy":[],)"
+                                R"("holder":[],"source":[],"rsource":-1,"why":""})",
+                                3)
+                   .ok());
+  for (const char* text :
+       {"", "[]", "{\"v\":2}", "{\"v\":1,\"shrink\":true,\"decision\":{\"old\":1e40}}"})
+    EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok()) << text;
+}
+
 }  // namespace
 }  // namespace rtft::protect
