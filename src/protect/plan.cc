@@ -74,8 +74,11 @@ StatusOr<std::vector<int>> Ranks(const json& j, const char* f, int64_t n, int64_
   std::vector<int> out;
   out.reserve(j[f].size());
   for (const auto& v : j[f]) {
-    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() >= hi)
-      return BadPlan(std::string("'") + f + "' names a rank outside the world");
+    // An unsigned value past int64's range would wrap into it: refused before it is read.
+    const bool in_range = v.is_number_integer() &&
+                          !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{kMaxWorld}) &&
+                          v.get<int64_t>() >= lo && v.get<int64_t>() < hi;
+    if (!in_range) return BadPlan(std::string("'") + f + "' names a rank outside the world");
     out.push_back(static_cast<int>(v.get<int64_t>()));
   }
   return out;

@@ -247,6 +247,12 @@ TEST(PlanTest, AShrinkDecisionFromTheNetworkIsChecked) {
   bad.shrink_decision.grid.new_data = 2;
   bad.shrink_decision.grid.holder = {0, 1, 2, 3};
   EXPECT_TRUE(refused(bad, 3));
+  // An old rank's new rank of 2^64 - 1 would read as -1 (lost) if it wrapped.
+  std::string text = EncodeAgreedPlan(agreed);
+  const std::string lost = "\"new_of_old\":[0,1,-1,2]";
+  ASSERT_NE(text.find(lost), std::string::npos) << text;
+  text.replace(text.find(lost), lost.size(), "\"new_of_old\":[0,1,18446744073709551615,2]");
+  EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok());
   // A shrink without its decision, and texts that are no plan.
   EXPECT_FALSE(DecodeAgreedPlan(R"({"v":1,"shrink":true,"ok":false,"step":0,"needy":[],)"
                                 R"("holder":[],"source":[],"rsource":-1,"why":""})",
