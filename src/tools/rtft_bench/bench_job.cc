@@ -265,7 +265,9 @@ StatusOr<TrainTimes> RunTrainTimed(const std::string& dir, int ranks, int hidden
   RTFT_RETURN_IF_ERROR(job.Start(TrainJobArgs(ranks, hidden, batch, {}, train_extra)));
   RTFT_RETURN_IF_ERROR(job.Wait(timeout));
   const std::string out = job.Output();
-  static const std::regex done(R"(\[train 0\] done .* step_s=([0-9.]+) .*state_bytes=(\d+))");
+  // Bounded digits: std::stod and std::stoull never see a number out of their range.
+  static const std::regex done(
+      R"(\[train 0\] done .* step_s=([0-9]{1,9}(?:\.[0-9]{1,12})?) .*state_bytes=(\d{1,19}))");
   std::smatch m;
   if (!std::regex_search(out, m, done))
     return Status::Internal("the job did not finish (see " + dir + "/mpirun.out)");
