@@ -38,6 +38,11 @@ TEST_F(GpuJobTest, TheSameJobTwiceEndsWithTheSameDigestAndOffloadComputesTheSame
   ASSERT_EQ(offload.exit_code, 0) << offload.output;
   ASSERT_EQ(offload.digests.size(), 2u) << offload.output;
   EXPECT_EQ(offload.digests.at(0), a.digests.at(0)) << offload.output;
+  // Every subgroup on the CPU (rtft-bench offload-e2e's baseline): the same bits again.
+  Run cpu = Start("twice-offload-cpu", 2, 0, "", 0, {"--offload", "--offload-mode", "cpu"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  ASSERT_EQ(cpu.digests.size(), 2u) << cpu.output;
+  EXPECT_EQ(cpu.digests.at(0), a.digests.at(0)) << cpu.output;
 }
 
 TEST_F(GpuJobTest, OneRankCrashedMidStepRestartsInPlaceFromItsHostSideSnapshot) {
