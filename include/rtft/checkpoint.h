@@ -69,6 +69,8 @@ class RTFT_EXPORT CheckpointEngine {
   virtual Status WaitCaptured(uint64_t version) = 0;
   virtual Status WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) = 0;
   // Blocks until `version` is durable; on rank 0 also until it is committed (LATEST moved).
+  // Versions whose flushes overlap may complete in any order: an older version in flight may
+  // still be incomplete when a newer one's wait returns (wait for each one that matters).
   virtual Status WaitPersisted(uint64_t version) = 0;
   virtual Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) = 0;
   // The first background error, if any, without blocking.

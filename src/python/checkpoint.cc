@@ -168,7 +168,8 @@ void BindCheckpoint(py::module_& m) {
           "wait_persisted",
           [](PyEngine& e, uint64_t v, std::optional<double> t) { e.Wait(v, t, true); },
           py::arg("version"), py::arg("timeout") = py::none(),
-          "Blocks until `version` is durable (and committed, on rank 0)")
+          "Blocks until `version` is durable (and committed, on rank 0); versions in flight "
+          "together may complete in any order")
       .def("poll_error", &PyEngine::PollError, "Raises the first background error, if any")
       .def("stats", &PyEngine::Stats, py::arg("version"))
       .def("close", &PyEngine::Close, "Waits for the versions in flight and stops the engine")
