@@ -1,7 +1,9 @@
 #include "tools/rtft_bench/recovery_agents.h"
 
-#include <sys/epoll.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "control/net/zmq_util.h"
 #include "control/wire/codec.h"
@@ -327,27 +329,27 @@ bool RecoveryAgents::steady() const {
 }
 
 void RecoveryAgents::Run() {
-  // As SimAgents::Run (sim_agents.cc): epoll over the sockets' ZMQ_FDs. Every ready socket is
-  // read (and each message stamped) before any is handled: 2048 agents share this thread, and
-  // one agent's answer to an event (its state into the gather) must not delay the moment the
-  // next agent's copy of the event counts as received.
-  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  for (size_t i = 0; i < agents_.size(); ++i) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = i;
-    ::epoll_ctl(ep, EPOLL_CTL_ADD, agents_[i].socket.get(zmq::sockopt::fd), &ev);
+  // Over a SocketEpoll (sim_agents.h). Every ready socket is read (and each message stamped)
+  // before any is handled: 2048 agents share this thread, and one agent's answer to an event
+  // (its state into the gather) must not delay the moment the next agent's copy of the event
+  // counts as received.
+  SocketEpoll epoll;
+  if (!epoll.ok()) {
+    const std::string why = std::string("epoll_create1: ") + std::strerror(errno);
+    std::lock_guard<std::mutex> lock(mu_);
+    Error(why);
+    return;
   }
-  std::vector<epoll_event> ready(256);
+  for (size_t i = 0; i < agents_.size(); ++i) epoll.Add(agents_[i].socket, i);
   std::vector<Arrival> inbox;
   auto next_scan = Clock::now();
   while (!stop_) {
-    int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 1);
     // While a broadcast arrives, keep reading what became ready meanwhile (a bounded number of
     // rounds, so heartbeats stay on time), then handle it all.
-    for (int round = 0; n > 0 && round < 16; ++round) {
-      for (int i = 0; i < n; ++i) Drain(agents_[ready[i].data.u64], &inbox);
-      n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 0);
+    const std::vector<uint64_t>* ready = &epoll.Wait(1);
+    for (int round = 0; !ready->empty() && round < 16; ++round) {
+      for (uint64_t i : *ready) Drain(agents_[i], &inbox);
+      ready = &epoll.Wait(0);
     }
     Handle(&inbox);
     const int report = report_.exchange(-1);
@@ -370,7 +372,6 @@ void RecoveryAgents::Run() {
     }
     Handle(&inbox);
   }
-  ::close(ep);
 }
 
 }  // namespace rtft::bench

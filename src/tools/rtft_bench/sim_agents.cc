@@ -3,13 +3,42 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "control/net/zmq_util.h"
 #include "control/wire/codec.h"
 #include "control/wire/messages.h"
+#include "core/logging.h"
 
 namespace rtft::bench {
 
 using control::MsgType;
+
+SocketEpoll::SocketEpoll() : fd_(::epoll_create1(EPOLL_CLOEXEC)) {}
+
+SocketEpoll::~SocketEpoll() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SocketEpoll::Add(zmq::socket_t& socket, uint64_t index) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = index;
+  ::epoll_ctl(fd_, EPOLL_CTL_ADD, socket.get(zmq::sockopt::fd), &ev);
+}
+
+void SocketEpoll::Remove(zmq::socket_t& socket) {
+  ::epoll_ctl(fd_, EPOLL_CTL_DEL, socket.get(zmq::sockopt::fd), nullptr);
+}
+
+const std::vector<uint64_t>& SocketEpoll::Wait(int timeout_ms) {
+  epoll_event events[256];
+  const int n = ::epoll_wait(fd_, events, 256, timeout_ms);
+  ready_.clear();
+  for (int i = 0; i < n; ++i) ready_.push_back(events[i].data.u64);
+  return ready_;
+}
 
 SimAgents::SimAgents(const control::JobKeys& keys, const std::string& endpoint,
                      std::vector<control::SlotId> slots, std::chrono::milliseconds period)
@@ -96,22 +125,16 @@ void SimAgents::Receive(Agent& a) {
 }
 
 void SimAgents::Run() {
-  // epoll over the sockets' ZMQ_FDs: with thousands of sockets, zmq::poll or a non-blocking
-  // recv on every socket costs a system call per socket and tick. A ready ZMQ_FD only says
-  // that the socket has commands to process; ZMQ_EVENTS then tells whether a message waits.
-  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  for (size_t i = 0; i < agents_.size(); ++i) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = i;
-    ::epoll_ctl(ep, EPOLL_CTL_ADD, agents_[i].socket.get(zmq::sockopt::fd), &ev);
+  SocketEpoll epoll;
+  if (!epoll.ok()) {
+    RTFT_LOG(kError, kLogTool) << "simulated agents: epoll_create1: " << std::strerror(errno);
+    return;
   }
-  std::vector<epoll_event> ready(256);
+  for (size_t i = 0; i < agents_.size(); ++i) epoll.Add(agents_[i].socket, i);
   auto next_scan = Clock::now();
   while (!stop_) {
-    const int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 1);
-    for (int i = 0; i < n; ++i) {
-      Agent& a = agents_[ready[i].data.u64];
+    for (uint64_t i : epoll.Wait(1)) {
+      Agent& a = agents_[i];
       if (!a.dead) Receive(a);
     }
     const int kill = kill_.exchange(-1);
@@ -121,7 +144,7 @@ void SimAgents::Run() {
     for (auto& a : agents_) {
       if (a.dead) continue;
       if (a.slot == kill) {
-        ::epoll_ctl(ep, EPOLL_CTL_DEL, a.socket.get(zmq::sockopt::fd), nullptr);
+        epoll.Remove(a.socket);
         std::lock_guard<std::mutex> lock(mu_);
         a.dead = true;
         a.socket.close();
@@ -137,7 +160,6 @@ void SimAgents::Run() {
       }
     }
   }
-  ::close(ep);
 }
 
 }  // namespace rtft::bench

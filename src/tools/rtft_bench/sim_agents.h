@@ -25,6 +25,27 @@ TimePoint NextBeat(TimePoint due, TimePoint now, Duration period) {
   return due + period * ((now - due) / period + 1);
 }
 
+// One epoll set over many ZeroMQ sockets' ZMQ_FDs, each under its index: with thousands of
+// sockets, zmq::poll or a non-blocking recv on every socket costs a system call per socket and
+// tick. A ready ZMQ_FD only says that the socket has commands to process; ZMQ_EVENTS then tells
+// whether a message waits. Used by both simulations' driver threads.
+class SocketEpoll {
+ public:
+  SocketEpoll();
+  ~SocketEpoll();
+  SocketEpoll(const SocketEpoll&) = delete;
+  SocketEpoll& operator=(const SocketEpoll&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  void Add(zmq::socket_t& socket, uint64_t index);
+  void Remove(zmq::socket_t& socket);
+  // The indices of the sockets that became ready within `timeout_ms` (0: none waited for).
+  const std::vector<uint64_t>& Wait(int timeout_ms);
+
+ private:
+  int fd_;
+  std::vector<uint64_t> ready_;
+};
+
 class SimAgents {
  public:
   using Clock = std::chrono::steady_clock;
