@@ -39,10 +39,12 @@ class BenchTest(unittest.TestCase):
             self.assertGreater(line["persist_s"], 0)
             self.assertLessEqual(line["held_s"], line["persist_s"] + 1e-6)
         self.assertLess(by["rtft"]["held_s"], by["rtft"]["persist_s"])
+        self.assertEqual(by["rtft"]["tensor_bytes"], 32 << 20)  # every byte went through the engine
         summary = lines[-1]
         self.assertEqual(summary["name"], "py_ckpt_summary")
         self.assertIn("rtft_over_torch_save_persist_gbps", summary)
-        if "cpp" in by:
+        if "cpp" in by:  # the C++ run's own line: it measured the disk too
+            self.assertGreater(by["cpp"]["raw_gbps"], 0)
             self.assertIn("module_over_cpp_persist_gbps", summary)
         self.assertEqual(os.listdir(parent), [])  # the scratch directory is removed
         os.rmdir(parent)

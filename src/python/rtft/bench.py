@@ -121,7 +121,8 @@ def run_rtft(torch, state, path, args):
     finally:
         engine.close()
     return {"held_s": held, "persist_s": persist, "capture_s": stats["capture_s"],
-            "io": stats["io_backend"], "direct_io": stats["direct_io"]}
+            "tensor_bytes": stats["tensor_bytes"], "io": stats["io_backend"],
+            "direct_io": stats["direct_io"]}
 
 
 def _rtft_dcp(torch, state, path, args, asynchronous):
