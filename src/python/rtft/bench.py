@@ -56,7 +56,7 @@ def parse_variants(text):
 
 
 def make_state(torch, nbytes, tensors, device):
-    """``tensors`` float32 tensors of about ``nbytes / tensors`` bytes each (a multiple of 4 KiB)."""
+    """``tensors`` float32 tensors of about ``nbytes / tensors`` bytes each (4 KiB multiples)."""
     per = max(_PAGE, nbytes // tensors // _PAGE * _PAGE) // 4
     generator = torch.Generator(device=device).manual_seed(0)
     return {f"t{i:05d}": torch.randn(per, generator=generator, device=device)

@@ -52,6 +52,12 @@ def _fits(tensor):
     return type(tensor) is torch.Tensor and tensor.dtype in _SUPPORTED
 
 
+def _add_bytes(state, name, blob):
+    """`blob` saved as the object `name` of `state` (saved only, never restored into); its size."""
+    state.add_object(name, lambda b=blob: b, lambda data: None)
+    return len(blob)
+
+
 def _torch_bytes(value):
     buffer = io.BytesIO()
     torch.save(value, buffer)
@@ -171,9 +177,7 @@ class RtftStorageWriter(StorageWriter):
                 # The bytes DCP's own writer would store, as dcp.save's path does (_describe).
                 names[fqn] = new_name("pickled", fqn)
                 staged[fqn] = value.detach().cpu().clone()
-                blob = _torch_bytes(staged[fqn])
-                pickled[fqn] = len(blob)
-                state.add_object(names[fqn], lambda b=blob: b, lambda data: None)
+                pickled[fqn] = _add_bytes(state, names[fqn], _torch_bytes(staged[fqn]))
             elif torch.is_tensor(value):
                 tensor = value.detach()
                 tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
@@ -182,8 +186,7 @@ class RtftStorageWriter(StorageWriter):
                 staged[fqn] = value
             else:
                 names[fqn] = new_name("bytes", fqn)
-                blob = _torch_bytes(value)
-                state.add_object(names[fqn], lambda b=blob: b, lambda data: None)
+                _add_bytes(state, names[fqn], _torch_bytes(value))
                 staged[fqn] = copy.deepcopy(value)
         engine = self._engine_for()
         engine.checkpoint(version, state)
@@ -216,17 +219,15 @@ class RtftStorageWriter(StorageWriter):
     def _describe(self, state, new_name, item, planner, version):
         fqn = item.index.fqn
         if item.type == WriteItemType.BYTE_IO:
-            blob = planner.resolve_data(item).getvalue()
             name = new_name("bytes", fqn)
-            state.add_object(name, lambda b=blob: b, lambda data: None)
-            return WriteResult(item.index, len(blob), {"name": name, "version": version})
+            size = _add_bytes(state, name, planner.resolve_data(item).getvalue())
+            return WriteResult(item.index, size, {"name": name, "version": version})
         tensor = planner.resolve_data(item).detach()
         chunk = item.tensor_data.chunk
         if not _fits(tensor):  # a dtype rt-ft lacks: the bytes DCP's own writer would store
             name = new_name("pickled", fqn)
-            blob = _torch_bytes(tensor.cpu())
-            state.add_object(name, lambda b=blob: b, lambda data: None)
-            return WriteResult(item.index, len(blob),
+            size = _add_bytes(state, name, _torch_bytes(tensor.cpu()))
+            return WriteResult(item.index, size,
                                {"name": name, "version": version, "pickled": True})
         tensor = tensor if tensor.is_contiguous() else tensor.contiguous()
         name = new_name("tensors", fqn)
