@@ -252,8 +252,12 @@ void Agent::WaitAndHandle() {
   for (const auto& r : reports)
     if (state_ == AppState::kRunning) HandleReport(r);
   // The child's exit first: an event that answers its failure report may already be queued.
-  if (state_ == AppState::kRunning && app_.child)
-    if (auto exit = app_.child->exited()) OnChildExit(*exit);
+  if (state_ == AppState::kRunning && app_.child) {
+    if (auto exit = app_.child->exited())
+      OnChildExit(*exit);
+    else if (auto ending = app_.child->exiting())
+      OnChildExiting(*ending);
+  }
   for (const auto& e : events) {
     if (done_) break;
     HandleEvent(e);

@@ -128,7 +128,10 @@ class Agent {
   void HandleReport(const control::RuntimeReport& report);
   void PollKvGets();
   void StartGather(const control::RuntimeReport& r);
-  void OnChildExit(const ChildExit& exit);
+  void OnChildExit(const ChildExit& exit, bool ending = false);
+  // The application is ending (ChildProcess::exiting) but its tree is not reaped yet: a crash is
+  // reported now, the restart waits for the tree's end (StartApp).
+  void OnChildExiting(const ChildExit& exit);
   void CheckWatchdog();
   void CheckSignalsAndDeadlines();
   void Finish(int code, const std::string& why);

@@ -76,6 +76,15 @@ ChildSpec Agent::AppSpec() {
 }
 
 Status Agent::StartApp() {
+  if (app_.child && !app_.child->exited()) {
+    // Reported while it was ending (OnChildExiting): the next process starts once the kernel
+    // has released the last one's memory (a GPU context's, the pinned pages of its L1).
+    const auto since = app_.child->exiting() ? app_.child->exiting()->at : Clock::now();
+    app_ = App();  // ends and reaps the tree
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since);
+    RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": the last application's tree "
+                                << "ended " << waited.count() << " ms after it was seen ending";
+  }
   ChildSpec spec = AppSpec();
   ++starts_;
   {
@@ -205,7 +214,14 @@ void Agent::PollKvGets() {
   }
 }
 
-void Agent::OnChildExit(const ChildExit& exit) {
+void Agent::OnChildExiting(const ChildExit& exit) {
+  // A spare's crash and an exit at shutdown are handled at the tree's end, as is a plain exit.
+  const bool crashed = exit.signaled() || exit.code() == kRestartExitCode;
+  if (shutting_down_ || is_spare() || (!crashed && !app_.watchdog_killed)) return;
+  OnChildExit(exit, /*ending=*/true);
+}
+
+void Agent::OnChildExit(const ChildExit& exit, bool ending) {
   SetForwardedChild(0);
   gets_.clear();
   // Their answers would go to the next process, which did not ask (PollGather forgets them).
@@ -213,8 +229,9 @@ void Agent::OnChildExit(const ChildExit& exit) {
   gathers_.clear();
   const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - exit.at);
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": application pid "
-                              << app_.child->pid() << " " << exit.ToString() << " (handled "
-                              << delay.count() << " us after the reaper saw it)";
+                              << app_.child->pid() << (ending ? " ending, " : " ")
+                              << exit.ToString() << " (handled " << delay.count() << " us after "
+                              << (ending ? "its descriptors closed" : "the reaper saw it") << ")";
   if (shutting_down_) {
     if (app_.assigned) (void)client_->ReportExit(exit.code());
     state_ = AppState::kFinished;

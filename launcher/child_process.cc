@@ -176,16 +176,31 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(const ChildSpec& spe
   return refused;
 }
 
-// The keeper writes the application's wait status once the whole tree is gone, and only then
-// exits. Its exit can take tens of milliseconds more (a PID and mount namespace are torn down), so
-// the status is reported as soon as it is read, and the keeper is reaped after.
+// The keeper reports the application's ending early where it can (KeeperStatus::kExiting), and
+// its wait status once the whole tree is gone, and only then exits. Its exit can take tens of
+// milliseconds more (a PID and mount namespace are torn down), so the status is reported as soon
+// as it is read, and the keeper is reaped after.
 void ChildProcess::Reap() {
+  KeeperStatus record;
+  size_t have = 0;
+  bool known = false;
   int app_status = 0;
-  ssize_t n;
-  do {
-    n = ::read(status_fd_, &app_status, sizeof(app_status));
-  } while (n < 0 && errno == EINTR);
-  const bool known = n == sizeof(app_status);
+  while (true) {
+    const ssize_t n =
+        ::read(status_fd_, reinterpret_cast<char*>(&record) + have, sizeof(record) - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    if (have < sizeof(record)) continue;
+    have = 0;
+    if (record.kind == KeeperStatus::kExiting) {
+      Exiting(record.status);
+    } else if (record.kind == KeeperStatus::kEnded) {
+      app_status = record.status;
+      known = true;
+      break;
+    }
+  }
   if (known) Exited(app_status);
   int keeper_status = 0;
   pid_t r;
@@ -205,6 +220,19 @@ void ChildProcess::Exited(int wait_status) {
   exit_.at = Clock::now();
   done_.store(true, std::memory_order_release);
   if (on_exit_) (void)RunGuarded("the application's reaper", on_exit_);
+}
+
+void ChildProcess::Exiting(int wait_status) {
+  if (ending_.load(std::memory_order_relaxed)) return;
+  ending_exit_.wait_status = wait_status;
+  ending_exit_.at = Clock::now();
+  ending_.store(true, std::memory_order_release);
+  if (on_exit_) (void)RunGuarded("the application's reaper", on_exit_);
+}
+
+std::optional<ChildExit> ChildProcess::exiting() const {
+  if (!ending_.load(std::memory_order_acquire)) return std::nullopt;
+  return ending_exit_;
 }
 
 std::optional<ChildExit> ChildProcess::exited() const {

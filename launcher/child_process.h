@@ -62,7 +62,8 @@ struct ChildExit {
 
 class ChildProcess {
  public:
-  // `on_exit` runs on the reaper thread right after the exit is recorded (wake a waiter). Fails
+  // `on_exit` runs on the reaper thread right after the exit is recorded, and after an early
+  // `exiting()` (wake a waiter). Fails
   // when the application cannot be started (exec failed: the errno is in the status).
   static StatusOr<std::unique_ptr<ChildProcess>> Start(const ChildSpec& spec,
                                                        std::function<void()> on_exit = {});
@@ -77,6 +78,13 @@ class ChildProcess {
   const std::string& proc_note() const { return proc_note_; }
   // Set once the whole tree has ended; never blocks.
   std::optional<ChildExit> exited() const;
+  // Set as soon as the application is known to be ending with a nonzero wait status, which can
+  // be long before exited() (a process holding a GPU context is released by the kernel after its
+  // descriptors are closed: up to half a second with pinned host memory, docs/launcher.md "How
+  // an ending is seen"); stays set. Never for an application whose life pipe was closed, or
+  // handed to a process that outlives it. The application may still hold its memory: start the
+  // next one on this slot only after exited().
+  std::optional<ChildExit> exiting() const;
   // Relays `sig` to the application's process group (SIGTERM, SIGINT, SIGHUP, SIGUSR1, ...).
   void Signal(int sig) const;
   // Ends the whole tree at once (SIGKILL to every process of it).
@@ -88,7 +96,8 @@ class ChildProcess {
  private:
   ChildProcess() = default;
   void Reap();
-  void Exited(int wait_status);  // records the ending and runs on_exit_
+  void Exited(int wait_status);   // records the ending and runs on_exit_
+  void Exiting(int wait_status);  // records the early notice and runs on_exit_
 
   pid_t keeper_ = -1;
   Isolation isolation_ = Isolation::kProcessGroup;
@@ -96,6 +105,8 @@ class ChildProcess {
   int status_fd_ = -1;  // read end: the application's wait status from the keeper
   std::atomic<bool> done_{false};
   ChildExit exit_;
+  std::atomic<bool> ending_{false};
+  ChildExit ending_exit_;
   std::function<void()> on_exit_;
   Thread reaper_;
 };

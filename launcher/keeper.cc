@@ -127,11 +127,26 @@ void BlockedSignals(const KeeperPlan& p, sigset_t* set) {
   sigaddset(set, p.kill_tree_signal);
 }
 
-[[noreturn]] void ExecApplication(const KeeperPlan& p, int signal_fd) {
+// The application's end of its life pipe at kLifeFd, open across exec (keeper.h); false when it
+// cannot be (the application then starts without one).
+bool PlaceLifeFd(int life_w, int* report_fd) {
+  if (life_w < 0) return false;
+  if (life_w == kLifeFd) return fcntl(life_w, F_SETFD, 0) == 0;
+  if (*report_fd == kLifeFd) {
+    const int moved = fcntl(*report_fd, F_DUPFD_CLOEXEC, kLifeFd + 1);
+    if (moved < 0) return false;
+    *report_fd = moved;
+  }
+  return dup2(life_w, kLifeFd) == kLifeFd;  // the copy is open across exec, life_w is not
+}
+
+[[noreturn]] void ExecApplication(const KeeperPlan& p, int signal_fd, int life_w) {
+  close(signal_fd);  // first: it may hold kLifeFd's number
+  int report_fd = p.report_fd;
+  PlaceLifeFd(life_w, &report_fd);
   setpgid(0, 0);  // a group of its own: signals are relayed to the whole group
   // Outside a namespace nothing ends the application with a SIGKILLed keeper but this.
   if (p.isolation == Isolation::kProcessGroup) prctl(PR_SET_PDEATHSIG, SIGKILL);
-  close(signal_fd);
   if (p.app_nofile.rlim_cur != 0) setrlimit(RLIMIT_NOFILE, &p.app_nofile);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -143,8 +158,20 @@ void BlockedSignals(const KeeperPlan& p, sigset_t* set) {
   sigprocmask(SIG_SETMASK, &set, nullptr);
   execve(p.path, p.argv, p.envp);
   if (errno == ENOEXEC) execve("/bin/sh", p.sh_argv, p.envp);  // a script without "#!"
-  Note(p.report_fd, KeeperNote::kExecFailed, errno);
+  Note(report_fd, KeeperNote::kExecFailed, errno);
   _exit(127);
+}
+
+// Parses the unsigned decimal at `p` (up to the next non-digit); false when there is none.
+bool ParseField(const char* p, const char* end, unsigned long* value) {
+  unsigned long v = 0;
+  bool any = false;
+  for (; p < end && *p >= '0' && *p <= '9' && v < (1ul << 40); ++p) {
+    v = v * 10 + static_cast<unsigned long>(*p - '0');
+    any = true;
+  }
+  *value = v;
+  return any;
 }
 
 class Keeper {
@@ -181,13 +208,24 @@ class Keeper {
     setpgid(0, 0);  // not in the agent's group: a signal to that group reaches the agent only
     if (!in_namespace) prctl(PR_SET_CHILD_SUBREAPER, 1);
     CloseOtherDescriptors(p_);
-    if (in_namespace) MountProc();
+    // /proc/<pid> names the keeper's children where /proc is the namespace's (or the host's,
+    // outside a namespace).
+    proc_ok_ = !in_namespace || MountProc();
     signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC);
     if (signal_fd_ < 0) Fail(errno);
+    // Without it the application's ending is seen when the tree is reaped, as before.
+    int life[2] = {-1, -1};
+    if (proc_ok_ && pipe2(life, O_CLOEXEC) != 0) life[0] = life[1] = -1;
     const long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
     if (pid < 0) Fail(errno);
-    if (pid == 0) ExecApplication(p_, signal_fd_);
+    if (pid == 0) ExecApplication(p_, signal_fd_, life[1]);
     app_ = static_cast<pid_t>(pid);
+    if (life[1] >= 0) close(life[1]);
+    life_fd_ = life[0];
+    char* end = AppendText(app_stat_path_, "/proc/");
+    end = AppendInt(end, app_);
+    end = AppendText(end, "/stat");
+    *end = '\0';
     close(p_.report_fd);  // the application's copy closes on exec: the agent then sees EOF
     if (p_.go_fd >= 0) close(p_.go_fd);
     Loop();
@@ -201,24 +239,96 @@ class Keeper {
 
   // A /proc of the namespace, so that the application's /proc/<getpid()> is itself. Mounts are
   // made slaves first: nothing mounted here propagates back to the host.
-  void MountProc() {
+  bool MountProc() {
     if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
       Note(p_.report_fd, KeeperNote::kProcNotMounted, errno);
+      return false;
+    }
+    return true;
   }
 
   [[noreturn]] void Loop() {
     while (true) {
       if (app_done_ && !ending_ && !term_relayed_) KillTree();
+      // An ending application closes its descriptors before it can be reaped: its hang-up is
+      // taken first, before the reaping and before any signal that came after it.
+      CheckLife();
       if (ReapAll() && app_done_) break;
-      pollfd fds[1] = {{signal_fd_, POLLIN, 0}};
-      if (poll(fds, 1, kWatchMs) > 0) ReadSignals();
+      // The life pipe is polled for its hang-up only: bytes written into it wake nothing.
+      pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {life_fd_, 0, 0}};
+      if (poll(fds, life_fd_ >= 0 ? 2 : 1, kWatchMs) > 0) {
+        if (life_fd_ >= 0 && (fds[1].revents & (POLLHUP | POLLERR))) LifePipeClosed();
+        if (fds[0].revents & POLLIN) ReadSignals();
+      }
       if (ending_) KillTree();  // again: orphans adopted since the last round
       WatchAgent();
     }
-    WriteAll(p_.status_fd, &app_status_, sizeof(app_status_));
+    KeeperStatus ended;
+    ended.kind = KeeperStatus::kEnded;
+    ended.status = app_status_;
+    WriteAll(p_.status_fd, &ended, sizeof(ended));
     if (kill_agent_) WriteAll(p_.kill_switch_fd, "k", 1);
     _exit(0);
+  }
+
+  void CheckLife() {
+    if (life_fd_ < 0) return;
+    pollfd life = {life_fd_, 0, 0};
+    if (poll(&life, 1, 0) > 0 && (life.revents & (POLLHUP | POLLERR))) LifePipeClosed();
+  }
+
+  // Every copy of the life pipe's write end is closed: the application closed it, or ended (the
+  // kernel closes an ending process's descriptors before it releases what its drivers hold). An
+  // ending the kernel has marked (PF_EXITING in /proc/<pid>/stat, with the wait status it will
+  // report) goes to the agent at once; anything else is left to the reaping.
+  void LifePipeClosed() {
+    close(life_fd_);
+    life_fd_ = -1;
+    if (app_done_) return;
+    int status = 0;
+    if (!AppExiting(&status) || status == 0) return;
+    KeeperStatus exiting;
+    exiting.kind = KeeperStatus::kExiting;
+    exiting.status = status;
+    WriteAll(p_.status_fd, &exiting, sizeof(exiting));
+  }
+
+  // /proc/<app>/stat: "pid (comm) state ..." with the kernel's flags in field 9 and the exit
+  // status in field 52 (Linux 3.5 and later; 0 where not permitted to read it).
+  bool AppExiting(int* status) {
+    constexpr unsigned long kPfExiting = 0x4;
+    const int fd = open(app_stat_path_, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[1024];
+    ssize_t n;
+    do {
+      n = read(fd, buf, sizeof(buf));
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0) return false;
+    const char* end = buf + n;
+    const char* p = nullptr;
+    for (const char* q = end - 1; q >= buf; --q)
+      if (*q == ')') {
+        p = q + 2;  // field 3, the state
+        break;
+      }
+    if (!p || p >= end) return false;
+    unsigned long flags = 0, code = 0;
+    bool have_flags = false, have_code = false;
+    for (int field = 3; p < end; ++field) {
+      if (field == 9) have_flags = ParseField(p, end, &flags);
+      if (field == 52) {
+        have_code = ParseField(p, end, &code);
+        break;
+      }
+      while (p < end && *p != ' ') ++p;
+      ++p;
+    }
+    if (!have_flags || !have_code || !(flags & kPfExiting) || code > 0xffff) return false;
+    *status = static_cast<int>(code);
+    return true;
   }
 
   // Reaps every child that ended; true when the keeper has no child left.
@@ -314,6 +424,9 @@ class Keeper {
   const KeeperPlan& p_;
   char children_path_[96];
   int signal_fd_ = -1;
+  int life_fd_ = -1;      // read end of the application's life pipe, until it hangs up
+  bool proc_ok_ = false;  // /proc/<app_> is the application
+  char app_stat_path_[48];
   pid_t app_ = -1;
   int app_status_ = 0;
   bool app_done_ = false;

@@ -45,6 +45,25 @@ struct KeeperNote {
   int32_t err = 0;
 };
 
+// A record on the status pipe (keeper to agent), at most one of each kind, in this order.
+struct KeeperStatus {
+  enum Kind : int32_t {
+    // The application is ending and cannot come back: its descriptors are closed (its life pipe,
+    // kLifeFd, saw EOF) and the kernel marks it exiting, with this wait status. The kernel has
+    // yet to release what it held (a GPU context with its pinned host memory takes up to half a
+    // second, docs/launcher.md "How an ending is seen"). Sent only for a nonzero status.
+    kExiting = 1,
+    kEnded = 2,  // the whole tree is gone; status: the application's wait status
+  };
+  int32_t kind = 0;
+  int32_t status = 0;
+};
+
+// The application's descriptor of its life pipe's write end. The lowest a process gets after
+// stdio, so that an ending process closes it before any descriptor it opened itself (the kernel
+// closes them in order), a GPU driver's among them.
+constexpr int kLifeFd = 3;
+
 // Prepared by the agent before the fork; every pointer stays valid in the child's copy.
 struct KeeperPlan {
   Isolation isolation = Isolation::kProcessGroup;
@@ -53,7 +72,7 @@ struct KeeperPlan {
   char* const* sh_argv = nullptr;  // {"/bin/sh", path, args...}: a script without "#!"
   char* const* envp = nullptr;
   int report_fd = -1;        // write end: KeeperNote records; EOF once exec succeeded
-  int status_fd = -1;        // write end: the application's wait status (int), at the end
+  int status_fd = -1;        // write end: KeeperStatus records
   int go_fd = -1;            // read end: a byte once the user namespace maps are written
   int agent_stat_fd = -1;    // /proc/<agent>/stat: the agent's state (alive, stopped)
   int kill_switch_fd = -1;   // write end: a byte written here SIGKILLs the agent

@@ -41,9 +41,8 @@ Status ProtectorImpl::FinalCheckpoint() {
   std::vector<bool> lost(world, false);
   for (int f : e.failed_ranks)
     if (f >= 0 && f < world) lost[f] = true;
-  const std::string prefix = "protect/final/e" + std::to_string(e.epoch) + "/rank/";
-  RTFT_ASSIGN_OR_RETURN(std::vector<RankState> all, Gather(prefix, Mine(me), lost, ~uint64_t{0}));
-  const RecoveryPlan plan = PlanRecovery(all, grid_.DataGroups());
+  const std::string prefix = "protect/final/e" + std::to_string(e.epoch) + "/";
+  RTFT_ASSIGN_OR_RETURN(const RecoveryPlan plan, AgreeFinal(prefix, me, lost));
   if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
   const uint64_t step = plan.step;
   auto latest = LatestVersion(l3_->dir());

@@ -97,32 +97,55 @@ RankState ProtectorImpl::Mine(int rank) const {
   return mine;
 }
 
-// Publishes `mine` under `prefix` and reads every other rank's (those in `skip` hold nothing);
-// kAborted as soon as the job moves past `epoch`.
-StatusOr<std::vector<RankState>> ProtectorImpl::Gather(const std::string& prefix,
-                                                       const RankState& mine,
-                                                       const std::vector<bool>& skip,
-                                                       uint64_t epoch) {
-  RTFT_RETURN_IF_ERROR(rt_->KvPut(prefix + std::to_string(mine.rank), EncodeRankState(mine)));
-  const int n = static_cast<int>(skip.size());
-  std::vector<RankState> all(n);
+// The survivors' agreement at checkpoint-and-exit (docs/protect.md, "Spares exhausted"), through
+// the lowest surviving rank as the rollback agreement goes through its leader: every survivor
+// publishes its state once under `prefix`, the leader reads them all and publishes the plan once,
+// the others wait for the plan (the store holds their request until it comes): 3N operations on
+// the job's store, where each survivor reading every other's state took N^2. The lost ranks
+// publish nothing.
+StatusOr<RecoveryPlan> ProtectorImpl::AgreeFinal(const std::string& prefix, int me,
+                                                 const std::vector<bool>& lost) {
+  const int n = static_cast<int>(lost.size());
+  int leader = 0;
+  while (leader < n && lost[leader]) ++leader;
+  if (leader == n || me < 0 || me >= n || lost[me])
+    return Status::Internal("checkpoint-and-exit: this rank is not among the survivors");
+  const RankState mine = Mine(me);
+  RTFT_RETURN_IF_ERROR(rt_->KvPut(prefix + "rank/" + std::to_string(me), EncodeRankState(mine)));
   const auto deadline = Clock::now() + recovery_timeout_;
+  auto read = [&](const std::string& key, milliseconds wait) -> StatusOr<std::string> {
+    while (true) {
+      auto v = rt_->KvGet(key, wait);
+      if (v.ok() || v.status().code() != StatusCode::kDeadlineExceeded) return v;
+      if (Clock::now() >= deadline)
+        return Status::DeadlineExceeded("checkpoint-and-exit: nothing under " + key +
+                                        " within the recovery timeout");
+    }
+  };
+  const std::string plan_key = prefix + "plan";
+  if (me != leader) {
+    RTFT_ASSIGN_OR_RETURN(std::string text, read(plan_key, milliseconds(1000)));
+    RTFT_ASSIGN_OR_RETURN(AgreedPlan agreed, DecodeAgreedPlan(text, n));
+    if (agreed.shrink) return Status::Internal("checkpoint-and-exit: the leader sent a shrink");
+    return agreed.plan;
+  }
+  std::vector<RankState> all(n);
   for (int r = 0; r < n; ++r) {
     all[r].rank = r;
-    while (!skip[r]) {
-      if (EventEpoch() > epoch) return Status::Aborted("epoch " + std::to_string(epoch) + " ended");
-      auto v = rt_->KvGet(prefix + std::to_string(r), milliseconds(50));
-      if (v.ok()) {
-        all[r] = DecodeRankState(*v, r);
-        break;
-      }
-      if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();
-      if (Clock::now() >= deadline)
-        return Status::DeadlineExceeded("rank " + std::to_string(r) +
-                                        " did not publish its state (" + prefix + ")");
+    if (lost[r]) continue;
+    if (r == me) {
+      all[r] = mine;
+      continue;
     }
+    RTFT_ASSIGN_OR_RETURN(std::string text,
+                          read(prefix + "rank/" + std::to_string(r), milliseconds(1000)));
+    all[r] = DecodeRankState(text, r);
   }
-  return all;
+  AgreedPlan agreed;
+  agreed.plan = PlanRecovery(all, grid_.DataGroups());
+  // The others wait for this even when it failed: they then fail the same way.
+  RTFT_RETURN_IF_ERROR(rt_->KvPut(plan_key, EncodeAgreedPlan(agreed)));
+  return agreed.plan;
 }
 
 // The rollback agreement as one gather (docs/protect.md, "Recovery"): every rank sends its

@@ -22,6 +22,16 @@ namespace {
 
 using std::chrono::seconds;
 
+#if defined(RTFT_PYTHON_EXECUTABLE)
+// The build's interpreter, module and sources, or the environment's (RTFT_TEST_PYTHON,
+// RTFT_TEST_PYTHON_DIR, RTFT_TEST_SOURCE_DIR: a bundle run on another machine, docs/testing.md).
+std::string Configured(const char* variable, const char* built) {
+  const char* v = std::getenv(variable);
+  return v && *v ? v : built;
+}
+std::string Python() { return Configured("RTFT_TEST_PYTHON", RTFT_PYTHON_EXECUTABLE); }
+#endif
+
 class ExamplesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -151,9 +161,10 @@ class PythonExampleTest : public ExamplesTest {
 #if defined(RTFT_PYTHON_EXECUTABLE)
     return StartApp(
         name,
-        {RTFT_PYTHON_EXECUTABLE, std::string(RTFT_SOURCE_DIR) + "/examples/python/train.py",
+        {Python(),
+         Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/examples/python/train.py",
          "--steps", "30", "--device", device},
-        {{"PYTHONPATH", RTFT_PYTHON_DIR},
+        {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
          { "PYTHONDONTWRITEBYTECODE",
            "1" }},
         fault, lose);
@@ -184,9 +195,8 @@ class PythonGpuExampleTest : public PythonExampleTest {
     if (IsSkipped()) return;
 #if defined(RTFT_PYTHON_EXECUTABLE)
     int rc = -1;
-    RunCommand(std::string(RTFT_PYTHON_EXECUTABLE) +
-                   " -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'",
-               &rc);
+    RunCommand(
+        Python() + " -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'", &rc);
     if (rc != 0) GTEST_SKIP() << "the interpreter's torch sees no CUDA device";
 #endif
   }

@@ -257,7 +257,7 @@ void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines*
   const bool coordinator = kind == "coordinator";
   const bool slot = kind == "slot" || coordinator;
   const double hb = heartbeat_timeout_ms_ / 1000.0;
-  // A process holding a CUDA context takes about 60 ms to be reaped (docs/protect.md).
+  // A process holding a CUDA context is seen ending 20-90 ms after a SIGKILL (docs/launcher.md).
   double detect_target = slot ? 1.5 * hb : dev_.cuda() ? 0.1 : 0.05;
   double resumed_target = slot ? f.detect_s + 1.5 : 1.5;
   if (kind == "slot") {

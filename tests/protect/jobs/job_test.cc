@@ -173,6 +173,25 @@ TEST_F(ProtectJobTest, SparesExhaustedCheckpointAndExitThenTheRelaunchEndsIdenti
   for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
 }
 
+TEST_F(ProtectJobTest, SparesExhaustedWithRankZeroLostTheSurvivorsAgreeThroughRankOne) {
+  // Slot 0 (rank 0, the primary coordinator's) is the one lost: the standby takes over, and the
+  // survivors' agreement goes through the lowest surviving rank (docs/protect.md, "Spares
+  // exhausted"); rank 1 writes rank 0's file from its replica. The relaunch ends identical.
+  const std::string ckpt = root_ + "/l3-exit-0";
+  Run run = Start("exhausted-rank0", 4, 0, "0:protect.update@9:hang", 1, {"--ckpt-dir", ckpt},
+                  {"--on-spares-exhausted", "checkpoint-and-exit"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("takes over from slot 0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("checkpoint-and-exit: step 8 written"), std::string::npos)
+      << run.output;
+  Run again = Start("exhausted-rank0-relaunch", 4, 0, "", 0, {"--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 8 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
 TEST_F(ProtectJobTest, SparesExhaustedUnderFailEndsTheJobWithAnError) {
   Run fail = Start("exhausted-fail", 4, 0, "2:protect.update@9:hang", 1, {},
                    {"--on-spares-exhausted", "fail"});
