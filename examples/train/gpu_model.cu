@@ -47,6 +47,14 @@ __global__ void ToBf16(const float* __restrict__ in, __nv_bfloat16* __restrict__
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// The initial parameters, as InitParams draws them on the host (model.h).
+__global__ void InitParamsKernel(float* __restrict__ out, ParamOffsets o, InitScales s,
+                                 uint64_t seed) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < o.end; i += stride)
+    out[i] = InitialValue(o, s, seed, i);
+}
+
 // out[b][j] = tanh(out[b][j] + bias[j]) (tanh: only when `activate`).
 __global__ void AddBias(float* __restrict__ out, const float* __restrict__ bias, int batch,
                         int n_out, bool activate) {
@@ -142,10 +150,11 @@ rtft::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelShape& sha
   }
   RTFT_ASSIGN_OR_RETURN(void* y, alloc(b * sizeof(int)));
   h.y = static_cast<int*>(y);
-  // The initial parameters: InitParams on the host, rounded to bf16 on the device.
-  std::vector<float> init(n);
-  InitParams(shape, seed, init.data());
-  RTFT_RETURN_IF_ERROR(g->Copy(h.work, init.data(), n * 4));
+  // The initial parameters drawn on the device (InitParams' values: no 4 bytes per parameter to
+  // draw on the host and copy at every start, a restarted process's included), rounded to bf16.
+  const ParamOffsets offsets = Offsets(shape);
+  InitParamsKernel<<<Blocks(n), kThreads, 0, h.stream>>>(h.work, offsets, Scales(shape), seed);
+  RTFT_RETURN_IF_ERROR(Cuda(cudaGetLastError(), "drawing the parameters"));
   ToBf16<<<Blocks(n), kThreads, 0, h.stream>>>(h.work, static_cast<__nv_bfloat16*>(g->params_), n);
   RTFT_RETURN_IF_ERROR(Cuda(cudaGetLastError(), "rounding the parameters"));
   RTFT_RETURN_IF_ERROR(g->Sync());

@@ -5,22 +5,6 @@
 #include <cstring>
 
 namespace train {
-namespace {
-
-// SplitMix64: a fixed, portable sequence of pseudo-random numbers.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [-1, 1), exactly representable.
-float Uniform(uint64_t key) {
-  return static_cast<float>(static_cast<int64_t>(Mix(key) >> 40) - (1 << 23)) / (1 << 23);
-}
-
-}  // namespace
 
 ParamOffsets Offsets(const ModelShape& s) {
   ParamOffsets o;
@@ -75,17 +59,15 @@ void DenseBackward(const float* in, const float* w, const float* d_out, int batc
 
 size_t ModelShape::params() const { return Offsets(*this).end; }
 
+InitScales Scales(const ModelShape& shape) {
+  return {1.0f / std::sqrt(float(shape.inputs)), 1.0f / std::sqrt(float(shape.hidden)),
+          1.0f / std::sqrt(float(shape.hidden))};
+}
+
 void InitParams(const ModelShape& shape, uint64_t seed, float* p) {
   const ParamOffsets o = Offsets(shape);
-  auto fill = [&](size_t begin, size_t end, float scale, uint64_t tag) {
-    for (size_t i = begin; i < end; ++i) p[i] = scale * Uniform((seed << 32) ^ (tag << 56) ^ i);
-  };
-  fill(o.w1, o.b1, 1.0f / std::sqrt(float(shape.inputs)), 1);
-  std::fill(p + o.b1, p + o.w2, 0.0f);
-  fill(o.w2, o.b2, 1.0f / std::sqrt(float(shape.hidden)), 2);
-  std::fill(p + o.b2, p + o.w3, 0.0f);
-  fill(o.w3, o.b3, 1.0f / std::sqrt(float(shape.hidden)), 3);
-  std::fill(p + o.b3, p + o.end, 0.0f);
+  const InitScales s = Scales(shape);
+  for (size_t i = 0; i < o.end; ++i) p[i] = InitialValue(o, s, seed, i);
 }
 
 void MakeBatch(const ModelShape& s, uint64_t seed, uint64_t step, int rank, int batch,

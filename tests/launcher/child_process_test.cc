@@ -106,8 +106,9 @@ TEST_P(ChildProcessTest, PipeHeldByTheApplicationsChildLeavesTheStatusToTheReapi
 INSTANTIATE_TEST_SUITE_P(Isolations, ChildProcessTest,
                          ::testing::Values(IsolationPolicy::kAuto, IsolationPolicy::kProcessGroup),
                          [](const auto& info) {
-                           return info.param == IsolationPolicy::kAuto ? std::string("Auto")
-                                                                       : std::string("ProcessGroup");
+                           return info.param == IsolationPolicy::kAuto
+                                      ? std::string("Auto")
+                                      : std::string("ProcessGroup");
                          });
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "tools/rtft_bench/bench_util.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -91,6 +92,37 @@ StatusOr<std::vector<uint64_t>> ParseCountList(const std::string& text) {
       return Status::InvalidArgument("'" + s + "' is not a count");
     return static_cast<uint64_t>(v);
   });
+}
+
+StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
+  auto number = [](const std::string& s) -> StatusOr<int> {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' || v < 0 ||
+        v >= CPU_SETSIZE)
+      return Status::InvalidArgument("'" + s + "' is not a CPU number (0.." +
+                                     std::to_string(CPU_SETSIZE - 1) + ")");
+    return static_cast<int>(v);
+  };
+  std::vector<int> cpus;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const size_t dash = item.find('-');
+    RTFT_ASSIGN_OR_RETURN(int lo, number(item.substr(0, dash)));
+    int hi = lo;
+    if (dash != std::string::npos) {
+      RTFT_ASSIGN_OR_RETURN(hi, number(item.substr(dash + 1)));
+    }
+    if (hi < lo) return Status::InvalidArgument("'" + item + "' is an empty range");
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    at = comma + 1;
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
 }
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }

@@ -106,6 +106,9 @@ class RecoveryCommand final : public BenchCommand {
                     "--sim: one (a failure), two (a second 100 ms later), during (a second "
                     "during the gather), comma-separated")
         ->capture_default_str();
+    cmd->add_option("--sim-coordinator-cpus", sim_coordinator_cpus_,
+                    "--sim: the coordinator's threads on these CPUs (e.g. 0-1), the simulated "
+                    "agents on the others (default: both anywhere)");
   }
   int Run() override;
   int RunSim();
@@ -126,6 +129,7 @@ class RecoveryCommand final : public BenchCommand {
   int tp_ = 1, pp_ = 1;
   TrainDevice dev_;
   bool sim_ = false;
+  std::string sim_coordinator_cpus_;
   std::string agents_ = "64,256,1024,4096";
   std::string cases_ = "one,two,during";
   int repeats_ = 3;
@@ -336,6 +340,14 @@ int RecoveryCommand::RunSim() {
     }
     o.cases.push_back(c);
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  if (!sim_coordinator_cpus_.empty()) {
+    auto cpus = ParseCpuList(sim_coordinator_cpus_);
+    if (!cpus.ok()) {
+      Progress("recovery --sim: --sim-coordinator-cpus: " + cpus.status().ToString());
+      return kExitUsage;
+    }
+    o.coordinator_cpus = *cpus;
   }
   o.repeats = repeats_;
   o.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms_);

@@ -1,9 +1,12 @@
 #include "tools/rtft_bench/recovery_sim.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "control/coordinator/coordinator.h"
@@ -33,6 +36,54 @@ bool WaitFor(Pred pred, milliseconds timeout) {
 
 double Seconds(AgentClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// The calling thread's CPUs while it lives (the threads it starts inherit them), then its own
+// again.
+class CpuScope {
+ public:
+  explicit CpuScope(const cpu_set_t* cpus) {
+    if (!cpus) return;
+    pinned_ = pthread_getaffinity_np(pthread_self(), sizeof(saved_), &saved_) == 0 &&
+              pthread_setaffinity_np(pthread_self(), sizeof(*cpus), cpus) == 0;
+  }
+  ~CpuScope() {
+    if (pinned_) pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);
+  }
+  CpuScope(const CpuScope&) = delete;
+  CpuScope& operator=(const CpuScope&) = delete;
+
+ private:
+  cpu_set_t saved_;
+  bool pinned_ = false;
+};
+
+// The coordinator's CPUs and the agents' (the rest of this thread's), or why they cannot be.
+struct CpuSplit {
+  cpu_set_t coordinator, agents;
+  int coordinator_count = 0, agent_count = 0;
+};
+
+StatusOr<CpuSplit> SplitCpus(const std::vector<int>& coordinator) {
+  CpuSplit split;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0)
+    return Status::Internal("cannot read this thread's CPUs");
+  CPU_ZERO(&split.coordinator);
+  for (int c : coordinator) {
+    if (!CPU_ISSET(c, &allowed))
+      return Status::InvalidArgument("CPU " + std::to_string(c) +
+                                     " is not one this process may use");
+    CPU_SET(c, &split.coordinator);
+  }
+  split.agents = allowed;
+  for (int c : coordinator) CPU_CLR(c, &split.agents);
+  split.coordinator_count = CPU_COUNT(&split.coordinator);
+  split.agent_count = CPU_COUNT(&split.agents);
+  if (split.agent_count == 0)
+    return Status::InvalidArgument("the coordinator's CPUs leave none to the simulated agents");
+  return split;
+}
+
 struct Run {
   double announce_s = 0, protocol_s = 0;
   double decided_s = -1, handed_s = -1;  // -1: the poll saw the job past epoch 2 already
@@ -41,7 +92,8 @@ struct Run {
   int aborted = 0, resyncs = 0, epochs = 0;
 };
 
-StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& o) {
+StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& o,
+                     const CpuSplit* cpus) {
   RTFT_ASSIGN_OR_RETURN(control::JobKeys keys, control::GenerateJobKeys());
   control::CoordinatorOptions co;
   co.bind_host = co.advertise_host = "127.0.0.1";
@@ -54,7 +106,12 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
   // 5 s; the simulated agents are the only peers.
   co.handshake_timeout = milliseconds(60000);
   co.on_spares_exhausted = control::SparesExhaustedPolicy::kShrink;
-  RTFT_ASSIGN_OR_RETURN(auto coord, control::Coordinator::Start(co));
+  std::unique_ptr<control::Coordinator> coord;
+  {
+    CpuScope on(cpus ? &cpus->coordinator : nullptr);  // its event loop and ZeroMQ's threads
+    RTFT_ASSIGN_OR_RETURN(coord, control::Coordinator::Start(co));
+  }
+  CpuScope agents_on(cpus ? &cpus->agents : nullptr);  // the drivers and their ZeroMQ threads
 
   RecoverySimConfig config;
   config.heartbeat_period = o.heartbeat_period;
@@ -172,6 +229,12 @@ void RaiseFileLimit() {
 
 Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
   RaiseFileLimit();
+  std::optional<CpuSplit> split;
+  if (!o.coordinator_cpus.empty()) {
+    RTFT_ASSIGN_OR_RETURN(split, SplitCpus(o.coordinator_cpus));
+    Progress("recovery --sim: the coordinator on " + std::to_string(split->coordinator_count) +
+             " CPU(s), the simulated agents on the other " + std::to_string(split->agent_count));
+  }
   for (const std::string& which : o.cases) {
     for (uint64_t n : o.agents) {
       std::vector<double> announce, protocol, sent, received, decided, handed;
@@ -180,7 +243,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
       for (int i = 0; i < o.repeats; ++i) {
         Progress("recovery --sim: " + std::to_string(n) + " agents, case " + which + ", run " +
                  std::to_string(i + 1) + "/" + std::to_string(o.repeats));
-        RTFT_ASSIGN_OR_RETURN(last, RunOne(static_cast<int>(n), which, o));
+        RTFT_ASSIGN_OR_RETURN(last,
+                              RunOne(static_cast<int>(n), which, o, split ? &*split : nullptr));
         announce.push_back(last.announce_s);
         decided.push_back(last.decided_s);
         handed.push_back(last.handed_s);
@@ -215,6 +279,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                 {"event_bytes", last.event_bytes},
                 {"aborted_answers", aborted},
                 {"resyncs", resyncs},
+                {"coordinator_cpus", split ? split->coordinator_count : 0},
+                {"agent_cpus", split ? split->agent_count : 0},
                 {"target_announce_s", 0.1},
                 {"target_protocol_s", 1.0}};
       r["met"] = r["announce_s"].get<double>() <= 0.1 && r["protocol_s"].get<double>() <= 1.0;

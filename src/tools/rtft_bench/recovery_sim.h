@@ -23,6 +23,10 @@ struct RecoverySimOptions {
   std::chrono::milliseconds heartbeat_period{100};
   std::chrono::milliseconds heartbeat_timeout{1000};
   std::chrono::milliseconds second_failure_after{100};  // case "two"
+  // The coordinator's threads on these CPUs and the simulated agents' on the others this process
+  // may use (empty: every thread anywhere). On one machine the agents otherwise take the cores
+  // the coordinator would have to itself on slot 0's node.
+  std::vector<int> coordinator_cpus;
 };
 
 Status RunRecoverySim(const RecoverySimOptions& options, JsonLines* out);
