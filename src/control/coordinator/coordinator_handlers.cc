@@ -173,10 +173,14 @@ void CoordinatorImpl::OnRequest(SlotId slot, const std::string& peer, const Mess
     c.failures = {{slot, kind, b["detail"].get<int32_t>()}};
   }
   const Decision d = ApplyChange(c);
-  Commit(c, [this, peer, b, d] {
-    Apply(d, true);  // membership() shows the change before its requester hears of it
-    Ack(peer, b, Status::Ok());
-  });
+  const bool ends_job = msg.type == MsgType::kExit && d.job_exit_code.has_value();
+  Commit(
+      c,
+      [this, peer, b, d] {
+        Apply(d, true);  // membership() shows the change before its requester hears of it
+        Ack(peer, b, Status::Ok());
+      },
+      ends_job);
 }
 
 void CoordinatorImpl::OnKvPut(const std::string& peer, const json& b) {

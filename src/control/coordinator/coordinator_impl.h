@@ -81,6 +81,7 @@ class CoordinatorImpl final : public Coordinator {
   struct Held {
     uint64_t seq;
     std::function<void()> out;
+    bool exit = false;  // an application's exit, as its agent reported it
   };
 
   // coordinator.cc
@@ -122,7 +123,8 @@ class CoordinatorImpl final : public Coordinator {
 
   // replication.cc
   bool Replicating() const;
-  void Commit(const ReplChange& c, std::function<void()> out);
+  // `ends_job`: the change ends the job (every live slot's application has exited).
+  void Commit(const ReplChange& c, std::function<void()> out, bool ends_job = false);
   void Release();
   bool MajorityHeard(SteadyClock::time_point now) const;
   void AppointStandby();

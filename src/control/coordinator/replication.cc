@@ -3,6 +3,8 @@
 // change before the change's answer goes out, replaces a standby that is lost, and steps down
 // when it hears neither its standby nor half of the agents (a partition it is on the wrong
 // side of, or a newer primary).
+#include <algorithm>
+
 #include "control/coordinator/coordinator_impl.h"
 #include "core/logging.h"
 
@@ -20,14 +22,27 @@ bool CoordinatorImpl::Replicating() const {
   return options_.replicate && agents >= 3;
 }
 
-void CoordinatorImpl::Commit(const ReplChange& c, std::function<void()> out) {
+void CoordinatorImpl::Commit(const ReplChange& c, std::function<void()> out, bool ends_job) {
   if (role_ != Standing::kPrimary) return;  // a fenced primary says nothing any more
   uint64_t seq = 0;
   if (standby_) {
     seq = next_seq_++;
     loop_->SendNow(standby_->socket, "", MsgType::kRepl, ReplBody(seq, c), gen_);
   }
-  held_.push_back({seq, std::move(out)});
+  held_.push_back({seq, std::move(out), c.op == ReplOp::kExit});
+  // The last application exited: nothing is left for a standby to take over, and exits are what
+  // the agents said, not this primary's judgement of who is alive. So when only exits wait for
+  // the standby's acknowledgement they go out now, the job's end with them: a standby whose own
+  // slot ended with its application would hold them forever, and this primary, soon hearing
+  // neither it nor the agents that left, would step down without the job's exit code.
+  if (ends_job && std::all_of(held_.begin(), held_.end(), [](const Held& h) { return h.exit; })) {
+    while (!held_.empty() && role_ == Standing::kPrimary) {
+      auto fn = std::move(held_.front().out);
+      held_.pop_front();
+      fn();
+    }
+    return;
+  }
   Release();
 }
 
