@@ -134,7 +134,7 @@ StatusOr<RecoveryPlan> ProtectorImpl::AgreeFinal(const std::string& prefix, int 
     all[r].rank = r;
     if (lost[r]) continue;
     if (r == me) {
-      all[r] = mine;
+      all[r] = DecodeRankState(EncodeRankState(mine), r);  // as the others published theirs
       continue;
     }
     RTFT_ASSIGN_OR_RETURN(std::string text,
