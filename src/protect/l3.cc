@@ -41,8 +41,7 @@ Status ProtectorImpl::FinalCheckpoint() {
   std::vector<bool> lost(world, false);
   for (int f : e.failed_ranks)
     if (f >= 0 && f < world) lost[f] = true;
-  const std::string prefix = "protect/final/e" + std::to_string(e.epoch) + "/";
-  RTFT_ASSIGN_OR_RETURN(const RecoveryPlan plan, AgreeFinal(prefix, me, lost));
+  RTFT_ASSIGN_OR_RETURN(const RecoveryPlan plan, AgreeFinal(e.epoch, me, lost));
   if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
   const uint64_t step = plan.step;
   auto latest = LatestVersion(l3_->dir());

@@ -80,8 +80,7 @@ class ProtectorImpl final : public Protector {
   StatusOr<uint64_t> RecoverInto(uint64_t epoch);
   bool WaitForEpochAfter(uint64_t epoch, Clock::time_point deadline) const;
   RankState Mine(int rank) const;
-  StatusOr<RecoveryPlan> AgreeFinal(const std::string& prefix, int me,
-                                    const std::vector<bool>& lost);
+  StatusOr<RecoveryPlan> AgreeFinal(uint64_t epoch, int me, const std::vector<bool>& lost);
   StatusOr<AgreedPlan> Agree(uint64_t epoch, const RankState& mine, int world);
   Status Transfer(const RecoveryPlan& plan, uint64_t epoch);
   Status Restored(uint64_t step, bool sharded);

@@ -1,7 +1,9 @@
-// Recovery (docs/protect.md, "Recovery"): every rank of the new epoch publishes what it holds
-// (complete L1 steps, replicas), all compute the same plan from what all published (the newest
-// step every rank can restore, and who feeds the ranks that hold nothing), build the epoch's
-// communicators, move the missing state, and restore that step.
+// Recovery (docs/protect.md, "Recovery"): every rank of the new epoch sends what it holds
+// (complete L1 steps, replicas) to one gather, whose leader plans from what all sent (the newest
+// step every rank can restore, and who feeds the ranks that hold nothing) and sends the plan to
+// all; they build the epoch's communicators, move the missing state, and restore that step.
+#include <algorithm>
+
 #include "core/fault_point.h"
 #include "core/logging.h"
 #include "protect/protector.h"
@@ -97,54 +99,42 @@ RankState ProtectorImpl::Mine(int rank) const {
   return mine;
 }
 
-// The survivors' agreement at checkpoint-and-exit (docs/protect.md, "Spares exhausted"), through
-// the lowest surviving rank as the rollback agreement goes through its leader: every survivor
-// publishes its state once under `prefix`, the leader reads them all and publishes the plan once,
-// the others wait for the plan (the store holds their request until it comes): 3N operations on
-// the job's store, where each survivor reading every other's state took N^2. The lost ranks
-// publish nothing.
-StatusOr<RecoveryPlan> ProtectorImpl::AgreeFinal(const std::string& prefix, int me,
+// The survivors' agreement at checkpoint-and-exit (docs/protect.md, "Spares exhausted"): the
+// rollback agreement's gather among the survivors alone, over the job's store (the coordinator's
+// gather counts every rank of the epoch, and the lost ones send nothing). The lowest survivor
+// leads: it reads every survivor's state, plans, and sends the plan; 3N operations on the store,
+// each wait a request it holds for a second.
+StatusOr<RecoveryPlan> ProtectorImpl::AgreeFinal(uint64_t epoch, int me,
                                                  const std::vector<bool>& lost) {
   const int n = static_cast<int>(lost.size());
-  int leader = 0;
-  while (leader < n && lost[leader]) ++leader;
-  if (leader == n || me < 0 || me >= n || lost[me])
+  std::vector<int> survivors;
+  for (int r = 0; r < n; ++r)
+    if (!lost[r]) survivors.push_back(r);
+  const auto at = std::find(survivors.begin(), survivors.end(), me);
+  if (at == survivors.end())
     return Status::Internal("checkpoint-and-exit: this rank is not among the survivors");
-  const RankState mine = Mine(me);
-  RTFT_RETURN_IF_ERROR(rt_->KvPut(prefix + "rank/" + std::to_string(me), EncodeRankState(mine)));
-  const auto deadline = Clock::now() + recovery_timeout_;
-  auto read = [&](const std::string& key, milliseconds wait) -> StatusOr<std::string> {
-    while (true) {
-      auto v = rt_->KvGet(key, wait);
-      if (v.ok() || v.status().code() != StatusCode::kDeadlineExceeded) return v;
-      if (Clock::now() >= deadline)
-        return Status::DeadlineExceeded("checkpoint-and-exit: nothing under " + key +
-                                        " within the recovery timeout");
-    }
-  };
-  const std::string plan_key = prefix + "plan";
-  if (me != leader) {
-    RTFT_ASSIGN_OR_RETURN(std::string text, read(plan_key, milliseconds(1000)));
-    RTFT_ASSIGN_OR_RETURN(AgreedPlan agreed, DecodeAgreedPlan(text, n));
+  const int index = static_cast<int>(at - survivors.begin());
+  const std::string key = "protect/final";
+  RTFT_ASSIGN_OR_RETURN(KvGatherReply reply,
+                        KvStoreGather(rt_, key, epoch, static_cast<int>(survivors.size()), index,
+                                      EncodeRankState(Mine(me)), /*all=*/false, recovery_timeout_,
+                                      milliseconds(1000)));
+  if (index != 0) {
+    if (!reply.result) return Status::Internal("checkpoint-and-exit: no plan came");
+    RTFT_ASSIGN_OR_RETURN(AgreedPlan agreed, DecodeAgreedPlan(*reply.result, n));
     if (agreed.shrink) return Status::Internal("checkpoint-and-exit: the leader sent a shrink");
     return agreed.plan;
   }
+  if (reply.values.size() != survivors.size())
+    return Status::Internal("checkpoint-and-exit: the gather lost a survivor's state");
   std::vector<RankState> all(n);
-  for (int r = 0; r < n; ++r) {
-    all[r].rank = r;
-    if (lost[r]) continue;
-    if (r == me) {
-      all[r] = DecodeRankState(EncodeRankState(mine), r);  // as the others published theirs
-      continue;
-    }
-    RTFT_ASSIGN_OR_RETURN(std::string text,
-                          read(prefix + "rank/" + std::to_string(r), milliseconds(1000)));
-    all[r] = DecodeRankState(text, r);
-  }
+  for (int r = 0; r < n; ++r) all[r].rank = r;  // the lost ranks hold nothing
+  for (size_t i = 0; i < survivors.size(); ++i)
+    all[survivors[i]] = DecodeRankState(reply.values[i], survivors[i]);
   AgreedPlan agreed;
   agreed.plan = PlanRecovery(all, grid_.DataGroups());
   // The others wait for this even when it failed: they then fail the same way.
-  RTFT_RETURN_IF_ERROR(rt_->KvPut(plan_key, EncodeAgreedPlan(agreed)));
+  RTFT_RETURN_IF_ERROR(KvStoreGatherResult(rt_, key, epoch, EncodeAgreedPlan(agreed)));
   return agreed.plan;
 }
 

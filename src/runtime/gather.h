@@ -29,6 +29,17 @@ StatusOr<KvGatherReply> KvGather(Runtime* rt, const std::string& key, uint64_t e
 Status KvGatherResult(Runtime* rt, const std::string& key, uint64_t epoch,
                       const std::string& value);
 
+// The same over the job's key-value store whatever the runtime, for a gather among some of an
+// epoch's ranks (the coordinator's counts every rank of the epoch): checkpoint-and-exit's
+// survivors (docs/protect.md, "Spares exhausted"). Each wait is a request the store holds for
+// `slice` (a shorter one sees the epoch's end sooner, a longer one asks less often).
+StatusOr<KvGatherReply> KvStoreGather(
+    Runtime* rt, const std::string& key, uint64_t epoch, int members, int index,
+    const std::string& value, bool all, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds slice = std::chrono::milliseconds(50));
+Status KvStoreGatherResult(Runtime* rt, const std::string& key, uint64_t epoch,
+                           const std::string& value);
+
 // What a runtime that can reach the coordinator's gather implements (runtime.cc's agent runtime).
 class GatherService {
  public:
