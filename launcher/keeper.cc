@@ -73,15 +73,21 @@ char* AppendInt(char* p, long v) {
   return p;
 }
 
+// Field 3 (the state) of a /proc/<pid>/stat line of `n` bytes, "pid (comm) S ...": comm may hold
+// spaces and parentheses, so it follows the last ')'. Null when there is none.
+const char* StatState(const char* buf, ssize_t n) {
+  for (ssize_t i = n - 1; i >= 0; --i)
+    if (buf[i] == ')') return i + 2 < n ? buf + i + 2 : nullptr;
+  return nullptr;
+}
+
 // The agent's state letter from /proc/<agent>/stat (R, S, D, T, t, Z, ...); 0 once it is gone.
 char AgentState(int fd) {
   char buf[512];
   ssize_t n = pread(fd, buf, sizeof(buf), 0);
   if (n <= 0) return 0;
-  // "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
-  for (ssize_t i = n - 1; i >= 0; --i)
-    if (buf[i] == ')') return i + 2 < n ? buf[i + 2] : 0;
-  return 0;
+  const char* state = StatState(buf, n);
+  return state ? *state : 0;
 }
 
 bool AgentGone(char state) { return state == 0 || state == 'Z' || state == 'X'; }
@@ -308,13 +314,8 @@ class Keeper {
     close(fd);
     if (n <= 0) return false;
     const char* end = buf + n;
-    const char* p = nullptr;
-    for (const char* q = end - 1; q >= buf; --q)
-      if (*q == ')') {
-        p = q + 2;  // field 3, the state
-        break;
-      }
-    if (!p || p >= end) return false;
+    const char* p = StatState(buf, n);
+    if (!p) return false;
     unsigned long flags = 0, code = 0;
     bool have_flags = false, have_code = false;
     for (int field = 3; p < end; ++field) {
