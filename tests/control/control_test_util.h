@@ -23,7 +23,10 @@ struct JobConfig {
   int max_restarts = 1;
   SparesExhaustedPolicy policy = SparesExhaustedPolicy::kCheckpointAndExit;
   milliseconds heartbeat_period{20};
-  milliseconds heartbeat_timeout{300};
+  // Long enough that a heartbeat thread starved by a loaded machine (CI runs two tests on two
+  // cores; stalls of 400 ms were seen) is not declared lost: a test that kills a slot waits for
+  // the detection, it never races it.
+  milliseconds heartbeat_timeout{1500};
   milliseconds handshake_timeout{5000};
   int max_pending_connections = 0;  // 0: from the descriptor limit
 };

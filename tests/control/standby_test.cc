@@ -2,7 +2,8 @@
 // every change reaches the standby before its answer, the standby takes over when the primary is
 // lost to it and to a majority of the agents (and not when only a minority lost it), requests in
 // flight are answered by the new primary, a stopped primary that comes back steps down, a lost
-// standby is replaced, and losing both ends the agents' wait on time.
+// standby is replaced, the last exit ends the job when no standby is left to acknowledge it, and
+// losing both ends the agents' wait on time.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -172,6 +173,20 @@ TEST(Standby, HalfTheSlotsLostWithTheStandbyLeaveThePrimaryDeciding) {
       Eventually([&] { return RoleOfSlot(job.coord(0).membership(), 2) == Role::kRetired; }));
   // The spare's slot is the standby now.
   EXPECT_TRUE(Eventually([&] { return job.coord(0).stats().standby_slot == 3; }));
+}
+
+// The slots whose applications ended leave (the standby's among them): nobody is left to
+// acknowledge the last exit, which ends the job with its code all the same.
+TEST(Standby, TheLastExitEndsTheJobWhenNoStandbyIsLeftToAcknowledgeIt) {
+  StandbyJob job(StandbyJobConfig{});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_EQ(job.coord(0).stats().standby_slot, 1);
+  for (SlotId s : {1, 2, 3}) ASSERT_TRUE(job.agent(s).ReportExit(0).ok()) << "slot " << s;
+  for (SlotId s : {1, 2, 3}) job.Lose(s);  // their dp-launches end with their applications
+  EXPECT_FALSE(job.coord(0).WaitJobEndFor(milliseconds(50)).has_value());
+  ASSERT_TRUE(job.agent(0).ReportExit(0).ok());
+  EXPECT_EQ(job.coord(0).WaitJobEndFor(milliseconds(3000)), std::optional<int>(0));
+  EXPECT_TRUE(job.coord(0).is_primary());
 }
 
 TEST(Standby, LosingPrimaryAndStandbyEndsTheAgentsWaitOnTime) {
