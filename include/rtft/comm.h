@@ -165,6 +165,9 @@ class RTFT_EXPORT Communicator {
   // (after those of ranks 0..r-1). Shards become uneven when a job shrinks.
   virtual Status ReduceScatterV(const void* send, void* recv, const std::vector<size_t>& counts,
                                 DType dtype, ReduceOp op, const CallOptions& call = {}) = 0;
+  // Point to point. A send may wait until `peer` makes the matching receive (as MPI's
+  // synchronous send; with Gloo, a pair connected at its first call always does: docs/comm.md,
+  // "Which pairs connect"), so ranks that exchange in a cycle must not all send first.
   virtual Status Send(const void* buffer, size_t count, DType dtype, int peer,
                       const CallOptions& call = {}) = 0;
   virtual Status Recv(void* buffer, size_t count, DType dtype, int peer,

@@ -20,6 +20,7 @@ RTFT_PARAM(kCkptWaitTimeoutMs, "RTFT_CKPT_WAIT_TIMEOUT_MS", kInt, "3600000", "de
 RTFT_PARAM(kCommTimeoutMs, "RTFT_COMM_TIMEOUT_MS", kInt, "300000", "default deadline of a communicator call (all-reduce, broadcast, ...); a call past it returns DEADLINE_EXCEEDED and the communicator is unusable")
 RTFT_PARAM(kCommCreateTimeoutMs, "RTFT_COMM_CREATE_TIMEOUT_MS", kInt, "60000", "how long creating a communicator waits for every rank of its epoch")
 RTFT_PARAM(kCommGlooHost, "RTFT_COMM_GLOO_HOST", kString, "", "address or host name the Gloo backend listens on (empty: this host's name)")
+RTFT_PARAM(kCommGlooPairs, "RTFT_COMM_GLOO_PAIRS", kString, "auto", "Gloo backend: the pairs a communicator connects when it is made: all (every pair, up to 512 ranks), ring (its two ring neighbours, which its collectives use; the barrier's partners connect at the first barrier, any other pair at its first send or receive), auto (all up to 64 ranks, ring above)")
 RTFT_PARAM(kCommSegmentBytes, "RTFT_COMM_SEGMENT_BYTES", kBytes, "1M", "Gloo backend: the unit its ring collectives pipeline (bytes per message)")
 RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "0", "NCCL backend: refuse to create a communicator unless NCCL_ALGO=Ring and NCCL_PROTO=Simple (what dp-launch exports when they are unset, for bitwise-reproducible reductions); 0 only warns")
 RTFT_PARAM(kProtectL3Every, "RTFT_PROTECT_L3_EVERY", kInt, "0", "per-step protection: write a persistent (L3) checkpoint every N steps (0: never; needs RTFT_PROTECT_CKPT_DIR)")

@@ -3,6 +3,7 @@
 // being threads of this process. Also: results are the same bytes on every rank and every run.
 #include <cstdlib>
 #include <numeric>
+#include <tuple>
 
 #include "comm/comm_test_util.h"
 #include "core/params.h"
@@ -15,15 +16,21 @@ const DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DTyp
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 const size_t kCounts[] = {0, 1, 7, 1001, 9999};
 
-class CollectivesTest : public ::testing::TestWithParam<int> {
+// Ranks, and which pairs connect when a communicator is made (RTFT_COMM_GLOO_PAIRS).
+class CollectivesTest : public ::testing::TestWithParam<std::tuple<int, const char*>> {
  protected:
   void SetUp() override {
     // 4 KiB segments: the larger counts cross many segments and block boundaries.
     setenv("RTFT_COMM_SEGMENT_BYTES", "4K", 1);
+    setenv("RTFT_COMM_GLOO_PAIRS", std::get<1>(GetParam()), 1);
     ReloadParams();
     store_ = NewLocalCommStore();
   }
-  int n() const { return GetParam(); }
+  void TearDown() override {
+    unsetenv("RTFT_COMM_GLOO_PAIRS");
+    ReloadParams();
+  }
+  int n() const { return std::get<0>(GetParam()); }
   std::unique_ptr<CommStore> store_;
 };
 
@@ -218,8 +225,54 @@ TEST_P(CollectivesTest, ResultsAreBitwiseIdenticalOnEveryRankAndEveryRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(1, 2, 3, 4, 5),
-                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+// Every pair of ranks exchanges messages, one pair after the other in one order of all ranks
+// (rank i sends to rank j, then j to i), with both directions of a pair in one call each: with
+// only the ring neighbours connected at creation, every other pair connects in its first call.
+TEST_P(CollectivesTest, EveryPairExchangesMessagesInOneOrderOfAllRanks) {
+  RTFT_REQUIRE_GLOO();
+  if (n() < 2) GTEST_SKIP() << "no pairs";
+  auto comms = CreateAll(n(), store_.get());
+  const size_t count = 3001;  // crosses segments of 4 KiB
+  auto payload = [&](int from, int to) { return Input(from * 31 + to, count, DType::kInt32); };
+  std::vector<int> wrong(n(), 0);
+  RunRanks(n(), [&](int r) {
+    std::vector<char> got(count * 4);
+    for (int i = 0; i < n(); ++i) {
+      for (int j = 0; j < n(); ++j) {
+        if (i == j || (r != i && r != j)) continue;
+        const int peer = r == i ? j : i;
+        const std::vector<char> mine = payload(r, peer);
+        if (r == i) {
+          EXPECT_TRUE(comms[r]->Send(mine.data(), count, DType::kInt32, peer).ok());
+        } else {
+          EXPECT_TRUE(comms[r]->Recv(got.data(), count, DType::kInt32, peer).ok());
+          if (got != payload(peer, r)) ++wrong[r];
+        }
+      }
+    }
+  });
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(wrong[r], 0) << "rank " << r;
+  // The collectives still work over the pairs connected late.
+  std::vector<std::vector<char>> out(n(), std::vector<char>(count * 4));
+  RunRanks(n(), [&](int r) {
+    const std::vector<char> in = Input(r, count, DType::kInt32);
+    EXPECT_TRUE(
+        comms[r]->AllReduce(in.data(), out[r].data(), count, DType::kInt32, ReduceOp::kSum).ok());
+  });
+  for (int r = 1; r < n(); ++r) EXPECT_TRUE(out[r] == out[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
+                                            ::testing::Values("all", "ring")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  std::get<1>(info.param);
+                         });
+// Eight ranks with the ring's pairs alone: the barrier's partners at distance 2 and 4 are not
+// neighbours, and most pairs of the exchange connect late.
+INSTANTIATE_TEST_SUITE_P(Wide, CollectivesTest, ::testing::Values(std::make_tuple(8, "ring")),
+                         [](const auto& info) { return std::string("8ranks_ring"); });
 
 }  // namespace
 }  // namespace rtft::comm::test

@@ -322,7 +322,16 @@ Status GlooComm::Barrier(const CallOptions& options) {
   RTFT_RETURN_IF_ERROR(Usable());
   if (size_ == 1) return Status::Ok();
   Call call(this, OpKind::kBarrier, DType::kUInt8, ReduceOp::kSum, -1, options);
-  Status s;
+  // A dissemination barrier: rank r sends to r + 2^k and hears from r - 2^k. Where only the
+  // ring's pairs connected at creation, the others connect together at the first barrier (each
+  // rank waiting for its partner's first send would go round in a cycle).
+  std::set<int> partners;
+  for (int dist = 1; dist < size_; dist *= 2) {
+    partners.insert(Mod(rank_ + dist, size_));
+    partners.insert(Mod(rank_ - dist, size_));
+  }
+  for (int p : partners) call.Used(p);
+  Status s = ReachAll(partners, call.deadline());
   std::vector<std::unique_ptr<Receiver>> rounds;
   for (int dist = 1; dist < size_ && s.ok(); dist *= 2) {
     s = call.Send(Mod(rank_ + dist, size_), nullptr, 0).status();

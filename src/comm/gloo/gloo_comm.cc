@@ -4,13 +4,16 @@
 
 #include "comm/gloo/sigpipe_guard.h"
 
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/tcp/device.h>
 #include <nlohmann/json.hpp>
@@ -30,12 +33,15 @@ namespace {
 
 using nlohmann::json;
 
-constexpr uint32_t kRecordVersion = 1;
+// 2: one record per pair (1 held one address per peer).
+constexpr uint32_t kRecordVersion = 2;
+// RTFT_COMM_GLOO_PAIRS=auto connects every pair up to this many ranks, the ring's beyond.
+constexpr int kMeshAutoRanks = 64;
+// The most ranks that connect every pair: N(N-1) records of about 400 bytes in the job's store
+// (105 MB at 512 ranks, against its 256 MiB).
+constexpr int kMeshMaxRanks = 512;
 // How long one store lookup may block before Create() looks at its abort flag again.
 constexpr milliseconds kStoreSlice{50};
-// The largest value the job's store takes (the control plane's KV limit, kMaxValueBytes;
-// docs/control-protocol.md "Requests and deadlines").
-constexpr size_t kMaxStoreValueBytes = 512 * 1024;
 // How long a clean close waits for its bye frames to leave.
 constexpr milliseconds kByeTimeout{1000};
 // "Forever" for the watcher's wait (Gloo would close every pair if it ever timed out).
@@ -55,6 +61,56 @@ StatusOr<size_t> SegmentBytes() {
   return static_cast<size_t>(bytes & ~uint64_t{63});
 }
 
+// Which pairs a communicator connects when it is made: every pair (a full mesh: N(N-1)
+// addresses through the store) or the two ring neighbours, whose pairs are all the collectives
+// use; any other pair then connects at its first send or receive (docs/comm.md, "Which pairs
+// connect").
+StatusOr<bool> FullMesh(int size, const std::string& name) {
+  const std::string v = ParamString(Param::kCommGlooPairs);
+  if (v == "ring") return false;
+  if (v == "auto") return size <= kMeshAutoRanks;
+  if (v != "all")
+    return Status::InvalidArgument("RTFT_COMM_GLOO_PAIRS='" + v + "': use all, ring or auto");
+  if (size > kMeshMaxRanks)
+    return Status::InvalidArgument(
+        "RTFT_COMM_GLOO_PAIRS=all: communicator '" + name + "' of " + std::to_string(size) +
+        " ranks would put " + std::to_string(uint64_t(size) * (size - 1)) +
+        " pair addresses in the job's store (at most " + std::to_string(kMeshMaxRanks) +
+        " ranks connect every pair): use ring or auto");
+  return true;
+}
+
+// Whether this side of a pair connects (true) or listens (false), decided as Gloo's
+// tcp::Pair::connect decides it: the side with the higher address (IP, then port) connects.
+StatusOr<bool> ConnectingSide(const std::vector<char>& self, const std::vector<char>& peer) {
+  sockaddr_storage a{}, b{};
+  try {
+    a = gloo::transport::tcp::Address(self).getSockaddr();
+    b = gloo::transport::tcp::Address(peer).getSockaddr();
+  } catch (const std::exception& e) {
+    return Status::DataLoss(std::string("a peer published an address Gloo cannot read: ") +
+                            e.what());
+  }
+  if (a.ss_family != b.ss_family)
+    return Status::InvalidArgument("a peer listens on another address family than this rank");
+  int rv = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* sa = reinterpret_cast<const sockaddr_in*>(&a);
+    const auto* sb = reinterpret_cast<const sockaddr_in*>(&b);
+    rv = std::memcmp(&sa->sin_addr, &sb->sin_addr, sizeof(in_addr));
+    if (rv == 0) rv = sa->sin_port - sb->sin_port;
+  } else if (a.ss_family == AF_INET6) {
+    const auto* sa = reinterpret_cast<const sockaddr_in6*>(&a);
+    const auto* sb = reinterpret_cast<const sockaddr_in6*>(&b);
+    rv = std::memcmp(&sa->sin6_addr, &sb->sin6_addr, sizeof(in6_addr));
+    if (rv == 0) rv = sa->sin6_port - sb->sin6_port;
+  } else {
+    return Status::InvalidArgument("a peer published an address of an unknown family");
+  }
+  if (rv == 0) return Status::InvalidArgument("a peer published this rank's own address");
+  return rv > 0;
+}
+
 }  // namespace
 
 Buf::Buf(GlooComm* comm, std::unique_ptr<gloo::transport::UnboundBuffer> ub)
@@ -69,7 +125,8 @@ GlooComm::GlooComm(const ResolvedOptions& options)
       rank_(options.o.rank),
       size_(options.o.world_size),
       comm_id_(CommId(options.o.epoch, options.o.name)),
-      peers_(options.o.world_size) {}
+      peers_(options.o.world_size),
+      connected_(options.o.world_size, 0) {}
 
 StatusOr<std::unique_ptr<Communicator>> GlooComm::Create(const ResolvedOptions& options) {
   std::unique_ptr<GlooComm> c(new GlooComm(options));
@@ -96,6 +153,7 @@ StatusOr<std::unique_ptr<Communicator>> GlooComm::Create(const ResolvedOptions& 
 Status GlooComm::Connect() {
   // Also makes Gloo's event loop thread, created below, block SIGPIPE for good.
   SigpipeGuard sigpipe;
+  RTFT_ASSIGN_OR_RETURN(const bool mesh, FullMesh(size_, opts_.o.name));
   token_.assign(16, '\0');
   if (getrandom(&token_[0], token_.size(), 0) != static_cast<ssize_t>(token_.size()))
     return Status::FromErrno(errno, "getrandom");
@@ -107,123 +165,160 @@ Status GlooComm::Connect() {
     attr.hostname = host;
     device_ = gloo::transport::tcp::CreateDevice(attr);
     context_ = device_->createContext(rank_, size_);
-    // The listening side of a pair waits up to 5x this for its peer to connect.
-    context_->setTimeout(std::max(milliseconds(1), Remaining(opts_.create_deadline) / 5));
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) context_->createPair(p);
   } catch (const std::exception& e) {
     return Status::Unavailable("cannot listen on '" + host +
                                "' (RTFT_COMM_GLOO_HOST): " + e.what());
   }
-  {
-    // From here on Abort() may close the pairs (the only way to wake a pair that connects).
-    std::lock_guard<std::mutex> lock(mu_);
-    pairs_ready_ = true;
+  std::vector<int> peers;
+  if (mesh) {
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) peers.push_back(p);
+  } else {
+    const int left = (rank_ + size_ - 1) % size_, right = (rank_ + 1) % size_;
+    peers.push_back(left);
+    if (right != left) peers.push_back(right);
   }
-  std::vector<std::vector<char>> addresses;
-  RTFT_RETURN_IF_ERROR(Rendezvous(&addresses));
-  FaultPoint("comm.gloo.connect");
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    if (aborted_) return Usable();
-    try {
-      context_->getPair(p)->connect(addresses[p]);
-    } catch (const std::exception& e) {
-      if (aborted_) return Usable();
-      return Status::Unavailable("connecting to rank " + std::to_string(p) + ": " + e.what());
-    }
-  }
-  if (aborted_) return Usable();
-  RTFT_RETURN_IF_ERROR(SayHello());
+  RTFT_RETURN_IF_ERROR(ConnectPeers(peers, opts_.create_deadline));
   return StartWatcher();
 }
 
-Status GlooComm::Rendezvous(std::vector<std::vector<char>>* peer_addresses) {
-  json record = {{"v", kRecordVersion},
-                 {"rank", rank_},
-                 {"world", size_},
-                 {"token", HexEncode(token_.data(), token_.size())}};
-  json addrs = json::array();
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) {
-      addrs.push_back("");
-      continue;
+Status GlooComm::ConnectPeers(const std::vector<int>& to, Clock::time_point deadline) {
+  RTFT_RETURN_IF_ERROR(Usable());
+  const std::vector<int>& peers = to;
+  try {
+    // The listening side of a pair waits up to 5x this for its peer to connect.
+    context_->setTimeout(std::max(milliseconds(1), Remaining(deadline) / 5));
+    for (int p : peers) {
+      context_->createPair(p);
+      // From here on Abort() closes it (the only way to wake a pair that connects); a pair made
+      // after an abort is closed by the destructor and never connects.
+      std::lock_guard<std::mutex> lock(mu_);
+      created_.insert(p);
+      closable_ = true;
+      if (aborted_) break;
     }
-    const std::vector<char> bytes = context_->getPair(p)->address().bytes();
-    addrs.push_back(HexEncode(bytes.data(), bytes.size()));
+  } catch (const std::exception& e) {
+    return Status::Unavailable(std::string("creating a Gloo pair: ") + e.what());
   }
-  record["addrs"] = std::move(addrs);
+  RTFT_RETURN_IF_ERROR(Usable());
   const std::string& name = opts_.o.name;
   const uint64_t epoch = opts_.o.epoch;
-  // A full mesh: one address per peer in every rank's record, O(N^2) bytes through the store in
-  // all (docs/comm.md, "Gloo at scale"); past ~1900 ranks one record exceeds the store's limit.
-  const std::string text = record.dump();
-  if (text.size() > kMaxStoreValueBytes)
-    return Status::ResourceExhausted(
-        "Gloo communicator '" + name + "' of " + std::to_string(size_) +
-        " ranks: its full-mesh rendezvous record is " + std::to_string(text.size()) +
-        " bytes, over the job store's " + std::to_string(kMaxStoreValueBytes) +
-        "-byte limit (one address per peer): use NCCL, or groups of fewer ranks");
-  RTFT_RETURN_IF_ERROR(
-      opts_.o.store->Put(CommKey(epoch, name, "rank/" + std::to_string(rank_)), text));
-  peer_addresses->assign(size_, {});
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const std::string key = CommKey(epoch, name, "rank/" + std::to_string(p));
-    StatusOr<std::string> value = Status::DeadlineExceeded("");
-    while (true) {
-      if (aborted_) return Usable();
-      const auto slice = std::min(opts_.create_deadline, Clock::now() + kStoreSlice);
-      value = opts_.o.store->Get(key, slice);
-      if (value.ok() || value.status().code() != StatusCode::kDeadlineExceeded) break;
-      if (Clock::now() >= opts_.create_deadline)
-        return Status::DeadlineExceeded(
-            "rank " + std::to_string(p) + " did not join within " +
-            std::to_string(opts_.create_timeout.count()) +
-            " ms (RTFT_COMM_CREATE_TIMEOUT_MS): is it alive, and in the same epoch?");
-    }
-    if (!value.ok()) return value.status().Annotate("looking up rank " + std::to_string(p));
-    const std::string bad = "rank " + std::to_string(p) + " published a malformed record";
-    if (value->size() > 4096 + size_t(size_) * 512) return Status::DataLoss(bad + " (too long)");
-    const json r = json::parse(*value, nullptr, /*allow_exceptions=*/false);
-    if (!r.is_object() || !r.contains("v") || !r["v"].is_number_unsigned() || !r.contains("rank") ||
-        !r["rank"].is_number_integer() || !r.contains("world") || !r["world"].is_number_integer() ||
-        !r.contains("token") || !r["token"].is_string() || !r.contains("addrs") ||
-        !r["addrs"].is_array())
-      return Status::DataLoss(bad);
-    if (r["v"].get<uint64_t>() != kRecordVersion)
-      return Status::InvalidArgument(bad + " (record version " + r["v"].dump() +
-                                     "; mixed rt-ft builds?)");
-    if (r["world"].get<int64_t>() != size_ || r["rank"].get<int64_t>() != p)
-      return Status::InvalidArgument(
-          "rank " + std::to_string(p) + " created communicator '" + name + "' of epoch " +
-          std::to_string(epoch) + " as rank " + r["rank"].dump() + " of " + r["world"].dump() +
-          ", this rank as rank " + std::to_string(rank_) + " of " + std::to_string(size_));
-    std::vector<char> token, address;
-    const json& a = r["addrs"];
-    if (!HexDecode(r["token"].get<std::string>(), &token) || token.size() != 16 ||
-        a.size() != static_cast<size_t>(size_) || !a[rank_].is_string() ||
-        !HexDecode(a[rank_].get<std::string>(), &address) || address.empty() ||
-        address.size() > 4096)
-      return Status::DataLoss(bad);
-    peers_[p].token.assign(token.begin(), token.end());
-    (*peer_addresses)[p] = std::move(address);
+  // One record per pair, read by that pair's peer alone: a rank's store traffic grows with the
+  // pairs it connects, not with the communicator (docs/comm.md, "Gloo at scale").
+  for (int p : peers) {
+    const std::vector<char> bytes = context_->getPair(p)->address().bytes();
+    const json record = {{"v", kRecordVersion},
+                         {"rank", rank_},
+                         {"peer", p},
+                         {"world", size_},
+                         {"token", HexEncode(token_.data(), token_.size())},
+                         {"addr", HexEncode(bytes.data(), bytes.size())}};
+    RTFT_RETURN_IF_ERROR(opts_.o.store->Put(
+        CommKey(epoch, name, "pair/" + std::to_string(rank_) + "/" + std::to_string(p)),
+        record.dump()));
   }
+  std::vector<std::vector<char>> addresses(peers.size());
+  std::vector<char> client(peers.size());
+  for (size_t i = 0; i < peers.size(); ++i) {
+    RTFT_RETURN_IF_ERROR(LookUp(peers[i], deadline, &addresses[i]));
+    RTFT_ASSIGN_OR_RETURN(
+        const bool connects,
+        ConnectingSide(context_->getPair(peers[i])->address().bytes(), addresses[i]));
+    client[i] = connects;
+  }
+  FaultPoint("comm.gloo.connect");
+  // The connecting side of a pair completes its connect() on its own (the peer's listening
+  // socket exists since it published it, and Gloo's event loop accepts); the listening side
+  // waits in connect() until its peer connected. So every rank connects its client sides first
+  // and waits for its listening sides after: no rank waits for one that waits in turn, and the
+  // pairs connect all at once, not one after the other (docs/comm.md, "Connecting").
+  for (const bool clients : {true, false}) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (static_cast<bool>(client[i]) != clients) continue;
+      if (aborted_) return Usable();
+      try {
+        context_->getPair(peers[i])->connect(addresses[i]);
+      } catch (const std::exception& e) {
+        if (aborted_) return Usable();
+        return Status::Unavailable("connecting to rank " + std::to_string(peers[i]) + ": " +
+                                   e.what());
+      }
+    }
+  }
+  if (aborted_) return Usable();
+  RTFT_RETURN_IF_ERROR(SayHello(peers, deadline));
+  for (int p : peers) {
+    connected_[p] = 1;
+    if (bye_buf_) RTFT_RETURN_IF_ERROR(Listen(p));
+  }
+  return Status::Ok();
+}
+
+Status GlooComm::ReachAll(const std::set<int>& peers, Clock::time_point deadline) {
+  std::vector<int> missing;
+  for (int p : peers)
+    if (!connected_[p]) missing.push_back(p);
+  return missing.empty() ? Status::Ok() : ConnectPeers(missing, deadline);
+}
+
+Status GlooComm::LookUp(int p, Clock::time_point deadline, std::vector<char>* address) {
+  const std::string& name = opts_.o.name;
+  const uint64_t epoch = opts_.o.epoch;
+  const std::string key =
+      CommKey(epoch, name, "pair/" + std::to_string(p) + "/" + std::to_string(rank_));
+  StatusOr<std::string> value = Status::DeadlineExceeded("");
+  while (true) {
+    if (aborted_) return Usable();
+    const auto slice = std::min(deadline, Clock::now() + kStoreSlice);
+    value = opts_.o.store->Get(key, slice);
+    if (value.ok() || value.status().code() != StatusCode::kDeadlineExceeded) break;
+    if (Clock::now() >= deadline)
+      return Status::DeadlineExceeded(
+          "rank " + std::to_string(p) +
+          " did not connect before the deadline "
+          "(RTFT_COMM_CREATE_TIMEOUT_MS while the communicator is made, the call's after): is it "
+          "alive, in the same epoch, and in the matching call?");
+  }
+  if (!value.ok()) return value.status().Annotate("looking up rank " + std::to_string(p));
+  const std::string bad = "rank " + std::to_string(p) + " published a malformed record";
+  if (value->size() > 16384) return Status::DataLoss(bad + " (too long)");
+  const json r = json::parse(*value, nullptr, /*allow_exceptions=*/false);
+  if (!r.is_object() || !r.contains("v") || !r["v"].is_number_unsigned())
+    return Status::DataLoss(bad);
+  if (r["v"].get<uint64_t>() != kRecordVersion)
+    return Status::InvalidArgument(bad + " (record version " + r["v"].dump() +
+                                   "; mixed rt-ft builds?)");
+  for (const char* field : {"rank", "peer", "world"})
+    if (!r.contains(field) || !r[field].is_number_integer()) return Status::DataLoss(bad);
+  for (const char* field : {"token", "addr"})
+    if (!r.contains(field) || !r[field].is_string()) return Status::DataLoss(bad);
+  if (r["world"].get<int64_t>() != size_ || r["rank"].get<int64_t>() != p ||
+      r["peer"].get<int64_t>() != rank_)
+    return Status::InvalidArgument(
+        "rank " + std::to_string(p) + " created communicator '" + name + "' of epoch " +
+        std::to_string(epoch) + " as rank " + r["rank"].dump() + " of " + r["world"].dump() +
+        " (a pair to rank " + r["peer"].dump() + "), this rank as rank " + std::to_string(rank_) +
+        " of " + std::to_string(size_));
+  std::vector<char> token;
+  if (!HexDecode(r["token"].get<std::string>(), &token) || token.size() != 16 ||
+      !HexDecode(r["addr"].get<std::string>(), address) || address->empty() ||
+      address->size() > 4096)
+    return Status::DataLoss(bad);
+  peers_[p].token.assign(token.begin(), token.end());
   return Status::Ok();
 }
 
 // Each side proves to the other that it is the rank that published the record: a connection
 // from anyone else (Gloo's listener accepts whoever comes first) fails here.
-Status GlooComm::SayHello() {
-  std::vector<Frame> in(size_), out(size_);
+Status GlooComm::SayHello(const std::vector<int>& peers, Clock::time_point deadline) {
+  std::vector<Frame> in(peers.size()), out(peers.size());
   std::vector<std::unique_ptr<Buf>> bufs;
-  std::set<int> peers;
-  const Clock::time_point deadline = opts_.create_deadline;
+  std::set<int> used;
   Status s;
-  for (int p = 0; p < size_ && s.ok(); ++p) {
-    if (p == rank_) continue;
-    peers.insert(p);
-    Frame& f = out[p];
+  for (size_t i = 0; i < peers.size() && s.ok(); ++i) {
+    const int p = peers[i];
+    used.insert(p);
+    Frame& f = out[i];
     f.op = static_cast<uint16_t>(OpKind::kHello);
     f.comm_id = comm_id_;
     f.seq = NextSendSeq(p);
@@ -231,8 +326,8 @@ Status GlooComm::SayHello() {
     f.dst = p;
     PutToken(token_, &f);
     Seal(&f);
-    auto rb = NewBuf(&in[p], sizeof(Frame));
-    auto sb = NewBuf(&out[p], sizeof(Frame));
+    auto rb = NewBuf(&in[i], sizeof(Frame));
+    auto sb = NewBuf(&out[i], sizeof(Frame));
     if (!rb.ok() || !sb.ok()) {
       s = rb.ok() ? sb.status() : rb.status();
       break;
@@ -250,41 +345,48 @@ Status GlooComm::SayHello() {
     s = WaitRecv(bufs[i].get(), deadline);
     if (s.code() == StatusCode::kDeadlineExceeded)
       s = Status::DeadlineExceeded(
-          "a connection was made but no hello came before the creation deadline (a stray "
-          "connection took a rank's place?)");
+          "a connection was made but no hello came before the deadline (a stray connection "
+          "took a rank's place?)");
   }
-  for (int p = 0; p < size_ && s.ok(); ++p) {
-    if (p == rank_) continue;
+  for (size_t i = 0; i < peers.size() && s.ok(); ++i) {
+    const int p = peers[i];
     FrameExpect e;
     e.comm_id = comm_id_;
     e.seq = NextRecvSeq(p);
     e.op = OpKind::kHello;
     e.src = p;
     e.dst = rank_;
-    s = CheckHello(in[p], e, peers_[p].token);
+    s = CheckHello(in[i], e, peers_[p].token);
   }
   for (size_t i = 1; i < bufs.size() && s.ok(); i += 2) s = WaitSend(bufs[i].get(), deadline);
-  if (!s.ok()) return Break(s, peers);
+  if (!s.ok()) return Break(s, used);
   return Status::Ok();
 }
 
 Status GlooComm::StartWatcher() {
   bye_frames_.assign(size_, Frame());
   RTFT_ASSIGN_OR_RETURN(bye_buf_, NewBuf(bye_frames_.data(), bye_frames_.size() * sizeof(Frame)));
-  try {
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) bye_buf_->get()->recv(p, kSlotBye, p * sizeof(Frame), sizeof(Frame));
-  } catch (const std::exception& e) {
-    return Status::Aborted(std::string("posting the watcher's receives: ") + e.what());
-  }
+  for (int p = 0; p < size_; ++p)
+    if (connected_[p]) RTFT_RETURN_IF_ERROR(Listen(p));
   RTFT_ASSIGN_OR_RETURN(watcher_, Thread::Start("rtft-gloo-watch", [this] { Watch(); }));
   return Status::Ok();
 }
 
-// Runs for the communicator's life. Never throws: everything Gloo throws becomes an abort.
+Status GlooComm::Listen(int p) {
+  try {
+    bye_buf_->get()->recv(p, kSlotBye, p * sizeof(Frame), sizeof(Frame));
+  } catch (const std::exception& e) {
+    Abort(std::string("posting the watcher's receive from rank ") + std::to_string(p) + ": " +
+          e.what());
+    return Usable();
+  }
+  return Status::Ok();
+}
+
+// Runs for the communicator's life (a pair connected later adds its receive). Never throws:
+// everything Gloo throws becomes an abort.
 void GlooComm::Watch() {
-  int remaining = size_ - 1;
-  while (remaining > 0 && !watcher_stop_) {
+  while (!watcher_stop_) {
     int src = -1;
     bool done = false;
     try {
@@ -307,7 +409,6 @@ void GlooComm::Watch() {
       return;
     }
     RTFT_LOG(kDebug, kLogComm) << "communicator '" << name() << "': rank " << src << " left";
-    --remaining;
   }
 }
 
@@ -317,7 +418,7 @@ void GlooComm::SayBye() {
   std::vector<std::unique_ptr<Buf>> bufs;
   const Clock::time_point deadline = Clock::now() + kByeTimeout;
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (!connected_[p]) continue;
     Frame& f = out[p];
     f.op = static_cast<uint16_t>(OpKind::kBye);
     f.comm_id = comm_id_;
@@ -345,16 +446,11 @@ GlooComm::~GlooComm() {
   watcher_.Join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pairs_ready_ = false;  // no closer starts any more
+    closable_ = false;  // no closer starts any more
   }
   closer_.Join();
-  if (context_) {
-    // After a pair is closed, Gloo's thread no longer touches any buffer of ours.
-    std::set<int> all;
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) all.insert(p);
-    ClosePairs(all);
-  }
+  // After a pair is closed, Gloo's thread no longer touches any buffer of ours.
+  if (context_) ClosePairs(Created());
   bye_buf_.reset();
   context_.reset();
   device_.reset();
@@ -386,13 +482,8 @@ void GlooComm::Abort(const std::string& reason) {
     }
     // Closing the pairs tells the peers at once (they see the connection end) and wakes a pair
     // still connecting; it waits for Gloo's event loop, so it runs on a thread of its own.
-    if (pairs_ready_) {
-      auto closer = Thread::Start("rtft-gloo-close", [this] {
-        std::set<int> all;
-        for (int p = 0; p < size_; ++p)
-          if (p != rank_) all.insert(p);
-        ClosePairs(all);
-      });
+    if (closable_) {
+      auto closer = Thread::Start("rtft-gloo-close", [this] { ClosePairs(Created()); });
       // Without a thread the peers see the end at their next call's deadline instead.
       if (closer.ok()) closer_ = std::move(*closer);
     }
@@ -432,7 +523,10 @@ Status GlooComm::WaitSend(Buf* buf, Clock::time_point deadline) {
   return Usable();
 }
 
-gloo::transport::Pair* GlooComm::pair(int peer) { return context_->getPair(peer).get(); }
+std::set<int> GlooComm::Created() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return created_;
+}
 
 Status GlooComm::Usable() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,7 +1,9 @@
-// The Gloo backend: Gloo's TCP transport (one pair per peer, unbound buffers) under rt-ft's own
-// ring collectives, whose every wait Abort() can interrupt. Gloo's own collectives cannot be
-// aborted from another thread, so only the transport is used (docs/comm.md). No Gloo type leaves
-// src/comm/gloo/.
+// The Gloo backend: Gloo's TCP transport (one pair per peer it talks to, unbound buffers) under
+// rt-ft's own ring collectives, whose every wait Abort() can interrupt. Gloo's own collectives
+// cannot be aborted from another thread, so only the transport is used (docs/comm.md). A
+// communicator connects every pair when it is made, or only its two ring neighbours and any other
+// pair at its first send or receive (RTFT_COMM_GLOO_PAIRS; docs/comm.md, "Which pairs connect").
+// No Gloo type leaves src/comm/gloo/.
 #pragma once
 
 #include <atomic>
@@ -90,7 +92,14 @@ class GlooComm final : public Communicator {
   // peer) or kDeadlineExceeded (then Gloo has closed every pair).
   Status WaitRecv(Buf* buf, Clock::time_point deadline);
   Status WaitSend(Buf* buf, Clock::time_point deadline);
-  gloo::transport::Pair* pair(int peer);
+  // Connects the pair to `peer` unless it is connected (its first send or receive, when only
+  // the ring neighbours connected at creation). On the calling thread only.
+  Status Reach(int peer, Clock::time_point deadline) {
+    return connected_[peer] ? Status::Ok() : ConnectPeers({peer}, deadline);
+  }
+  // The same for a set of peers that every rank names in the same call (rank a names b exactly
+  // when b names a), connected together in one order of all ranks.
+  Status ReachAll(const std::set<int>& peers, Clock::time_point deadline);
   uint64_t NextSendSeq(int peer) { return peers_[peer].send_seq++; }
   uint64_t NextRecvSeq(int peer) { return peers_[peer].recv_seq++; }
   uint64_t comm_id() const { return comm_id_; }
@@ -115,9 +124,15 @@ class GlooComm final : public Communicator {
 
   explicit GlooComm(const ResolvedOptions& options);
   Status Connect();
-  Status Rendezvous(std::vector<std::vector<char>>* peer_addresses);
-  Status SayHello();
+  // Creates, publishes, connects and greets the pairs to `peers` (none of them connected yet),
+  // then has the watcher listen to them.
+  Status ConnectPeers(const std::vector<int>& peers, Clock::time_point deadline);
+  // The address and token `peer` published for its pair to this rank.
+  Status LookUp(int peer, Clock::time_point deadline, std::vector<char>* address);
+  Status SayHello(const std::vector<int>& peers, Clock::time_point deadline);
   Status StartWatcher();
+  Status Listen(int peer);  // the watcher's receive of `peer`'s goodbye
+  std::set<int> Created() const;
   void Watch();
   void Register(gloo::transport::UnboundBuffer* ub);
   void Unregister(gloo::transport::UnboundBuffer* ub);
@@ -132,6 +147,7 @@ class GlooComm final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::transport::Context> context_;
   std::vector<Peer> peers_;
+  std::vector<char> connected_;  // per peer: greeted, and listened to (calling thread only)
   uint64_t calls_ = 0;
 
   // Abort state: the live buffers and why the communicator stopped. Abort() holds mu_ only to
@@ -140,10 +156,12 @@ class GlooComm final : public Communicator {
   std::set<gloo::transport::UnboundBuffer*> live_;
   std::atomic<bool> aborted_{false};
   Status broken_;
-  bool pairs_ready_ = false;  // every pair exists: Abort() may close them (under mu_)
-  Thread closer_;             // Abort()'s, closing the pairs
+  std::set<int> created_;  // the peers whose pair exists: Abort() closes them (under mu_)
+  bool closable_ = false;  // Abort() may start a closer (until the destructor runs)
+  Thread closer_;          // Abort()'s, closing the pairs
 
-  // The watcher: one receive per peer on kSlotBye, pending for the communicator's life. A peer
+  // The watcher: one receive per connected peer on kSlotBye, pending for the communicator's
+  // life (a pair connected later adds its own). A peer
   // that closes its communicator cleanly completes it with a bye frame; a peer that dies fails it
   // (Gloo signals the error to the pending receive), which aborts this communicator at once.
   std::vector<Frame> bye_frames_;

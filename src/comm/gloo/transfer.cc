@@ -36,6 +36,7 @@ FrameExpect Call::Expect(int src, uint64_t bytes) {
 
 StatusOr<size_t> Call::Send(int peer, const void* data, size_t bytes) {
   used_.insert(peer);
+  RTFT_RETURN_IF_ERROR(comm_->Reach(peer, deadline_));
   auto msg = std::make_unique<OutMsg>();
   Frame& f = msg->frame;
   f.op = static_cast<uint16_t>(op_);
@@ -136,6 +137,7 @@ Status Receiver::PostPayload(size_t m) {
 // one it has not forwarded yet.
 Status Receiver::Next() {
   if (next_ >= plan_.size()) return Status::Internal("Receiver::Next past its plan");
+  RTFT_RETURN_IF_ERROR(call_->comm()->Reach(peer_, call_->deadline()));
   while (headers_posted_ < std::min(plan_.size(), next_ + frames_.size()))
     RTFT_RETURN_IF_ERROR(PostHeader(headers_posted_++));
   while (payloads_posted_ < std::min(plan_.size(), next_ + window_)) {
