@@ -17,6 +17,7 @@
 #include "core/params.h"
 #include "tools/rtft_bench/bench_job.h"
 #include "tools/rtft_bench/bench_util.h"
+#include "tools/rtft_bench/comm_sim.h"
 #include "tools/rtft_bench/comm_worker.h"
 
 namespace rtft::bench {
@@ -48,6 +49,14 @@ class CommCommand final : public BenchCommand {
                   "NCCL, 2 ranks or more: also time ncclCommRevoke + ncclCommShrink after a lost "
                   "slot (the shrink policy's path without a new unique id)");
     cmd->add_option("--dp-launch", dp_launch_, "dp-launch binary (default: next to rtft-bench)");
+    cmd->add_flag("--sim", sim_,
+                  "Gloo's rendezvous instead: --sim-ranks ranks as threads of this process, "
+                  "through an in-process store that counts its traffic");
+    cmd->add_option("--sim-ranks", sim_ranks_, "--sim: rank counts, comma-separated (2 to 4096)")
+        ->capture_default_str();
+    cmd->add_option("--sim-pairs", sim_pairs_,
+                    "--sim: RTFT_COMM_GLOO_PAIRS settings, comma-separated (all, ring)")
+        ->capture_default_str();
     // Internal: how the bench runs itself as a rank of its jobs.
     cmd->add_option("--worker", worker_.mode)->group("");
     cmd->add_option("--dir", worker_.dir)->group("");
@@ -58,6 +67,7 @@ class CommCommand final : public BenchCommand {
   int Run() override;
 
  private:
+  int RunSim();
   Status Drive(JsonLines* out);
   std::vector<std::string> JobArgs(int slots, int spares, const std::string& mode,
                                    const std::string& dir, const std::string& bytes) const;
@@ -75,6 +85,9 @@ class CommCommand final : public BenchCommand {
   bool no_failure_ = false;
   bool shrink_ = false;
   std::string dp_launch_;
+  bool sim_ = false;
+  std::string sim_ranks_ = "16,64,256";
+  std::string sim_pairs_ = "all,ring";
   CommWorkerOptions worker_;
   CommBackend be_ = CommBackend::kGloo;
   std::vector<uint64_t> bytes_;
@@ -330,7 +343,48 @@ Status CommCommand::Drive(JsonLines* out) {
   return Status::Ok();
 }
 
+int CommCommand::RunSim() {
+  CommSimOptions o;
+  o.repeats = rounds_;
+  auto ranks = ParseCountList(sim_ranks_);
+  if (!ranks.ok() || ranks->empty() || rounds_ < 1) {
+    Progress("comm --sim: bad --sim-ranks or --rounds");
+    return kExitUsage;
+  }
+  for (uint64_t n : *ranks) {
+    if (n < 2 || n > 4096) {
+      Progress("comm --sim: rank counts must be in [2, 4096]");
+      return kExitUsage;
+    }
+  }
+  o.ranks = *ranks;
+  o.pairs.clear();
+  std::string rest = sim_pairs_;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string p = rest.substr(0, comma);
+    if (p != "all" && p != "ring") {
+      Progress("comm --sim: --sim-pairs takes all and ring");
+      return kExitUsage;
+    }
+    o.pairs.push_back(p);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  if (o.pairs.empty()) {
+    Progress("comm --sim: --sim-pairs is empty");
+    return kExitUsage;
+  }
+  JsonLines out;
+  const Status s = RunCommSim(o, &out);
+  if (!s.ok()) {
+    Progress("comm --sim: " + s.ToString());
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
 int CommCommand::Run() {
+  if (sim_) return RunSim();
   if (!ParseCommBackend(backend_, &be_)) {
     Progress("comm: --backend must be gloo or nccl");
     return kExitUsage;
