@@ -10,37 +10,48 @@ StatusOr<std::vector<KvWaiter>> KvStore::Put(const std::string& key, const std::
   bytes_ = bytes_ - old + key.size() + value.size();
   values_[key] = value;
   std::vector<KvWaiter> ready;
-  for (auto w = waiters_.begin(); w != waiters_.end();) {
-    if (w->second.key == key) {
-      ready.push_back(std::move(w->second));
-      w = waiters_.erase(w);
-    } else {
-      ++w;
-    }
+  auto k = by_key_.find(key);
+  if (k == by_key_.end()) return ready;
+  ready.reserve(k->second.size());
+  for (uint64_t id : k->second) {
+    auto w = waiting_.find(id);
+    by_deadline_.erase(w->second.at);
+    ready.push_back(std::move(w->second.waiter));
+    waiting_.erase(w);
   }
+  by_key_.erase(k);
   return ready;
 }
 
 StatusOr<std::optional<std::string>> KvStore::Get(const KvWaiter& waiter) {
   auto it = values_.find(waiter.key);
   if (it != values_.end()) return std::optional<std::string>(it->second);
-  if (waiters_.size() >= max_waiters_) return Status::ResourceExhausted("too many waiting KV gets");
-  waiters_.emplace(waiter.deadline, waiter);
+  if (waiting_.size() >= max_waiters_) return Status::ResourceExhausted("too many waiting KV gets");
+  const uint64_t id = next_id_++;
+  const auto at = by_deadline_.emplace(waiter.deadline, id);
+  waiting_.emplace(id, Waiting{waiter, at});
+  by_key_[waiter.key].insert(id);
   return std::optional<std::string>();
 }
 
 std::vector<KvWaiter> KvStore::Expire(SteadyClock::time_point now) {
   std::vector<KvWaiter> expired;
-  while (!waiters_.empty() && waiters_.begin()->first <= now) {
-    expired.push_back(std::move(waiters_.begin()->second));
-    waiters_.erase(waiters_.begin());
+  while (!by_deadline_.empty() && by_deadline_.begin()->first <= now) {
+    const uint64_t id = by_deadline_.begin()->second;
+    by_deadline_.erase(by_deadline_.begin());
+    auto w = waiting_.find(id);
+    auto k = by_key_.find(w->second.waiter.key);
+    k->second.erase(id);
+    if (k->second.empty()) by_key_.erase(k);
+    expired.push_back(std::move(w->second.waiter));
+    waiting_.erase(w);
   }
   return expired;
 }
 
 std::optional<SteadyClock::time_point> KvStore::NextDeadline() const {
-  if (waiters_.empty()) return std::nullopt;
-  return waiters_.begin()->first;
+  if (by_deadline_.empty()) return std::nullopt;
+  return by_deadline_.begin()->first;
 }
 
 }  // namespace rtft::control

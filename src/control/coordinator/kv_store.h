@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,7 +28,9 @@ class KvStore {
   explicit KvStore(size_t max_bytes = size_t{256} << 20, size_t max_waiters = 1 << 20)
       : max_bytes_(max_bytes), max_waiters_(max_waiters) {}
 
-  // Stores (or replaces) the value; returns the waiters it satisfies.
+  // Stores (or replaces) the value; returns the waiters it satisfies, in the order they came.
+  // Costs the key's waiters, not every waiter's (thousands of ranks each wait for their own
+  // neighbours' keys at once: docs/comm.md, "Which pairs connect").
   StatusOr<std::vector<KvWaiter>> Put(const std::string& key, const std::string& value);
   // The value if present; otherwise the waiter is queued (ResourceExhausted when too many).
   StatusOr<std::optional<std::string>> Get(const KvWaiter& waiter);
@@ -40,10 +43,18 @@ class KvStore {
   const std::unordered_map<std::string, std::string>& values() const { return values_; }
 
  private:
+  struct Waiting {
+    KvWaiter waiter;
+    std::multimap<SteadyClock::time_point, uint64_t>::iterator at;  // in by_deadline_
+  };
   size_t max_bytes_, max_waiters_;
   size_t bytes_ = 0;
   std::unordered_map<std::string, std::string> values_;
-  std::multimap<SteadyClock::time_point, KvWaiter> waiters_;
+  // The waiting gets by number (in arrival order), by deadline and by key.
+  uint64_t next_id_ = 0;
+  std::unordered_map<uint64_t, Waiting> waiting_;
+  std::multimap<SteadyClock::time_point, uint64_t> by_deadline_;
+  std::unordered_map<std::string, std::set<uint64_t>> by_key_;
 };
 
 }  // namespace rtft::control
