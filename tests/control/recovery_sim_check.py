@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs `rtft-bench recovery --sim` on a small job and checks its JSON lines: one per case,
 every field present and consistent (a delta event, every rank done, the gather aborted when a
-second failure comes during it), each of the three cases within its targets."""
+second failure comes during it, each rank's Gloo ring records put and read), each of the three
+cases within its targets."""
 import json
 import subprocess
 import sys
@@ -21,8 +22,12 @@ for case, l in by_case.items():
     assert 0 < l["announce_s"] <= l["protocol_s"], l
     # A delta, not the whole membership (which is about 200 bytes per 64 slots).
     assert 0 < l["event_bytes"] < 400, l
-    # One state out, a plan and two keys back: a few hundred bytes, not the world's.
-    assert 0 < l["bytes_sent_per_agent"] < 2000, l
+    # One state out, a plan and the training key back, then two Gloo rings' records (two puts
+    # of about 400 bytes and two gets each): a few KB, not the world's.
+    assert l["comm_keys"] == 1 and l["gloo_rings"] == 2, l
+    # (per epoch: the second failure of case two comes after the first epoch's protocol ended)
+    assert 4 * 360 < l["bytes_sent_per_agent"] < 4000 * l["epochs"], l
+    assert 4 * 360 < l["bytes_received_per_agent"] < 4000 * l["epochs"], l
     # The leader receives every rank's state.
     assert l["bytes_received_max"] > 62 * 50, l
     assert l["met"], l

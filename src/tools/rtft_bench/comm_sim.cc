@@ -85,8 +85,7 @@ StatusOr<Run> RunOne(int n, int round) {
   const auto t1 = Clock::now();
   {
     std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] { errors[r] = comms[r]->Barrier(); });
+    for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { errors[r] = comms[r]->Barrier(); });
     for (auto& t : threads) t.join();
   }
   run.barrier_s = SecondsSince(t1);
@@ -143,7 +142,8 @@ Status RunCommSim(const CommSimOptions& o, JsonLines* out) {
     ReloadParams();
     for (uint64_t n : o.ranks) {
       if (pairs == "all" && n > 512) {
-        Progress("comm --sim: " + std::to_string(n) + " ranks, pairs all: skipped (a mesh is "
+        Progress("comm --sim: " + std::to_string(n) +
+                 " ranks, pairs all: skipped (a mesh is "
                  "refused above 512 ranks)");
         continue;
       }

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "control/net/zmq_util.h"
 #include "control/wire/codec.h"
@@ -30,6 +31,15 @@ std::string CommKey(uint64_t epoch, int k) {
 }
 
 std::string AgreeKey(uint64_t epoch) { return "protect/e" + std::to_string(epoch) + "/agree"; }
+
+// A Gloo pair's record, as the backend names it (comm/e<E>/<name>/pair/<rank>/<peer>), and its
+// size: the version, ranks, world, token and address in JSON, about 390 bytes.
+std::string PairKey(uint64_t epoch, int ring, int from, int to) {
+  return "comm/e" + std::to_string(epoch) + "/train.replica" +
+         (ring == 0 ? std::string() : ".s" + std::to_string(ring)) + "/pair/" +
+         std::to_string(from) + "/" + std::to_string(to);
+}
+constexpr size_t kPairRecordBytes = 360;
 
 }  // namespace
 
@@ -198,7 +208,7 @@ void RecoveryAgents::OnGatherValue(Agent& a, const Ask& ask, const json& body,
            control::KvGetBody(req, CommKey(ask.epoch, k), kTimeoutMs));
     }
     pe.waiting = config_.comm_keys;
-    if (pe.waiting == 0) Done(a, ask.epoch, now);
+    if (pe.waiting == 0) NextRing(a, ask.epoch, now);
     return;
   }
   // The leader: every rank's state, the Protector's planner, the plan back to all.
@@ -225,6 +235,25 @@ void RecoveryAgents::OnGatherValue(Agent& a, const Ask& ask, const json& body,
          control::KvPutBody(put, CommKey(ask.epoch, k), std::string(128, static_cast<char>(k))));
   }
   pe.waiting = 1 + config_.comm_keys;
+}
+
+void RecoveryAgents::NextRing(Agent& a, uint64_t epoch, Clock::time_point now) {
+  PerEpoch& pe = a.epochs[epoch];
+  if (pe.rings >= config_.gloo_rings) return Done(a, epoch, now);
+  const int ring = pe.rings++;
+  const int n = membership_.world_size, r = pe.rank;
+  std::set<int> peers = {(r + n - 1) % n, (r + 1) % n};
+  peers.erase(r);
+  for (int p : peers) {
+    const uint64_t put = Request(a, epoch, kPut);
+    Send(a, epoch, static_cast<uint8_t>(MsgType::kKvPut),
+         control::KvPutBody(put, PairKey(epoch, ring, r, p), std::string(kPairRecordBytes, 'r')));
+    const uint64_t get = Request(a, epoch, kGet);
+    Send(a, epoch, static_cast<uint8_t>(MsgType::kKvGet),
+         control::KvGetBody(get, PairKey(epoch, ring, p, r), kTimeoutMs));
+  }
+  pe.waiting = 2 * static_cast<int>(peers.size());
+  if (pe.waiting == 0) Done(a, epoch, now);
 }
 
 void RecoveryAgents::Done(Agent& a, uint64_t epoch, Clock::time_point now) {
@@ -292,7 +321,7 @@ void RecoveryAgents::OnMessage(Agent& a, const zmq::message_t& m, Clock::time_po
     }
     return Error(std::string(type == MsgType::kAck ? "ack" : "kv") + ": " + s.ToString());
   }
-  if (--pe.waiting == 0) Done(a, ask.epoch, now);
+  if (--pe.waiting == 0) NextRing(a, ask.epoch, now);
 }
 
 void RecoveryAgents::Drain(Agent& a, std::vector<Arrival>* inbox) {

@@ -26,7 +26,13 @@ namespace rtft::bench {
 
 struct RecoverySimConfig {
   std::chrono::milliseconds heartbeat_period{100};
-  int comm_keys = 2;         // communicators of the next epoch (training, replication)
+  // The next epoch's communicators, made after the plan as the Protector makes them
+  // (src/protect/recover.cc): `comm_keys` that meet through one key put by rank 0 (NCCL's
+  // unique id: the training communicator), then, one after the other, `gloo_rings` Gloo
+  // communicators whose ranks meet their ring neighbours through a record per pair (the L2
+  // replication's RTFT_PROTECT_L2_STREAMS; docs/comm.md, "Which pairs connect").
+  int comm_keys = 1;
+  int gloo_rings = 2;
   uint64_t step = 100;       // the newest complete L1 step of every survivor
   int32_t report_slot = -1;  // reports a device error instead of its contribution (epoch 2)
 };
@@ -73,6 +79,7 @@ class RecoveryAgents {
     bool is_done = false;
     int rank = -1;
     int waiting = 0;  // answers still due (leader: acks; others: kv values)
+    int rings = 0;    // Gloo communicators whose records it has put
     uint64_t sent = 0, received = 0, event_bytes = 0;
   };
   struct Agent {
@@ -99,6 +106,8 @@ class RecoveryAgents {
   void OnMessage(Agent& a, const zmq::message_t& m, Clock::time_point now);
   void OnEpoch(Agent& a, uint64_t epoch, size_t bytes, Clock::time_point now);
   void OnGatherValue(Agent& a, const Ask& ask, const nlohmann::json& body, Clock::time_point now);
+  // The next Gloo communicator's records (two puts, two gets), or Done after the last.
+  void NextRing(Agent& a, uint64_t epoch, Clock::time_point now);
   void Done(Agent& a, uint64_t epoch, Clock::time_point now);
   void Send(Agent& a, uint64_t epoch, uint8_t type, const nlohmann::json& body);
   uint64_t Request(Agent& a, uint64_t epoch, int kind);

@@ -109,6 +109,10 @@ class RecoveryCommand final : public BenchCommand {
     cmd->add_option("--sim-coordinator-cpus", sim_coordinator_cpus_,
                     "--sim: the coordinator's threads on these CPUs (e.g. 0-1), the simulated "
                     "agents on the others (default: both anywhere)");
+    cmd->add_option("--sim-gloo-rings", sim_gloo_rings_,
+                    "--sim: Gloo communicators of the next epoch meeting through ring pairs "
+                    "(the L2 replication's streams), after the training one's key (0 to 16)")
+        ->capture_default_str();
   }
   int Run() override;
   int RunSim();
@@ -130,6 +134,7 @@ class RecoveryCommand final : public BenchCommand {
   TrainDevice dev_;
   bool sim_ = false;
   std::string sim_coordinator_cpus_;
+  int sim_gloo_rings_ = 2;
   std::string agents_ = "64,256,1024,4096";
   std::string cases_ = "one,two,during";
   int repeats_ = 3;
@@ -349,6 +354,11 @@ int RecoveryCommand::RunSim() {
     }
     o.coordinator_cpus = *cpus;
   }
+  if (sim_gloo_rings_ < 0 || sim_gloo_rings_ > 16) {
+    Progress("recovery --sim: --sim-gloo-rings must be in [0, 16]");
+    return kExitUsage;
+  }
+  o.gloo_rings = sim_gloo_rings_;
   o.repeats = repeats_;
   o.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms_);
   o.heartbeat_period = std::chrono::milliseconds(heartbeat_ms_);

@@ -115,6 +115,7 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
 
   RecoverySimConfig config;
   config.heartbeat_period = o.heartbeat_period;
+  config.gloo_rings = o.gloo_rings;
   if (which == "during") config.report_slot = kSecondFailed;
   const int threads = std::max(1, std::min(o.driver_threads, n));
   std::vector<std::unique_ptr<RecoveryAgents>> drivers;
@@ -279,6 +280,8 @@ Status RunRecoverySim(const RecoverySimOptions& o, JsonLines* out) {
                 {"event_bytes", last.event_bytes},
                 {"aborted_answers", aborted},
                 {"resyncs", resyncs},
+                {"comm_keys", 1},
+                {"gloo_rings", o.gloo_rings},
                 {"coordinator_cpus", split ? split->coordinator_count : 0},
                 {"agent_cpus", split ? split->agent_count : 0},
                 {"target_announce_s", 0.1},

@@ -27,6 +27,9 @@ struct RecoverySimOptions {
   // may use (empty: every thread anywhere). On one machine the agents otherwise take the cores
   // the coordinator would have to itself on slot 0's node.
   std::vector<int> coordinator_cpus;
+  // Gloo communicators of the next epoch that meet through a record per ring pair (the L2
+  // replication's streams; 0: none, as before the replication went through Gloo's ring pairs).
+  int gloo_rings = 2;
 };
 
 Status RunRecoverySim(const RecoverySimOptions& options, JsonLines* out);
