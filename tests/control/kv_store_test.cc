@@ -19,8 +19,8 @@ TEST(KvStore, APutAnswersTheGetsOfItsKeyAloneInTheOrderTheyCame) {
   const auto later = SteadyClock::now() + milliseconds(60000);
   // Interleaved waiters of three keys, the earliest deadline last.
   for (uint64_t r = 0; r < 30; ++r) {
-    auto got = kv.Get(Wait("p" + std::to_string(r), r, "k" + std::to_string(r % 3),
-                           later - milliseconds(r)));
+    auto got = kv.Get(
+        Wait("p" + std::to_string(r), r, "k" + std::to_string(r % 3), later - milliseconds(r)));
     ASSERT_TRUE(got.ok());
     EXPECT_FALSE(got->has_value());
   }

@@ -98,7 +98,7 @@ class GlooComm final : public Communicator {
     return connected_[peer] ? Status::Ok() : ConnectPeers({peer}, deadline);
   }
   // The same for a set of peers that every rank names in the same call (rank a names b exactly
-  // when b names a), connected together in one order of all ranks.
+  // when b names a), connected together (docs/comm.md, "Connecting").
   Status ReachAll(const std::set<int>& peers, Clock::time_point deadline);
   uint64_t NextSendSeq(int peer) { return peers_[peer].send_seq++; }
   uint64_t NextRecvSeq(int peer) { return peers_[peer].recv_seq++; }
