@@ -100,10 +100,15 @@ void ConnectionGuard::Accepted(int fd, SteadyClock::time_point now) {
   // DISCONNECTED, which removes it here.
   ++closed_over_cap_;
   c.closed_here = true;
+  // Closed, so no longer in its handshake: counted until its DISCONNECTED (or the window) it
+  // would keep a job's own agents out for good, their reconnects (every 100 ms) closed faster
+  // than they age out.
+  c.pending = false;
+  --pending_;
   ::shutdown(fd, SHUT_RDWR);
   uint64_t suppressed = 0;
   if (log_limit_.Allow(&suppressed))
-    RTFT_LOG(kWarn, kLogCtrl) << "closed connection from " << c.peer << ": " << pending_ - 1
+    RTFT_LOG(kWarn, kLogCtrl) << "closed connection from " << c.peer << ": " << pending_
                               << " connections are already in their handshake (limit "
                               << options_.max_pending << ")"
                               << (suppressed ? " (" + std::to_string(suppressed) +
