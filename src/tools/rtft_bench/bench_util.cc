@@ -83,6 +83,22 @@ StatusOr<std::vector<uint64_t>> ParseByteList(const std::string& text) {
   return ParseList(text, [](const std::string& s) { return ParseBytes(s); });
 }
 
+StatusOr<std::vector<std::string>> ParseChoiceList(const std::string& text,
+                                                   const std::vector<std::string>& allowed) {
+  std::vector<std::string> out;
+  std::string rest = text;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string word = rest.substr(0, comma);
+    if (std::find(allowed.begin(), allowed.end(), word) == allowed.end())
+      return Status::InvalidArgument("'" + word + "' is not one of the choices");
+    out.push_back(word);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  if (out.empty()) return Status::InvalidArgument("an empty list");
+  return out;
+}
+
 StatusOr<std::vector<uint64_t>> ParseCountList(const std::string& text) {
   return ParseList(text, [](const std::string& s) -> StatusOr<uint64_t> {
     char* end = nullptr;

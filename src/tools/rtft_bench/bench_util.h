@@ -52,6 +52,9 @@ bool DropPageCache();
 // "1G,4G,16G" -> bytes; "4,64,4096" -> counts.
 StatusOr<std::vector<uint64_t>> ParseByteList(const std::string& text);
 StatusOr<std::vector<uint64_t>> ParseCountList(const std::string& text);
+// "one,two" -> {"one", "two"}, each one of `allowed`; empty or an unknown word: InvalidArgument.
+StatusOr<std::vector<std::string>> ParseChoiceList(const std::string& text,
+                                                   const std::vector<std::string>& allowed);
 // "0-1,4" -> {0, 1, 4}: CPU numbers as taskset(1) takes them, each below CPU_SETSIZE, sorted,
 // without repeats.
 StatusOr<std::vector<int>> ParseCpuList(const std::string& text);

@@ -358,22 +358,12 @@ int CommCommand::RunSim() {
     }
   }
   o.ranks = *ranks;
-  o.pairs.clear();
-  std::string rest = sim_pairs_;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string p = rest.substr(0, comma);
-    if (p != "all" && p != "ring") {
-      Progress("comm --sim: --sim-pairs takes all and ring");
-      return kExitUsage;
-    }
-    o.pairs.push_back(p);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-  }
-  if (o.pairs.empty()) {
-    Progress("comm --sim: --sim-pairs is empty");
+  auto pairs = ParseChoiceList(sim_pairs_, {"all", "ring"});
+  if (!pairs.ok()) {
+    Progress("comm --sim: --sim-pairs takes all and ring, comma-separated");
     return kExitUsage;
   }
+  o.pairs = *pairs;
   JsonLines out;
   const Status s = RunCommSim(o, &out);
   if (!s.ok()) {

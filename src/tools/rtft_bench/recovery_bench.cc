@@ -334,18 +334,12 @@ int RecoveryCommand::RunSim() {
     }
   }
   o.agents = *counts;
-  o.cases.clear();
-  std::string rest = cases_;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string c = rest.substr(0, comma);
-    if (c != "one" && c != "two" && c != "during") {
-      Progress("recovery --sim: --cases takes one, two and during");
-      return kExitUsage;
-    }
-    o.cases.push_back(c);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  auto cases = ParseChoiceList(cases_, {"one", "two", "during"});
+  if (!cases.ok()) {
+    Progress("recovery --sim: --cases takes one, two and during");
+    return kExitUsage;
   }
+  o.cases = *cases;
   if (!sim_coordinator_cpus_.empty()) {
     auto cpus = ParseCpuList(sim_coordinator_cpus_);
     if (!cpus.ok()) {
