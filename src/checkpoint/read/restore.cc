@@ -7,6 +7,7 @@
 // assembled whole in host memory and copied once.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -214,10 +215,13 @@ Status StreamToDevice(const std::vector<const TensorPlan*>& streamed, const Rest
     RTFT_LOG(kInfo, kLogCkpt) << "restore: staging_bytes of " << FormatBytes(options.staging_bytes)
                               << " is smaller than a " << FormatBytes(largest) << " chunk; staging "
                               << FormatBytes(largest) << " instead";
+  const auto creating = std::chrono::steady_clock::now();
   RTFT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStaging> staging,
                         DeviceStaging::Create(options.staging_bytes, largest));
-  RTFT_LOG(kDebug, kLogCkpt) << "restore staging: " << FormatBytes(staging->bytes())
-                             << (staging->pinned() ? ", pinned" : ", not pinned");
+  RTFT_LOG(kDebug, kLogCkpt)
+      << "restore staging: " << FormatBytes(staging->bytes())
+      << (staging->pinned() ? ", pinned" : ", not pinned") << " in "
+      << std::chrono::duration<double>(std::chrono::steady_clock::now() - creating).count() << " s";
   return staging->Stream(items, options.verify_checksums);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,17 @@ Status EnsureDir(const std::string& path) {
   std::filesystem::create_directories(path, ec);
   if (ec) return Status::IoError("creating " + path + ": " + ec.message());
   return Status::Ok();
+}
+
+uint64_t RaiseFileLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+    ::getrlimit(RLIMIT_NOFILE, &r);
+  }
+  return r.rlim_cur;
 }
 
 bool DropPageCache() {

@@ -48,6 +48,9 @@ Status EnsureDir(const std::string& path);
 // Syncs, then asks the kernel to drop clean page-cache pages (root only). Returns whether the
 // cache was dropped; failure is normal in containers and only makes runs less comparable.
 bool DropPageCache();
+// Raises the soft limit on open descriptors to the hard one (simulations of thousands of agents
+// or ranks in one process need that many sockets); returns the soft limit now in force.
+uint64_t RaiseFileLimit();
 
 // "1G,4G,16G" -> bytes; "4,64,4096" -> counts.
 StatusOr<std::vector<uint64_t>> ParseByteList(const std::string& text);

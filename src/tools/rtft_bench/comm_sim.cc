@@ -1,7 +1,5 @@
 #include "tools/rtft_bench/comm_sim.h"
 
-#include <sys/resource.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -10,6 +8,7 @@
 
 #include "core/params.h"
 #include "rtft/comm.h"
+#include "tools/rtft_bench/bench_util.h"
 
 namespace rtft::bench {
 namespace {
@@ -104,17 +103,6 @@ StatusOr<Run> RunOne(int n, int round) {
 
 // Every rank is a Gloo device (an event loop thread) and one socket per connected pair: raises
 // the descriptor limit to its maximum and returns it.
-uint64_t RaiseFileLimit() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
-  if (r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
-    ::getrlimit(RLIMIT_NOFILE, &r);
-  }
-  return r.rlim_cur;
-}
-
 // The descriptors n ranks of one process hold once the first barrier connected its partners:
 // one socket per pair and side, and a device's own (its epoll set) per rank.
 uint64_t Descriptors(uint64_t n, const std::string& pairs) {

@@ -2,7 +2,6 @@
 #include "tools/rtft_bench/detect_bench.h"
 
 #include <dirent.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "control/coordinator/coordinator.h"
 #include "control/wire/messages.h"
+#include "tools/rtft_bench/bench_util.h"
 #include "tools/rtft_bench/sim_agents.h"
 
 namespace rtft::bench {
@@ -56,14 +56,6 @@ double CoordinatorCpu() {
 
 double Ms(SimAgents::Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
-}
-
-void RaiseFileLimit() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
-  }
 }
 
 template <typename Pred>

@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <memory>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "control/coordinator/coordinator.h"
+#include "tools/rtft_bench/bench_util.h"
 #include "tools/rtft_bench/recovery_agents.h"
 
 namespace rtft::bench {
@@ -216,14 +216,6 @@ StatusOr<Run> RunOne(int n, const std::string& which, const RecoverySimOptions& 
   }
   drivers.clear();
   return r;
-}
-
-void RaiseFileLimit() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &r);
-  }
 }
 
 }  // namespace
