@@ -179,6 +179,10 @@ Status GlooComm::Connect() {
     if (right != left) peers.push_back(right);
   }
   RTFT_RETURN_IF_ERROR(ConnectPeers(peers, opts_.create_deadline));
+  RTFT_LOG(kDebug, kLogComm) << "gloo communicator '" << opts_.o.name << "' epoch " << opts_.o.epoch
+                             << ": rank " << rank_ << " connected " << peers.size() << " of "
+                             << size_ - 1 << " pairs at creation ("
+                             << (mesh ? "pairs all" : "pairs ring: the others at first use") << ")";
   return StartWatcher();
 }
 

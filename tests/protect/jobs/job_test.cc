@@ -71,6 +71,25 @@ TEST_F(ProtectJobTest, ALostSlotIsReplacedByASpareAtEveryPhase) {
   }
 }
 
+// RTFT_COMM_GLOO_PAIRS=ring (docs/comm.md, "Which pairs connect"): each communicator connects
+// its ring neighbours when it is made and every other pair at its first message. A lost slot and
+// a crash in the middle of a collective end with the bits of the run that connected every pair.
+TEST_F(ProtectJobTest, RingPairsEndWithTheBitsOfTheFullMeshThroughALostSlotAndACrash) {
+  const std::string mesh = Reference(4);
+  ASSERT_FALSE(mesh.empty());
+  env_ = {
+      {"RTFT_COMM_GLOO_PAIRS", "ring"}, {"RTFT_LOG_LEVEL", "debug"}, {"RTFT_LOG_SUBSYS", "comm"}};
+  Run slot = Start("ring-slot", 4, 1, "2:protect.l2.send@6:hang", 1);
+  ExpectIdentical(slot, 4, "ring pairs, slot lost");
+  EXPECT_NE(slot.output.find("role=spare-activated rank=2"), std::string::npos) << slot.output;
+  EXPECT_NE(slot.output.find("connected 2 of 3 pairs at creation (pairs ring"), std::string::npos)
+      << slot.output;
+  EXPECT_EQ(slot.output.find("pairs at creation (pairs all)"), std::string::npos) << slot.output;
+  Run crash = Start("ring-crash", 4, 1, "1:comm.gloo.ring_segment@25:kill", 0);
+  ExpectIdentical(crash, 4, "ring pairs, crash in a collective");
+  EXPECT_NE(crash.output.find("role=restarted"), std::string::npos) << crash.output;
+}
+
 TEST_F(ProtectJobTest, AFailureDuringRecoveryRestartsRecoveryInTheNextEpoch) {
   // Rank 2 crashes in step 5; rank 1 crashes in the middle of that recovery, then rank 3 in the
   // next one, after the epoch's communicators were built.

@@ -82,6 +82,7 @@ class TrainJobTest : public ::testing::Test {
     if (!faults.empty()) spec.app.insert(spec.app.end(), {"--fault", faults});
     spec.app.insert(spec.app.end(), train_extra.begin(), train_extra.end());
     spec.env = {{"RTFT_FAULT_LOG", run.dir + "/faults.log"}, {"RTFT_COMM_GLOO_HOST", "127.0.0.1"}};
+    for (const auto& [k, v] : env_) spec.env[k] = v;
     job.Start(spec);
     if (lose > 0) {
       std::set<int> slots;
@@ -166,6 +167,7 @@ class TrainJobTest : public ::testing::Test {
 
   std::vector<std::string> train_;
   int heartbeat_timeout_ms_;
+  std::map<std::string, std::string> env_;  // added to every job's environment from now on
   std::string root_;
   std::map<std::string, std::string> reference_;
 };
