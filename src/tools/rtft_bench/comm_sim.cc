@@ -101,8 +101,6 @@ StatusOr<Run> RunOne(int n, int round) {
   return run;
 }
 
-// Every rank is a Gloo device (an event loop thread) and one socket per connected pair: raises
-// the descriptor limit to its maximum and returns it.
 // The descriptors n ranks of one process hold once the first barrier connected its partners:
 // one socket per pair and side, and a device's own (its epoll set) per rank.
 uint64_t Descriptors(uint64_t n, const std::string& pairs) {
