@@ -46,6 +46,7 @@ function(check_goodput line gpus)
   check_number("${line}" seed 7 7)
   check_number("${line}" jobs 2 2)
   foreach(input failures_per_node_h transient_fraction protect_overhead_pct rtft_detect_node_s
+                rtft_protocol_s
                 rtft_recover_node_s l3_write_gbps_per_gpu l3_load_gbps_per_gpu
                 restart_detect_node_s relaunch_s startup_s spares repair_h)
     string(JSON src ERROR_VARIABLE e GET "${line}" inputs ${input} source)
@@ -109,6 +110,26 @@ string(JSON src GET "${flat}" inputs protect_overhead_pct source)
 if(NOT v EQUAL 1.25 OR NOT src MATCHES "protect.jsonl line 1")
   fail("the protect file's figure or source is wrong: ${v}, ${src}")
 endif()
+
+# The recovery simulation's protocol_s: the one-failure line at the largest agent count.
+file(WRITE ${WORK_DIR}/sim.jsonl
+  "{\"name\":\"recovery_sim\",\"agents\":4096,\"second_failure\":\"none\",\"protocol_s\":0.5}\n"
+  "{\"name\":\"recovery_sim\",\"agents\":4096,\"second_failure\":\"100ms_after\",\"protocol_s\":9}\n"
+  "{\"name\":\"recovery_sim\",\"agents\":1024,\"second_failure\":\"none\",\"protocol_s\":0.2}\n")
+run(0 ${small} --no-sweep --gpus 64 --recovery-sim-json ${WORK_DIR}/sim.jsonl)
+string(REPLACE ";" "," flat "${out}")
+string(JSON v GET "${flat}" inputs rtft_protocol_s value)
+string(JSON src GET "${flat}" inputs rtft_protocol_s source)
+if(NOT v EQUAL 0.5 OR NOT src MATCHES "sim.jsonl line 1 .*4096 agents")
+  fail("the recovery --sim file's protocol_s or source is wrong: ${v}, ${src}")
+endif()
+file(WRITE ${WORK_DIR}/bad_sim.jsonl
+  "{\"name\":\"recovery_sim\",\"agents\":64,\"second_failure\":\"none\",\"protocol_s\":-1}\n")
+run(2 ${small} --gpus 64 --recovery-sim-json ${WORK_DIR}/bad_sim.jsonl)
+if(NOT err MATCHES "bad_sim.jsonl line 1: 'protocol_s' must be in")
+  fail("a negative protocol_s must be refused with its line named:\n${err}")
+endif()
+run(2 ${small} --gpus 64 --recovery-sim-json ${WORK_DIR}/protect.jsonl)
 
 # Bad configuration: exit 2 with a reason.
 file(WRITE ${WORK_DIR}/bad.jsonl "{\"name\":\"protect\",\"overhead_pct\":\"high\"}\n")

@@ -167,7 +167,10 @@ StatusOr<CkptMeasurements> CkptCommand::MeasureOne(const StateSpec& spec, const 
              " restore: raw read " + std::to_string(Gbps(back.raw_read_bytes, back.raw_read_s)) +
              " GB/s, into host " + std::to_string(Gbps(m.bytes, back.restore_s)) + " GB/s" +
              (m.gpu_restore
-                  ? ", into GPU " + std::to_string(Gbps(m.bytes, back.restore_device_s)) + " GB/s"
+                  ? "; raw read " +
+                        std::to_string(Gbps(back.raw_read_bytes, back.raw_read_device_s)) +
+                        " GB/s, into GPU " + std::to_string(Gbps(m.bytes, back.restore_device_s)) +
+                        " GB/s"
                   : std::string()) +
              (back.page_cache_evicted ? "" : " (page cache NOT evicted)"));
     m.restore.push_back(back);

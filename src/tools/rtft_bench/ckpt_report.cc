@@ -52,28 +52,42 @@ json VariantLine(const CkptMeasurements& m, const char* variant,
   return j;
 }
 
+// GB/s, medians; each ratio the median over the runs of a restore over the raw read right
+// before it (0 where there is none).
 struct RestoreFigures {
-  double raw_read = 0, host = 0, device = 0;  // GB/s, medians
+  double raw_read = 0, raw_read_device = 0, host = 0, device = 0;
+  double host_of_raw = 0, device_of_raw = 0;
   bool evicted = true;
 };
 
 RestoreFigures RestoreMedians(const CkptMeasurements& m) {
   RestoreFigures f;
-  std::vector<double> raw, host, device;
+  std::vector<double> raw, raw_device, host, device, host_of_raw, device_of_raw;
+  auto of = [](double gbps, double raw_gbps) { return raw_gbps > 0 ? gbps / raw_gbps : 0; };
   for (const RestoreResult& r : m.restore) {
     raw.push_back(Gbps(r.raw_read_bytes, r.raw_read_s));
     host.push_back(Gbps(m.bytes, r.restore_s));
-    if (m.gpu_restore) device.push_back(Gbps(m.bytes, r.restore_device_s));
+    host_of_raw.push_back(of(host.back(), raw.back()));
+    if (m.gpu_restore) {
+      raw_device.push_back(Gbps(r.raw_read_bytes, r.raw_read_device_s));
+      device.push_back(Gbps(m.bytes, r.restore_device_s));
+      device_of_raw.push_back(of(device.back(), raw_device.back()));
+    }
     f.evicted &= r.page_cache_evicted;
   }
-  f.raw_read = raw.empty() ? 0 : Median(raw);
-  f.host = host.empty() ? 0 : Median(host);
-  f.device = device.empty() ? 0 : Median(device);
+  auto median = [](const std::vector<double>& v) { return v.empty() ? 0 : Median(v); };
+  f.raw_read = median(raw);
+  f.raw_read_device = median(raw_device);
+  f.host = median(host);
+  f.device = median(device);
+  f.host_of_raw = median(host_of_raw);
+  f.device_of_raw = median(device_of_raw);
   return f;
 }
 
 void AddRestore(const RestoreFigures& f, json* j) {
   (*j)["raw_read_gbps"] = OrNull(f.raw_read);
+  (*j)["raw_read_before_device_gbps"] = OrNull(f.raw_read_device);
   (*j)["restore_gbps"] = OrNull(f.host);
   (*j)["restore_device_gbps"] = OrNull(f.device);
   (*j)["restore_page_cache_evicted"] = f.evicted;
@@ -119,21 +133,18 @@ void EmitCkptResults(const CkptMeasurements& m, JsonLines* out) {
   s["capture_over_pcie"] = m.gpu && m.pcie_gbps > 0 ? json(capture / m.pcie_gbps) : json(nullptr);
   s["pool_bytes"] = rt["pool_bytes"];
   AddRestore(restore, &s);
-  auto of_raw_read = [&](double gbps) {
-    return restore.raw_read > 0 && gbps > 0 ? json(gbps / restore.raw_read) : json(nullptr);
-  };
-  s["restore_over_raw_read"] = of_raw_read(restore.host);
-  s["restore_device_over_raw_read"] = of_raw_read(restore.device);
-  auto met = [&](double gbps) {
-    return gbps > 0 ? json(gbps >= kRestoreOfRawReadTarget * restore.raw_read) : json(nullptr);
+  s["restore_over_raw_read"] = OrNull(restore.host_of_raw);
+  s["restore_device_over_raw_read"] = OrNull(restore.device_of_raw);
+  auto met = [&](double of_raw) {
+    return of_raw > 0 ? json(of_raw >= kRestoreOfRawReadTarget) : json(nullptr);
   };
   s["targets"] = {{"persist_ge_95pct_raw", persist >= kPersistOfRawTarget * raw},
                   {"blocking_lt_2pct_naive", blocking_ratio < kBlockingOfNaiveTarget},
                   {"gpu_capture_ge_90pct_pcie",
                    m.gpu ? json(capture >= kCaptureOfPcieTarget * m.pcie_gbps) : json(nullptr)},
                   {"blocking_le_1p2x_drain", BlockingOfDrain(m, rt, raw)},
-                  {"restore_ge_90pct_raw_read", met(restore.host)},
-                  {"restore_device_ge_90pct_raw_read", met(restore.device)}};
+                  {"restore_ge_90pct_raw_read", met(restore.host_of_raw)},
+                  {"restore_device_ge_90pct_raw_read", met(restore.device_of_raw)}};
   out->Emit(s);
 }
 

@@ -1,8 +1,8 @@
 // The restore phase of `rtft-bench ckpt`: how fast a restarted job gets its state back, against
 // what the disk reads. Same state, same disk, same run as the write phase: the raw O_DIRECT read
-// of rt-ft's own rank file (8 MiB blocks, 16 in flight per thread), then Restore() of that
-// version into host memory and into GPU memory, with every checksum verified; the page cache is
-// emptied of the files before each, so that every read comes from the disk.
+// of rt-ft's own rank file (8 MiB blocks, 16 in flight per thread) right before each Restore() of
+// that version, into host memory and into GPU memory, with every checksum verified; the page
+// cache is emptied of the files before each read, so that every read comes from the disk.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -138,6 +138,12 @@ StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig&
       RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads), &r.raw_read_s));
   RTFT_ASSIGN_OR_RETURN(r.restore_s, TimedRestore(saved, dir, false, &r.page_cache_evicted));
   if (gpu) {
+    r.page_cache_evicted &= EvictFromPageCache(dir);
+    RTFT_ASSIGN_OR_RETURN(
+        uint64_t again, RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads),
+                                &r.raw_read_device_s));
+    if (again != r.raw_read_bytes)
+      return Status::Internal("the rank file changed size between two raw reads");
     RTFT_ASSIGN_OR_RETURN(r.restore_device_s,
                           TimedRestore(saved, dir, true, &r.page_cache_evicted));
   }

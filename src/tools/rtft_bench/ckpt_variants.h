@@ -42,14 +42,17 @@ StatusOr<VariantResult> RunNaive(const BenchState& state, const VariantConfig& c
 StatusOr<VariantResult> RunRtft(const BenchState& state, const VariantConfig& config);
 
 // The restore phase, on the version RunRtft wrote: the disk's raw O_DIRECT read bandwidth over
-// the rank file, then Restore() into host memory and (with a GPU) into device memory, checksums
-// verified and the restored bytes compared with the saved ones; the files are evicted from the
-// page cache before each (POSIX_FADV_DONTNEED, no root needed).
+// the rank file, then Restore() into host memory, and (with a GPU) the raw read again and
+// Restore() into device memory: each restore against the raw read right before it, so that the
+// disk's drift over the phase is not in the ratio. Checksums verified and the restored bytes
+// compared with the saved ones; the files are evicted from the page cache before each read
+// (POSIX_FADV_DONTNEED, no root needed).
 struct RestoreResult {
   uint64_t raw_read_bytes = 0;
-  double raw_read_s = 0;
-  double restore_s = 0;         // into host memory
-  double restore_device_s = 0;  // into device memory; 0 without a usable GPU
+  double raw_read_s = 0;         // before the restore into host memory
+  double raw_read_device_s = 0;  // before the restore into device memory; 0 without a GPU
+  double restore_s = 0;          // into host memory
+  double restore_device_s = 0;   // into device memory; 0 without a usable GPU
   bool page_cache_evicted = false;
 };
 StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig& config, bool gpu);

@@ -102,7 +102,7 @@ class GoodputCommand final : public BenchCommand {
   GoodputInputs inputs_ = GoodputInputs::Defaults();
   std::vector<double> flag_values_;
   std::vector<CLI::Option*> flag_options_;
-  std::string protect_json_, recovery_json_, ckpt_json_, plot_;
+  std::string protect_json_, recovery_json_, recovery_sim_json_, ckpt_json_, plot_;
   std::string gpus_ = "1024,4096,16384";
   int gpus_per_node_ = 8, jobs_ = 20, search_jobs_ = 8, sweep_gpus_ = 0;
   uint64_t seed_ = 1;
@@ -126,6 +126,8 @@ void GoodputCommand::AddFlags(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--protect-json", protect_json_, "JSON lines of rtft-bench protect");
   cmd->add_option("--recovery-json", recovery_json_, "JSON lines of rtft-bench recovery");
+  cmd->add_option("--recovery-sim-json", recovery_sim_json_,
+                  "JSON lines of rtft-bench recovery --sim (the largest agent count's protocol_s)");
   cmd->add_option("--ckpt-json", ckpt_json_, "JSON lines of rtft-bench ckpt");
   cmd->add_option("--plot", plot_, "also write the JSON lines next to FILE.png and draw ETTR");
   // One flag per input; the values land here and count only when given.
@@ -144,6 +146,8 @@ void GoodputCommand::AddFlags(CLI::App* cmd) {
 Status GoodputCommand::LoadInputs() {
   if (!protect_json_.empty()) RTFT_RETURN_IF_ERROR(inputs_.ReadProtectJson(protect_json_));
   if (!recovery_json_.empty()) RTFT_RETURN_IF_ERROR(inputs_.ReadRecoveryJson(recovery_json_));
+  if (!recovery_sim_json_.empty())
+    RTFT_RETURN_IF_ERROR(inputs_.ReadRecoverySimJson(recovery_sim_json_));
   if (!ckpt_json_.empty()) RTFT_RETURN_IF_ERROR(inputs_.ReadCkptJson(ckpt_json_));
   for (size_t i = 0; i < flag_options_.size(); ++i) {
     if (flag_options_[i]->count() == 0) continue;

@@ -36,10 +36,12 @@ class GoodputInputs {
 
   // The measured figures from a file of JSON lines each command prints (the last matching line
   // counts): protect's overhead_pct; recovery's detect_s, resumed_s and step_s of the process
-  // and slot failures; ckpt's rt-ft line (persist_gbps, restore_device_gbps or restore_gbps,
+  // and slot failures; recovery --sim's protocol_s of the one-failure case at its largest
+  // agent count; ckpt's rt-ft line (persist_gbps, restore_device_gbps or restore_gbps,
   // blocking_s over bytes). InvalidArgument, naming the file and line, for anything else.
   Status ReadProtectJson(const std::string& path);
   Status ReadRecoveryJson(const std::string& path);
+  Status ReadRecoverySimJson(const std::string& path);
   Status ReadCkptJson(const std::string& path);
 
   // {name: {"value", "unit", "source"}} for every input.

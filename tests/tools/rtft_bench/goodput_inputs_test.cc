@@ -92,6 +92,20 @@ TEST(GoodputInputs, ReadsMeasuredFiguresWithTheirSource) {
   EXPECT_EQ(in.Get("rtft_detect_node_s"), 0.9);
   EXPECT_NEAR(in.Get("rtft_recover_crash_s"), 0.5 - 0.01 - 0.3, 1e-12);
   EXPECT_NEAR(in.Get("rtft_recover_node_s"), 1.5 - 0.9 - 0.25, 1e-12);
+  // The recovery simulation: the one-failure case at the largest agent count, whatever the
+  // order of the lines; the other cases are not the protocol of a single failure.
+  const std::string sim =
+      Write(dir, "sim.jsonl",
+            "{\"name\":\"recovery_sim\",\"agents\":4096,\"second_failure\":\"none\","
+            "\"protocol_s\":0.8}\n"
+            "{\"name\":\"recovery_sim\",\"agents\":4096,\"second_failure\":\"during_gather\","
+            "\"protocol_s\":3}\n"
+            "{\"name\":\"recovery_sim\",\"agents\":256,\"second_failure\":\"none\","
+            "\"protocol_s\":0.1}\n");
+  ASSERT_TRUE(in.ReadRecoverySimJson(sim).ok());
+  EXPECT_EQ(in.Get("rtft_protocol_s"), 0.8);
+  EXPECT_NE(in.ToJson()["rtft_protocol_s"]["source"].get<std::string>().find(sim + " line 1"),
+            std::string::npos);
   const std::string ckpt = Write(dir, "ckpt.jsonl",
                                  "{\"name\":\"ckpt\",\"variant\":\"raw\",\"persist_gbps\":9}\n"
                                  "{\"name\":\"ckpt\",\"variant\":\"rtft\",\"bytes\":2000000000,"
@@ -144,6 +158,22 @@ TEST(GoodputInputs, HostileFilesRefused) {
                                           "{\"name\":\"recovery\",\"failure\":\"process\","
                                           "\"detect_s\":2,\"resumed_s\":0.5,\"step_s\":0.3}")),
                 "resumed_s");
+  // Recovery --sim: no one-failure line, agents not a number, a negative protocol_s.
+  const double protocol = in.Get("rtft_protocol_s");
+  ExpectRefused(
+      in.ReadRecoverySimJson(Write(dir, "s1.jsonl",
+                                   "{\"name\":\"recovery_sim\",\"agents\":64,"
+                                   "\"second_failure\":\"100ms_after\",\"protocol_s\":1}")),
+      "\"none\"");
+  ExpectRefused(in.ReadRecoverySimJson(Write(dir, "s2.jsonl",
+                                             "{\"name\":\"recovery_sim\",\"agents\":\"many\","
+                                             "\"second_failure\":\"none\",\"protocol_s\":1}")),
+                "'agents' must be a number");
+  ExpectRefused(in.ReadRecoverySimJson(Write(dir, "s3.jsonl",
+                                             "{\"name\":\"recovery_sim\",\"agents\":64,"
+                                             "\"second_failure\":\"none\",\"protocol_s\":-1}")),
+                "'protocol_s' must be in");
+  EXPECT_EQ(in.Get("rtft_protocol_s"), protocol);
   // Ckpt: a zero bandwidth, no restore figure at all.
   ExpectRefused(in.ReadCkptJson(Write(dir, "c1.jsonl",
                                       "{\"name\":\"ckpt\",\"variant\":\"rtft\",\"bytes\":1e9,"
