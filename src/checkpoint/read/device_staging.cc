@@ -91,8 +91,7 @@ struct Plan {
     const Group& x = list[g];
     const CheckpointFileReader& reader = *x.item->reader;
     const uint64_t begin = x.first * reader.chunk_bytes();
-    uint64_t bytes = 0;
-    for (uint64_t c = x.first; c < x.end; ++c) bytes += reader.ChunkSize(*x.item->entry, c);
+    const uint64_t bytes = std::min(x.end * reader.chunk_bytes(), x.item->entry->bytes) - begin;
     if (bytes > 0)
       RTFT_RETURN_IF_ERROR(reader.ReadTensorBytes(*x.item->entry, begin, buffer, bytes));
     return bytes;

@@ -132,16 +132,16 @@ StatusOr<RestoreResult> RunRestore(const BenchState& saved, const VariantConfig&
   o.flush_threads = config.flush_threads;
   RTFT_ASSIGN_OR_RETURN(CheckpointOptions resolved, ResolveCheckpointOptions(o));
   RestoreResult r;
-  r.page_cache_evicted = EvictFromPageCache(dir);
-  RTFT_ASSIGN_OR_RETURN(
-      r.raw_read_bytes,
-      RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads), &r.raw_read_s));
+  r.page_cache_evicted = true;
+  // The raw read right before a restore, from the disk.
+  auto raw_read = [&](double* seconds) {
+    r.page_cache_evicted &= EvictFromPageCache(dir);
+    return RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads), seconds);
+  };
+  RTFT_ASSIGN_OR_RETURN(r.raw_read_bytes, raw_read(&r.raw_read_s));
   RTFT_ASSIGN_OR_RETURN(r.restore_s, TimedRestore(saved, dir, false, &r.page_cache_evicted));
   if (gpu) {
-    r.page_cache_evicted &= EvictFromPageCache(dir);
-    RTFT_ASSIGN_OR_RETURN(
-        uint64_t again, RawRead(RankFilePath(dir, kVersion, 0), std::max(1, resolved.flush_threads),
-                                &r.raw_read_device_s));
+    RTFT_ASSIGN_OR_RETURN(uint64_t again, raw_read(&r.raw_read_device_s));
     if (again != r.raw_read_bytes)
       return Status::Internal("the rank file changed size between two raw reads");
     RTFT_ASSIGN_OR_RETURN(r.restore_device_s,

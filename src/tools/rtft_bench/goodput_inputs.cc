@@ -71,7 +71,7 @@ std::vector<Input> RtftInputs() {
            "after its activation included)",
        "rt-ft: detection to the step started again on a spare, before the state transfer"},
       {"rtft_protocol_s", 0.925, "s", 0, 3600, false,
-       "README, Measured: recovery at scale: rtft-bench recovery --sim, 4096 simulated agents "
+       "README, Control plane: rtft-bench recovery --sim, 4096 simulated agents "
        "through the real coordinator, protocol_s with the L2 rings' rendezvous (median of 3, "
        "2-core CPU machine, 2026-12-02)",
        "rt-ft: the recovery protocol at the job's scale (event to every rank holding the plan "
