@@ -1,5 +1,7 @@
 #include "protect/capture.h"
 
+#include <future>
+
 namespace rtft::protect {
 
 StatusOr<std::unique_ptr<Capturer>> Capturer::Start(Snapshot* l1) {
@@ -51,15 +53,23 @@ void Capturer::Run() {
       job = std::move(*job_);
       job_.reset();
     }
+    std::promise<Status> sealed;
+    Status handoff;
     Status s = RunGuarded("the L1 capture", [&] {
       return l1_->Capture(job.step, job.epoch, job.rank, job.world, job.objects, job.stream, [&] {
+        // The replicator has the step before anyone learns that the state was copied: a wait
+        // for its replica after the fence waits for this one.
+        if (job.copied)
+          handoff = RunGuarded("the L1 capture's hand-off",
+                               [&] { job.copied(job.step, sealed.get_future().share()); });
         std::lock_guard<std::mutex> lock(mu_);
         copied_ = true;
         cv_.notify_all();
       });
     });
-    if (s.ok() && job.done)
-      s = RunGuarded("the L1 capture's hand-off", [&] { job.done(job.step); });
+    // A step the replicator was not given would not be waited for: the capture failed.
+    if (s.ok()) s = handoff;
+    sealed.set_value(s);
     std::lock_guard<std::mutex> lock(mu_);
     status_ = s;
     busy_ = false;

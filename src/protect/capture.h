@@ -2,11 +2,14 @@
 // copy of the state into its snapshot area runs while forward and backward run on the training
 // thread (docs/protect.md, "Levels"). The fence before the update waits for the copy; the next
 // step's begin for the whole capture (its checksums computed after the copy of device state).
+// The step goes to the replicator as soon as it is copied, with a future of its sealing: L2 sends
+// the bytes while they are still being hashed, and the checksum after them.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,8 +22,12 @@ namespace rtft::protect {
 
 class Capturer {
  public:
-  // What ran on the worker after a capture that succeeded (hands the step to the replicator).
-  using Done = std::function<void(uint64_t step)>;
+  // What the capture is over with: its status, set once the area is sealed (Ok) or the capture
+  // failed. Never left unset: a capture cut short by an exception sets its error.
+  using Sealed = std::shared_future<Status>;
+  // Runs on the worker once the state of `step` is in its area (before its checksums, for device
+  // state): hands the step to the replicator.
+  using Copied = std::function<void(uint64_t step, Sealed sealed)>;
   struct Job {
     uint64_t step = 0;
     uint64_t epoch = 0;
@@ -28,7 +35,7 @@ class Capturer {
     int world = 1;
     std::string objects;  // serialized on the training thread, as they were at the step's start
     const void* stream = nullptr;  // the application's CUDA stream, for device tensors
-    Done done;
+    Copied copied;
   };
   static StatusOr<std::unique_ptr<Capturer>> Start(Snapshot* l1);
   ~Capturer();  // finishes a capture in flight, then joins

@@ -1,6 +1,9 @@
 // The step driver (docs/protect.md, "Step driver"): the bracket and the recovery that every
 // protected loop needs, written once on top of the public bracket, so that the application's loop
 // has no recovery branch.
+#include <chrono>
+
+#include "core/logging.h"
 #include "protect/protector.h"
 
 namespace rtft {
@@ -42,11 +45,27 @@ StatusOr<RunResult> ProtectorImpl::Run(uint64_t end_step, const StepFns& fns) {
     ctx.data = grid_.flat() ? train_.get() : data_.get();
     ctx.stream = o_.stream;
     ctx.recovered = recovered;
+    // Where each step's time went (debug): the bracket's calls and the application's.
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point t[6];
+    t[0] = Clock::now();
     Status s = BeginStep(step);
+    t[1] = Clock::now();
     if (s.ok()) s = fns.compute(ctx);
+    t[2] = Clock::now();
     if (s.ok()) s = BeforeUpdate();
+    t[3] = Clock::now();
     if (s.ok()) s = fns.update(ctx);
+    t[4] = Clock::now();
     if (s.ok()) s = EndStep();
+    t[5] = Clock::now();
+    using Ms = std::chrono::duration<double, std::milli>;
+    auto ms = [&](int i) { return Ms(t[i] - t[i - 1]).count(); };
+    // At: the host's monotonic clock, comparable between the ranks of one host.
+    RTFT_LOG(kDebug, kLogRuntime) << "step " << step << (step_protected_ ? " protected" : " paused")
+                                  << " at " << Ms(t[0].time_since_epoch()).count() << " ms: begin "
+                                  << ms(1) << " ms, compute " << ms(2) << " ms, fence " << ms(3)
+                                  << " ms, update " << ms(4) << " ms, end " << ms(5) << " ms";
     if (s.ok()) {
       ++step;
       recovered = nullptr;

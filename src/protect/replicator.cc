@@ -4,11 +4,12 @@
 #include <chrono>
 
 #include "core/fault_point.h"
+#include "core/logging.h"
 
 namespace rtft::protect {
 namespace {
 
-// What precedes a replica on the wire.
+// What precedes a replica on the wire (checksum 0) and what follows it (its checksum).
 struct WireHeader {
   uint64_t step;
   uint64_t bytes;
@@ -70,9 +71,17 @@ void Replicator::Expect(uint64_t max_replica_bytes) {
 }
 
 void Replicator::Submit(uint64_t step) {
+  Submit(step, l1_->header(step)->object_bytes, std::shared_future<Status>());
+}
+
+void Replicator::Submit(uint64_t step, uint64_t object_bytes, std::shared_future<Status> sealed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({step, nullptr, nullptr});
+    Item item;
+    item.step = step;
+    item.sealed = std::move(sealed);
+    item.object_bytes = object_bytes;
+    queue_.push_back(std::move(item));
     Remember(&submitted_, step);
     ++steps_submitted_;
   }
@@ -100,7 +109,10 @@ Status Replicator::Call(Work work) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;
   const size_t ticket = ++calls_queued_;
-  queue_.push_back({0, std::move(work), result});
+  Item item;
+  item.work = std::move(work);
+  item.result = result;
+  queue_.push_back(std::move(item));
   cv_.notify_all();
   cv_.wait(lock, [&] { return calls_done_ >= ticket || stop_ || !error_.ok(); });
   if (calls_done_ >= ticket) return *result;
@@ -133,26 +145,27 @@ void Replicator::Run() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status s = RunGuarded("the replicator",
-                                [&] { return item.work ? item.work(comm_) : Exchange(item.step); });
+    const Status s =
+        RunGuarded("the replicator", [&] { return item.work ? item.work(comm_) : Exchange(item); });
     Finish(item, s);
     if (!s.ok() && !item.work) return;
   }
 }
 
 // Rank r sends its replica range of `step` to r + 1 and receives r - 1's: the headers on the first
-// stream, then one stripe on each. A send completes when its receiver takes it, so on each stream
-// one side of every link sends first and the other receives first (even ranks send first on even
-// streams, odd ranks on odd ones): no stream's ring waits on itself, and with two streams or more
-// both directions of a link are busy at once.
-Status Replicator::Exchange(uint64_t step) {
+// stream, then one stripe on each, then the checksums on the first (each rank's once its capture
+// has hashed the area: the bytes travel while they are hashed). A send completes when its
+// receiver takes it, so on each stream one side of every link sends first and the other receives
+// first (even ranks send first on even streams, odd ranks on odd ones): no stream's ring waits on
+// itself, and with two streams or more both directions of a link are busy at once.
+Status Replicator::Exchange(const Item& item) {
+  const uint64_t step = item.step;
   const auto begin = std::chrono::steady_clock::now();
   const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
   const Layout& layout = l1_->layout();
   const AreaHeader* area = l1_->header(step);
   const char* mine = l1_->payload(step) + layout.shard_begin;
-  // The capture computed the range's checksum as it copied it.
-  WireHeader out{step, layout.replica_bytes(area->object_bytes), area->replica_checksum};
+  WireHeader out{step, layout.replica_bytes(item.object_bytes), 0};
   WireHeader in{};
   auto send = [&]() -> Status {
     FaultPoint("protect.l2.send");
@@ -177,6 +190,7 @@ Status Replicator::Exchange(uint64_t step) {
   };
   RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? send() : recv());
   RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? recv() : send());
+  const auto headed = std::chrono::steady_clock::now();
   RTFT_ASSIGN_OR_RETURN(char* dst, l2_->Prepare(step, in.bytes));
   std::mutex mu;
   Status failed;
@@ -196,14 +210,46 @@ Status Replicator::Exchange(uint64_t step) {
     stripe(0);
   }
   RTFT_RETURN_IF_ERROR(failed);
-  l2_->Seal(step, left, comm_->epoch(), in.bytes, in.checksum);
+  const auto striped = std::chrono::steady_clock::now();
+  // The checksums: this rank's once its capture is over. A capture that failed sends none (the
+  // neighbour then waits until the epoch is aborted, as for a replica never begun).
+  if (item.sealed.valid()) RTFT_RETURN_IF_ERROR(item.sealed.get());
+  const auto sealed_at = std::chrono::steady_clock::now();
+  if (area->state != kComplete || area->step != step || area->object_bytes != item.object_bytes)
+    return Status::Internal("the L1 area of step " + std::to_string(step) +
+                            " was not sealed when its capture ended");
+  WireHeader out_sum{step, out.bytes, area->replica_checksum};
+  WireHeader in_sum{};
+  auto send_sum = [&] { return comm_->Send(&out_sum, sizeof(out_sum), DType::kUInt8, right); };
+  auto recv_sum = [&]() -> Status {
+    RTFT_RETURN_IF_ERROR(comm_->Recv(&in_sum, sizeof(in_sum), DType::kUInt8, left));
+    if (in_sum.step != step || in_sum.bytes != in.bytes)
+      return Status::DataLoss("rank " + std::to_string(left) + " ended its replica of step " +
+                              std::to_string(step) + " with the checksum of step " +
+                              std::to_string(in_sum.step) + " (" + std::to_string(in_sum.bytes) +
+                              " bytes)");
+    return Status::Ok();
+  };
+  RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? send_sum() : recv_sum());
+  RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? recv_sum() : send_sum());
+  l2_->Seal(step, left, comm_->epoch(), in.bytes, in_sum.checksum);
   // Every rank has now sealed its neighbour's replica of `step`: only from here on may a rank's
   // next capture drop step - 1 from its snapshot (docs/protect.md, "Why the barrier").
+  const auto summed = std::chrono::steady_clock::now();
   RTFT_RETURN_IF_ERROR(comm_->Barrier());
+  const auto end = std::chrono::steady_clock::now();
   counters_->bytes += out.bytes + in.bytes;
-  counters_->micros += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - begin)
-                                                 .count());
+  counters_->micros += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(end - begin).count());
+  using Ms = std::chrono::duration<double, std::milli>;
+  RTFT_LOG(kDebug, kLogRuntime) << "L2 step " << step << " at "
+                                << Ms(begin.time_since_epoch()).count() << " ms: headers "
+                                << Ms(headed - begin).count() << " ms, stripes "
+                                << Ms(striped - headed).count() << " ms ("
+                                << (out.bytes + in.bytes) / 1e6 << " MB), own seal "
+                                << Ms(sealed_at - striped).count() << " ms, checksums "
+                                << Ms(summed - sealed_at).count() << " ms, barrier "
+                                << Ms(end - summed).count() << " ms";
   return Status::Ok();
 }
 

@@ -1,17 +1,19 @@
-// L2's sender and receiver for one epoch (docs/protect.md, "Levels"): after the L1 capture of a
-// step, its replica range goes to rank + 1 over communicators of the replicator's own, and rank
-// - 1's comes into the ReplicaStore; then every rank meets in a barrier, so that once Wait(step)
-// returns every rank's replica of `step` is sealed at its holder. With several communicators
-// (streams) the range is cut into one stripe per stream, each sent and received on a thread of
-// its own, half of them sending first and half receiving first, so that both directions of every
-// link carry data at once. The communicators belong to the replicator's threads alone: recovery
-// and the shrink run their transfers through Call(), on the first, in the same queue.
+// L2's sender and receiver for one epoch (docs/protect.md, "Levels"): once the L1 capture of a
+// step has copied the state, its replica range goes to rank + 1 over communicators of the
+// replicator's own, and rank - 1's comes into the ReplicaStore; the range's checksum follows its
+// bytes, once the capture has sealed the area; then every rank meets in a barrier, so that once
+// Wait(step) returns every rank's replica of `step` is sealed at its holder. With several
+// communicators (streams) the range is cut into one stripe per stream, each sent and received on a
+// thread of its own, half of them sending first and half receiving first, so that both directions
+// of every link carry data at once. The communicators belong to the replicator's threads alone:
+// recovery and the shrink run their transfers through Call(), on the first, in the same queue.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -43,8 +45,12 @@ class Replicator {
   // The most bytes a replica from the left neighbour may hold (its shards, from the shard table,
   // and the objects' room): a larger one is refused before any memory is reserved for it.
   void Expect(uint64_t max_replica_bytes);
-  // Replicates the snapshot of `step` (once its capture is complete).
+  // Replicates the sealed snapshot of `step`.
   void Submit(uint64_t step);
+  // Replicates the snapshot of `step` whose bytes are final (its objects `object_bytes`) and
+  // whose checksums are still in the making: `sealed` says when its capture is over (its
+  // status), and the checksum is sent then.
+  void Submit(uint64_t step, uint64_t object_bytes, std::shared_future<Status> sealed);
   // Until the exchange of `step` is over (or the replicator failed); for a step it was never
   // given, until every exchange given so far is over (they read L1 areas the caller may reuse).
   Status Wait(uint64_t step);
@@ -58,13 +64,15 @@ class Replicator {
  private:
   struct Item {
     uint64_t step = 0;
-    Work work;  // empty: replicate `step`
+    Work work;                          // empty: replicate `step`
+    std::shared_future<Status> sealed;  // of `step`'s capture; invalid: sealed already
+    uint64_t object_bytes = 0;          // with `sealed`
     std::shared_ptr<Status> result;
   };
   Replicator(std::vector<std::unique_ptr<Communicator>> streams, Snapshot* l1, ReplicaStore* l2);
   void Run();
   void Finish(const Item& item, const Status& s);
-  Status Exchange(uint64_t step);
+  Status Exchange(const Item& item);
   // Stripe `j` of the `send_bytes` at `send` to the right and of the `recv_bytes` into `recv` from
   // the left, on stream j.
   Status Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv, uint64_t recv_bytes);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/checksum.h"
@@ -173,6 +174,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     return Status::ResourceExhausted(
         "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
         std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
+  const auto begun = std::chrono::steady_clock::now();
   Invalidate(step);
   std::vector<std::unique_ptr<CopyTicket>> device;
   RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
@@ -187,11 +189,18 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
           std::memcpy(p + e.offset, e.tensor.data, e.bytes);
     if (!objects.empty()) std::memcpy(p + layout_.objects_begin, objects.data(), objects.size());
     for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
+    const auto landed = std::chrono::steady_clock::now();
     if (copied) copied();
     const size_t end = layout_.objects_begin + objects.size();
     ThreadPool* pool = HashPool();
     Close(step, epoch, rank, world, objects.size(), ChunkedXxh3(p, layout_.shard_begin, pool),
           ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool));
+    using Ms = std::chrono::duration<double, std::milli>;
+    RTFT_LOG(kDebug, kLogRuntime) << "L1 step " << step << " at "
+                                  << Ms(begun.time_since_epoch()).count() << " ms: copied in "
+                                  << Ms(landed - begun).count() << " ms, hashed in "
+                                  << Ms(std::chrono::steady_clock::now() - landed).count()
+                                  << " ms (" << end / 1e6 << " MB)";
     return Status::Ok();
   }
   size_t at = 0;  // what is hashed so far: payload [0, at)

@@ -1,6 +1,7 @@
 // The step bracket: BeginStep hands the L1 capture to the capture worker, which hands the step to
-// the L2 replicator once it is complete; BeforeUpdate waits for the capture's copy; EndStep reports
-// progress, writes L3 when it is due, and says whether a failure event came.
+// the L2 replicator once the state is copied (its checksum follows when the capture is sealed);
+// BeforeUpdate waits for the capture's copy; EndStep reports progress, writes L3 when it is due,
+// and says whether a failure event came.
 #include "core/fault_point.h"
 #include "protect/l3_views.h"
 #include "protect/protector.h"
@@ -28,8 +29,9 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   // then sealed before the state changes, and its cost stays with the protected steps.
   const auto begin = std::chrono::steady_clock::now();
   // The last capture's checksums first (the fence let the step go on once its state was
-  // copied): the capture hands its step to the replicator only when it is sealed, and waiting
-  // for a replica the replicator was not yet given would not wait at all.
+  // copied; a capture that failed is reported here), then its replica: the capture hands its
+  // step to the replicator before the fence learns it was copied, so that step is never one the
+  // replicator was not yet given.
   RTFT_RETURN_IF_ERROR(capture_->Wait());
   if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
   const double replica_wait = Seconds(std::chrono::steady_clock::now() - begin);
@@ -59,11 +61,13 @@ Status ProtectorImpl::StartCapture(uint64_t step) {
   job.epoch = train_->epoch();
   job.rank = train_->rank();
   job.world = train_->world_size();
+  const uint64_t object_bytes = objects.size();
   job.objects = std::move(objects);
   job.stream = o_.stream;
-  // Runs on the capture worker; the replicator outlives the capture (recovery waits for it).
-  job.done = [this](uint64_t s) {
-    if (replicator_) replicator_->Submit(s);
+  // Runs on the capture worker once the state is copied; the replicator outlives the capture
+  // (recovery waits for it).
+  job.copied = [this, object_bytes](uint64_t s, Capturer::Sealed sealed) {
+    if (replicator_) replicator_->Submit(s, object_bytes, std::move(sealed));
   };
   return capture_->Begin(std::move(job));
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "core/params.h"
@@ -101,22 +102,26 @@ TEST_F(DirTest, TheCaptureWorkerCapturesOnItsThreadAndHandsTheStepOn) {
   ASSERT_TRUE(c.ok());
   std::atomic<uint64_t> handed{0};
   std::thread::id worker;
+  Capturer::Sealed sealed;
   Capturer::Job job;
   job.step = 4;
   job.objects = "obj";
-  job.done = [&](uint64_t step) {
+  job.copied = [&](uint64_t step, Capturer::Sealed s) {
     handed = step + 1;
     worker = std::this_thread::get_id();
+    sealed = std::move(s);
   };
   ASSERT_TRUE((*c)->Begin(job).ok());
   EXPECT_EQ((*c)->Begin(job).code(), StatusCode::kInternal);  // the last one was not waited for
   ASSERT_TRUE((*c)->Wait().ok());
   EXPECT_EQ(handed.load(), 5u);
   EXPECT_NE(worker, std::this_thread::get_id());
+  ASSERT_TRUE(sealed.valid());
+  EXPECT_TRUE(sealed.get().ok());  // the area was sealed: the replicator may send its checksum
   EXPECT_EQ((*l1)->CompleteSteps(), std::vector<uint64_t>{4});
   // A hand-off that throws is the step's error, not the end of the process.
   job.step = 5;
-  job.done = [](uint64_t) { throw std::runtime_error("a bug"); };
+  job.copied = [](uint64_t, Capturer::Sealed) { throw std::runtime_error("a bug"); };
   ASSERT_TRUE((*c)->Begin(job).ok());
   EXPECT_EQ((*c)->Wait().code(), StatusCode::kInternal);
   EXPECT_TRUE((*c)->Wait().code() == StatusCode::kInternal);  // kept until the next Begin
@@ -192,6 +197,72 @@ INSTANTIATE_TEST_SUITE_P(Streams, ReplicatorTest, ::testing::Values(1, 2, 3));
 
 TEST(ReplicatorStart, RefusesNoCommunicator) {
   EXPECT_EQ(Replicator::Start({}, nullptr, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A step handed over once copied, before its capture is sealed: the bytes go first and the
+// checksum after the seal (the promise, set after the hand-off); a capture that failed, or an area
+// that was not sealed, ends the exchange with an error and seals nothing.
+TEST_F(DirTest, TheChecksumFollowsTheBytesOnceTheCaptureIsSealed) {
+  for (const int outcome : {0, 1, 2}) {  // sealed, the capture failed, sealed without the area
+    SCOPED_TRACE(outcome);
+    auto store = NewLocalCommStore();
+    std::vector<std::vector<float>> params(2, std::vector<float>(3000)), shards(2);
+    std::vector<Layout> layouts(2);
+    std::vector<std::unique_ptr<Snapshot>> l1(2);
+    std::vector<std::unique_ptr<ReplicaStore>> l2(2);
+    std::vector<std::unique_ptr<Replicator>> reps(2);
+    std::vector<std::promise<Status>> seal(2);
+    std::vector<Status> waited(2);
+    for (int r = 0; r < 2; ++r) {
+      layouts[r] = *Layout::Build(State(&params[r], &shards[r], 2, r, 4321), 4096);
+      for (size_t i = 0; i < shards[r].size(); ++i) shards[r][i] = float(r * 7000 + i);
+      l1[r] = std::move(*Snapshot::Open(Dir(10 * outcome + r), layouts[r]));
+      l2[r] = std::move(*ReplicaStore::Open(Dir(10 * outcome + r)));
+    }
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        std::vector<std::unique_ptr<Communicator>> comms;
+        for (int j = 0; j < 2; ++j) {
+          CommOptions o;
+          o.rank = r;
+          o.world_size = 2;
+          o.name = "replica-seal.s" + std::to_string(j);
+          o.store = store.get();
+          o.host = "127.0.0.1";
+          comms.push_back(std::move(*Communicator::Create(o)));
+        }
+        reps[r] = std::move(*Replicator::Start(std::move(comms), l1[r].get(), l2[r].get()));
+        reps[r]->Expect(layouts[1 - r].replica_bytes(layouts[1 - r].object_capacity));
+        // Handed over once copied, sealed later: the exchange waits for the seal to end.
+        const Status captured = l1[r]->Capture(2, 1, r, 2, "obj");
+        if (outcome == 2 && r == 0) l1[r]->Invalidate(2);
+        reps[r]->Submit(2, 3, seal[r].get_future().share());
+        seal[r].set_value(outcome == 1 && r == 0 ? Status::Internal("the capture failed")
+                                                 : captured);
+        waited[r] = reps[r]->Wait(2);
+        if (!waited[r].ok()) reps[r].reset();  // its peer's exchange in flight ends too
+      });
+    for (auto& t : threads) t.join();
+    if (outcome == 0) {
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(waited[r].ok()) << waited[r];
+        auto held = l2[r]->Find(1 - r, 2);
+        ASSERT_TRUE(held.has_value()) << "rank " << r;
+        EXPECT_EQ(held->bytes, layouts[1 - r].replica_bytes(3));
+        EXPECT_EQ(std::memcmp(l2[r]->Data(2), l1[1 - r]->payload(2) + layouts[1 - r].shard_begin,
+                              held->bytes),
+                  0);
+      }
+    } else {
+      EXPECT_EQ(waited[0].code(), StatusCode::kInternal) << waited[0];
+      if (outcome == 2)
+        EXPECT_NE(waited[0].message().find("was not sealed"), std::string::npos) << waited[0];
+      EXPECT_FALSE(waited[1].ok());
+      EXPECT_FALSE(l2[1]->Find(0, 2).has_value());  // rank 0's replica never completed
+    }
+    reps.clear();
+  }
 }
 
 TEST_F(DirTest, AReplicaLargerThanTheNeighboursStateIsRefusedBeforeItIsReceived) {

@@ -84,16 +84,17 @@ std::vector<Input> RtftInputs() {
       {"net_gbps_per_gpu", 50, "GB/s", 1e-3, 1e4, false,
        "Llama 3: 400 Gb/s per GPU (RoCE and InfiniBand)",
        "network bandwidth that moves a lost rank's state to its spare"},
-      {"l3_write_gbps_per_gpu", 1.85, "GB/s", 1e-3, 1e4, false,
-       "README, Measured: checkpoint engine: rt-ft persist, 18 GiB of GPU state, 1x H200, local "
-       "disk, 2026-11-29",
+      {"l3_write_gbps_per_gpu", 2.37, "GB/s", 1e-3, 1e4, false,
+       "README, Measured: checkpoint engine: rt-ft persist, 16 GiB of GPU state in 64 tensors, "
+       "1x H200, local disk, 2026-12-02 (1.85 GB/s for 18 GiB on 2026-11-29)",
        "L3 write bandwidth per GPU"},
-      {"l3_load_gbps_per_gpu", 0.86 * 1.3, "GB/s", 1e-3, 1e4, false,
-       "README, Measured: checkpoint engine: restore into GPU memory at 0.86 of the raw read; "
-       "docs/benchmarks.md: raw read 1.3 GB/s (1x H200, local disk)",
+      {"l3_load_gbps_per_gpu", 2.11, "GB/s", 1e-3, 1e4, false,
+       "README, Measured: checkpoint engine: restore into GPU memory, the same 16 GiB run "
+       "(0.974 of the raw read)",
        "L3 load bandwidth per GPU"},
-      {"ckpt_blocking_s_per_gb", 0.35 / (18.0 * 1.073741824), "s/GB", 0, 100, false,
-       "README, Measured: checkpoint engine: rt-ft held training 0.35 s for 18 GiB of GPU state",
+      {"ckpt_blocking_s_per_gb", 0.33 / (16.0 * 1.073741824), "s/GB", 0, 100, false,
+       "README, Measured: checkpoint engine: rt-ft held training 0.33 s for 16 GiB of GPU state, "
+       "the same run",
        "training held per checkpoint, per GB of state"},
       {"rtft_l3_interval_h", 1, "h", 0.01, 8760, false,
        "assumed: rt-ft needs L3 only when both holders of a replica are lost",

@@ -170,6 +170,8 @@ int ProtectCommand::Run() {
   if (step_off < 0.2 || step_off > 0.5)
     Progress("protect: warning: a step took " + std::to_string(step_off) +
              " s, outside 0.2 to 0.5 s (set --batch)");
+  // The target: 3 % of a step on the CPU path, 1 % with device state (docs/protect.md).
+  const double target = dev_.cuda() ? 1.0 : 3.0;
   JsonLines out;
   out.Emit(
       {{"name", "protect"},
@@ -202,8 +204,8 @@ int ProtectCommand::Run() {
        {"l2_gb_per_s", l2_rates.empty() ? 0.0 : Median(l2_rates) / 1e9},
        {"l2_replica_bytes_per_step_max", l2_rates.empty() ? 0.0 : Median(l2_rates) / 2 * step_off},
        {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
-       {"target_pct", 3.0},
-       {"met", overhead <= 3.0}});
+       {"target_pct", target},
+       {"met", overhead <= target}});
   return kExitOk;
 }
 
