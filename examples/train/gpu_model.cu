@@ -101,9 +101,38 @@ __global__ void SoftmaxCrossEntropy(const float* __restrict__ logits, const int*
   }
 }
 
-}  // namespace
+// The model on the device (gpu_model.h).
+class CudaModel final : public GpuModel {
+ public:
+  static rtft::StatusOr<std::unique_ptr<GpuModel>> Make(const ModelShape& shape, uint64_t seed,
+                                                        int device, int batch);
+  ~CudaModel() override;
 
-struct GpuModel::Handles {
+  size_t params() const override { return n_; }
+  void* params_data() const override { return params_; }
+  float* grad_data() const override { return grad_; }
+  void* stream() const override;
+  int device() const override { return device_; }
+  rtft::StatusOr<void*> Alloc(size_t bytes) override;
+  rtft::StatusOr<void*> AllocHost(size_t bytes) override;
+  rtft::StatusOr<float> LossAndGradient(const std::vector<float>& x,
+                                        const std::vector<int>& y) override;
+  rtft::Status Copy(void* dst, const void* src, size_t bytes) override;
+  rtft::Status Sync() override;
+
+ private:
+  CudaModel() = default;
+  struct Handles;
+  ModelShape shape_;
+  int device_ = 0;
+  int batch_ = 0;
+  size_t n_ = 0;
+  void* params_ = nullptr;
+  float* grad_ = nullptr;
+  std::unique_ptr<Handles> h_;
+};
+
+struct CudaModel::Handles {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   std::vector<void*> device, host;
@@ -114,9 +143,9 @@ struct GpuModel::Handles {
   std::vector<float> loss_host;
 };
 
-rtft::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelShape& shape, uint64_t seed,
-                                                           int device, int batch) {
-  std::unique_ptr<GpuModel> g(new GpuModel());
+rtft::StatusOr<std::unique_ptr<GpuModel>> CudaModel::Make(const ModelShape& shape, uint64_t seed,
+                                                          int device, int batch) {
+  std::unique_ptr<CudaModel> g(new CudaModel());
   g->shape_ = shape;
   g->device_ = device;
   g->batch_ = batch;
@@ -158,10 +187,10 @@ rtft::StatusOr<std::unique_ptr<GpuModel>> GpuModel::Create(const ModelShape& sha
   ToBf16<<<Blocks(n), kThreads, 0, h.stream>>>(h.work, static_cast<__nv_bfloat16*>(g->params_), n);
   RTFT_RETURN_IF_ERROR(Cuda(cudaGetLastError(), "rounding the parameters"));
   RTFT_RETURN_IF_ERROR(g->Sync());
-  return rtft::StatusOr<std::unique_ptr<GpuModel>>(std::move(g));
+  return rtft::StatusOr<std::unique_ptr<GpuModel>>(std::unique_ptr<GpuModel>(std::move(g)));
 }
 
-GpuModel::~GpuModel() {
+CudaModel::~CudaModel() {
   if (!h_) return;
   cudaSetDevice(device_);
   if (h_->stream) cudaStreamSynchronize(h_->stream);
@@ -171,9 +200,9 @@ GpuModel::~GpuModel() {
   if (h_->stream) cudaStreamDestroy(h_->stream);
 }
 
-void* GpuModel::stream() const { return h_->stream; }
+void* CudaModel::stream() const { return h_->stream; }
 
-rtft::StatusOr<void*> GpuModel::Alloc(size_t bytes) {
+rtft::StatusOr<void*> CudaModel::Alloc(size_t bytes) {
   void* p = nullptr;
   RTFT_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, bytes ? bytes : 1), "allocating device memory"));
   h_->device.push_back(p);
@@ -182,7 +211,7 @@ rtft::StatusOr<void*> GpuModel::Alloc(size_t bytes) {
   return p;
 }
 
-rtft::StatusOr<void*> GpuModel::AllocHost(size_t bytes) {
+rtft::StatusOr<void*> CudaModel::AllocHost(size_t bytes) {
   void* p = nullptr;
   RTFT_RETURN_IF_ERROR(
       Cuda(cudaMallocHost(&p, bytes ? bytes : 1), "allocating pinned host memory"));
@@ -191,18 +220,18 @@ rtft::StatusOr<void*> GpuModel::AllocHost(size_t bytes) {
   return p;
 }
 
-Status GpuModel::Copy(void* dst, const void* src, size_t bytes) {
+Status CudaModel::Copy(void* dst, const void* src, size_t bytes) {
   RTFT_RETURN_IF_ERROR(
       Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h_->stream), "copying"));
   return Sync();
 }
 
-Status GpuModel::Sync() {
+Status CudaModel::Sync() {
   return Cuda(cudaStreamSynchronize(h_->stream), "synchronizing the model's stream");
 }
 
-rtft::StatusOr<float> GpuModel::LossAndGradient(const std::vector<float>& x,
-                                                const std::vector<int>& y) {
+rtft::StatusOr<float> CudaModel::LossAndGradient(const std::vector<float>& x,
+                                                 const std::vector<int>& y) {
   const ModelShape& s = shape_;
   const int batch = batch_;
   if (x.size() != size_t(batch) * s.inputs || y.size() != size_t(batch))
@@ -262,4 +291,11 @@ rtft::StatusOr<float> GpuModel::LossAndGradient(const std::vector<float>& x,
   return loss / batch;
 }
 
+}  // namespace
 }  // namespace train
+
+extern "C" __attribute__((visibility("default"))) void rtft_train_make_gpu_model(
+    const train::ModelShape* shape, uint64_t seed, int device, int batch,
+    rtft::StatusOr<std::unique_ptr<train::GpuModel>>* out) {
+  *out = train::CudaModel::Make(*shape, seed, device, batch);
+}

@@ -315,6 +315,10 @@ Status Trainer::Digest(rtft::Communicator* c, uint64_t* digest) const {
 int Trainer::Run() {
   const rtft::RuntimeInfo me = rt_->current();
   rank_ = me.rank;
+  // The process has its rank (a spare: once activated): where a replacement's start ends
+  // (rtft-bench recovery's start_s).
+  Say(std::string("up role=") + rtft::RuntimeRoleName(me.role) +
+      " epoch=" + std::to_string(me.epoch));
   if (me.role == rtft::RuntimeRole::kInitial || me.role == rtft::RuntimeRole::kStandalone)
     ArmFaults(me.rank);
   if (o_.grid()) {
