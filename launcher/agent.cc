@@ -58,6 +58,8 @@ Agent::~Agent() {
   }
   coordinator_listener_.Join();
   link_listener_.Join();
+  // Its thread wakes the inbox (on_answer): it ends before the inbox does.
+  client_.reset();
   SetForwardedChild(0);
   app_ = App();  // kills a child still running
   link_.reset();
@@ -107,6 +109,12 @@ Status Agent::Join() {
   if (config_.standby) o.primary_timeout = config_.options.heartbeat_timeout;
   // RTFT_CTRL_COORDINATOR_TIMEOUT_MS, but never shorter than the slots' own timeout.
   o.coordinator_timeout = std::max(o.coordinator_timeout, config_.options.heartbeat_timeout);
+  // The answers to the application's gets and gathers wake the loop (PollKvGets) at once.
+  o.on_answer = [this] {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.answers = true;
+    inbox_.cv.notify_all();
+  };
   coordinator_timeout_ = o.coordinator_timeout;
   auto client = control::AgentClient::Connect(o);
   if (!client.ok()) return client.status().Annotate("connecting to the coordinator " + o.endpoint);
@@ -239,8 +247,9 @@ void Agent::WaitAndHandle() {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     inbox_.cv.wait_for(lock, kTick, [&] {
       return !inbox_.events.empty() || !inbox_.reports.empty() || !inbox_.attaches.empty() ||
-             inbox_.child_exited || inbox_.coordinator_lost || inbox_.failed;
+             inbox_.child_exited || inbox_.answers || inbox_.coordinator_lost || inbox_.failed;
     });
+    inbox_.answers = false;
     failed = inbox_.failed;
     events.swap(inbox_.events);
     reports.swap(inbox_.reports);
@@ -335,7 +344,7 @@ void Agent::Demote(const std::string& why) {
                               << ": its rank left the job, the slot joins the spare pool: " << why;
   SetForwardedChild(0);
   app_ = App();  // kills and reaps the application
-  gets_.clear();
+  ForgetRequests();
   if (!shm_dir_.empty()) {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(shm_dir_, ec))

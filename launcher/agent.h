@@ -85,6 +85,7 @@ class Agent {
     std::deque<control::RuntimeReport> reports;
     std::deque<int32_t> attaches;  // pids, as the runtimes know themselves
     bool child_exited = false;
+    bool answers = false;  // an answer to a get or a gather came (AgentClientOptions::on_answer)
     std::optional<Status> coordinator_lost;
     std::optional<Status> failed;  // a listener thread ended with an error
     bool expect_attach = false;
@@ -99,13 +100,10 @@ class Agent {
     Clock::time_point last_progress;
     bool watchdog_killed = false;
   };
-  struct PendingGet {
+  // A get or a gather of the application, sent to the coordinator and not answered yet.
+  struct Pending {
     std::string key;
-    Clock::time_point deadline;
-  };
-  struct PendingGather {
-    std::string key;
-    uint64_t handle;  // AgentClient::StartGather's
+    uint64_t handle;  // AgentClient::StartKvGet's or StartGather's
   };
 
   Status Join();
@@ -126,8 +124,12 @@ class Agent {
   ChildSpec AppSpec();
   void OnAttach(int32_t pid);
   void HandleReport(const control::RuntimeReport& report);
+  // Forwards the answers that came to the application's gets and gathers.
   void PollKvGets();
+  void StartKvGet(const control::RuntimeReport& r);
   void StartGather(const control::RuntimeReport& r);
+  // Drops the application's gets and gathers: their answers would go to the next process.
+  void ForgetRequests();
   void OnChildExit(const ChildExit& exit, bool ending = false);
   // The application is ending (ChildProcess::exiting) but its tree is not reaped yet: a crash is
   // reported now, the restart waits for the tree's end (StartApp).
@@ -153,8 +155,8 @@ class Agent {
   bool shutting_down_ = false;
   bool signal_seen_ = false;
   std::optional<Clock::time_point> term_deadline_, kill_deadline_, gone_by_;
-  std::vector<PendingGet> gets_;
-  std::vector<PendingGather> gathers_;
+  std::vector<Pending> gets_;
+  std::vector<Pending> gathers_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
   bool done_ = false;
   bool coordinator_lost_ = false;

@@ -151,7 +151,7 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
       break;
     }
     case Type::kKvGet:
-      gets_.push_back({r.key, Clock::now() + std::chrono::milliseconds(r.timeout_ms)});
+      StartKvGet(r);
       break;
     case Type::kGather:
       StartGather(r);
@@ -164,7 +164,19 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
   }
 }
 
-// A gather goes to the coordinator at once; its answer is polled (PollKvGets) and forwarded.
+// A get goes to the coordinator at once, which answers when the key exists (or at the get's
+// deadline); the answer wakes the loop (on_answer), which forwards it (PollKvGets).
+void Agent::StartKvGet(const control::RuntimeReport& r) {
+  auto handle = client_->StartKvGet(r.key, std::chrono::milliseconds(r.timeout_ms));
+  if (handle.ok()) {
+    gets_.push_back({r.key, *handle});
+    return;
+  }
+  Status s = link_->SendKvReply(r.key, handle.status());
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "KV reply: " << s;
+}
+
+// A gather likewise.
 void Agent::StartGather(const control::RuntimeReport& r) {
   control::GatherRequest g;
   g.key = r.key;
@@ -184,18 +196,14 @@ void Agent::StartGather(const control::RuntimeReport& r) {
 }
 
 void Agent::PollKvGets() {
-  // Each pending get asks the coordinator without waiting, once per tick, so a long get never
-  // holds up the agent.
-  const auto now = Clock::now();
   for (auto it = gets_.begin(); it != gets_.end();) {
-    auto v = client_->KvGet(it->key, std::chrono::milliseconds(0));
-    const bool waiting = !v.ok() && v.status().code() == StatusCode::kDeadlineExceeded;
-    if (waiting && now < it->deadline) {
+    auto v = client_->PollKvGet(it->handle);
+    if (!v) {
       ++it;
       continue;
     }
     if (state_ == AppState::kRunning) {
-      Status s = link_->SendKvReply(it->key, v);
+      Status s = link_->SendKvReply(it->key, *v);
       if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "KV reply: " << s;
     }
     it = gets_.erase(it);
@@ -214,6 +222,13 @@ void Agent::PollKvGets() {
   }
 }
 
+void Agent::ForgetRequests() {
+  for (const auto& g : gets_) client_->Forget(g.handle);
+  gets_.clear();
+  for (const auto& g : gathers_) client_->Forget(g.handle);
+  gathers_.clear();
+}
+
 void Agent::OnChildExiting(const ChildExit& exit) {
   // A spare's crash and an exit at shutdown are handled at the tree's end, as is a plain exit.
   const bool crashed = exit.signaled() || exit.code() == kRestartExitCode;
@@ -223,10 +238,7 @@ void Agent::OnChildExiting(const ChildExit& exit) {
 
 void Agent::OnChildExit(const ChildExit& exit, bool ending) {
   SetForwardedChild(0);
-  gets_.clear();
-  // Their answers would go to the next process, which did not ask (PollGather forgets them).
-  for (const auto& g : gathers_) client_->ForgetGather(g.handle);
-  gathers_.clear();
+  ForgetRequests();
   const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - exit.at);
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": application pid "
                               << app_.child->pid() << (ending ? " ending, " : " ")

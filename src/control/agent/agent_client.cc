@@ -152,56 +152,88 @@ StatusOr<std::string> AgentClientImpl::KvGet(const std::string& key, millisecond
   return BytesFrom((*reply)["value"]);
 }
 
+StatusOr<uint64_t> AgentClientImpl::StartRequest(uint64_t req, MsgType type, const json& body,
+                                                 milliseconds timeout, const char* what) {
+  if (auto bytes = EncodeMessage(type, body); !bytes.ok()) return bytes.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_.ok()) return lost_;
+    if (!hello_sent_) return Status::FailedPrecondition(std::string(what) + " before Join");
+    // The coordinator answers at its deadline; ours allows for the round trip.
+    auto deadline = SteadyClock::now() + timeout + options_.request_timeout;
+    if (deadline_) deadline = std::min(deadline, *deadline_);
+    pending_[req];
+    inflight_[req] = {type, body};
+    started_[req] = deadline;
+  }
+  Post(type, body);
+  return req;
+}
+
+std::optional<StatusOr<json>> AgentClientImpl::PollAnswer(uint64_t handle, const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto started = started_.find(handle);
+  if (started == started_.end())
+    return StatusOr<json>(Status::InvalidArgument(std::string("no such ") + what));
+  auto p = pending_.find(handle);
+  std::optional<StatusOr<json>> out;
+  if (p != pending_.end() && p->second) {
+    out = StatusOr<json>(std::move(*p->second));
+  } else if (!lost_.ok()) {
+    out = StatusOr<json>(lost_);
+  } else if (SteadyClock::now() >= started->second) {
+    out = StatusOr<json>(Status::DeadlineExceeded(
+        std::string("no answer from the coordinator to a ") + what + " in time"));
+  } else {
+    return std::nullopt;
+  }
+  pending_.erase(handle);
+  inflight_.erase(handle);
+  started_.erase(started);
+  return out;
+}
+
+StatusOr<uint64_t> AgentClientImpl::StartKvGet(const std::string& key, milliseconds timeout) {
+  if (key.size() > kMaxKeyBytes) return Status::InvalidArgument("KV key too large");
+  if (timeout.count() < 0) timeout = milliseconds(0);
+  const uint64_t req = next_req_++;
+  return StartRequest(req, MsgType::kKvGet, KvGetBody(req, key, timeout.count()), timeout,
+                      "KV get");
+}
+
+std::optional<StatusOr<std::string>> AgentClientImpl::PollKvGet(uint64_t handle) {
+  auto answer = PollAnswer(handle, "KV get");
+  if (!answer) return std::nullopt;
+  if (!answer->ok()) return StatusOr<std::string>(answer->status());
+  const json& reply = **answer;
+  if (Status s = StatusFrom(reply); !s.ok()) return StatusOr<std::string>(s);
+  if (!reply.contains("value"))
+    return StatusOr<std::string>(Status::Internal("KV reply without a value"));
+  return StatusOr<std::string>(BytesFrom(reply["value"]));
+}
+
 StatusOr<uint64_t> AgentClientImpl::StartGather(const GatherRequest& g) {
   if (g.key.size() > kMaxKeyBytes || g.value.size() > kMaxGatherValueBytes)
     return Status::InvalidArgument("gather key or contribution too large");
   const uint64_t req = next_req_++;
   GatherRequest r = g;
   r.timeout_ms = std::max<int64_t>(0, g.timeout_ms);
-  const json body = GatherBody(req, r);
-  if (auto bytes = EncodeMessage(MsgType::kGather, body); !bytes.ok()) return bytes.status();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!lost_.ok()) return lost_;
-    if (!hello_sent_) return Status::FailedPrecondition("gather before Join");
-    // The coordinator answers at its deadline; ours allows for the round trip.
-    auto deadline = SteadyClock::now() + milliseconds(r.timeout_ms) + options_.request_timeout;
-    if (deadline_) deadline = std::min(deadline, *deadline_);
-    pending_[req];
-    inflight_[req] = {MsgType::kGather, body};
-    gathers_[req] = deadline;
-  }
-  Post(MsgType::kGather, body);
-  return req;
+  return StartRequest(req, MsgType::kGather, GatherBody(req, r), milliseconds(r.timeout_ms),
+                      "gather");
 }
 
 std::optional<StatusOr<GatherReply>> AgentClientImpl::PollGather(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto g = gathers_.find(handle);
-  if (g == gathers_.end()) return StatusOr<GatherReply>(Status::InvalidArgument("no such gather"));
-  auto p = pending_.find(handle);
-  std::optional<StatusOr<GatherReply>> out;
-  if (p != pending_.end() && p->second) {
-    out = GatherReplyFrom(*p->second);
-  } else if (!lost_.ok()) {
-    out = StatusOr<GatherReply>(lost_);
-  } else if (SteadyClock::now() >= g->second) {
-    out = StatusOr<GatherReply>(
-        Status::DeadlineExceeded("no answer from the coordinator to a gather in time"));
-  } else {
-    return std::nullopt;
-  }
-  pending_.erase(handle);
-  inflight_.erase(handle);
-  gathers_.erase(g);
-  return out;
+  auto answer = PollAnswer(handle, "gather");
+  if (!answer) return std::nullopt;
+  if (!answer->ok()) return StatusOr<GatherReply>(answer->status());
+  return GatherReplyFrom(**answer);
 }
 
-void AgentClientImpl::ForgetGather(uint64_t handle) {
+void AgentClientImpl::Forget(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_.erase(handle);
   inflight_.erase(handle);
-  gathers_.erase(handle);
+  started_.erase(handle);
 }
 
 StatusOr<GatherReply> AgentClientImpl::Gather(const GatherRequest& g) {

@@ -42,6 +42,10 @@ struct AgentClientOptions {
   // Fault seam for tests: called at the top of every round of the client's thread; what it
   // throws must end the thread with a recorded error, never the process.
   std::function<void()> fault_point;
+  // Called on the client's thread, without its lock, when the answer to a StartGather or a
+  // StartKvGet arrives or the client loses the coordinators: whoever polls those handles wakes
+  // then instead of at its next tick. Keep it short (set a flag, notify).
+  std::function<void()> on_answer;
 };
 
 class AgentClient {
@@ -72,6 +76,13 @@ class AgentClient {
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;
+  // The same without blocking: one request, answered by the coordinator once the key exists or at
+  // `timeout` (kDeadlineExceeded); a handle for PollKvGet.
+  virtual StatusOr<uint64_t> StartKvGet(const std::string& key,
+                                        std::chrono::milliseconds timeout) = 0;
+  // nullopt while the answer is not in; then the answer, once (the handle is forgotten). The
+  // client gives up `request_timeout` after the get's own timeout (kDeadlineExceeded).
+  virtual std::optional<StatusOr<std::string>> PollKvGet(uint64_t handle) = 0;
   // A gather (control/wire/gather.h), without blocking: sends this member's contribution and
   // returns a handle for PollGather. The coordinator answers when every member contributed (a
   // member but the leader: when the leader sent its result), with kAborted once the epoch ended,
@@ -80,8 +91,8 @@ class AgentClient {
   // nullopt while the answer is not in; then the answer, once (the handle is forgotten). The
   // client gives up `request_timeout` after the gather's own timeout (kDeadlineExceeded).
   virtual std::optional<StatusOr<GatherReply>> PollGather(uint64_t handle) = 0;
-  // Drops a gather whose answer nobody waits for any more.
-  virtual void ForgetGather(uint64_t handle) = 0;
+  // Drops a gather or a get whose answer nobody waits for any more.
+  virtual void Forget(uint64_t handle) = 0;
   // StartGather, then waits for its answer.
   virtual StatusOr<GatherReply> Gather(const GatherRequest& g) = 0;
   // The leader's result of gather `key` of `epoch`, for the other members; waits for the ack.

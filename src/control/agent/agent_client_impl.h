@@ -37,9 +37,11 @@ class AgentClientImpl final : public AgentClient {
   void SetDeadline(SteadyClock::time_point deadline) override;
   Status KvPut(const std::string& key, const std::string& value) override;
   StatusOr<std::string> KvGet(const std::string& key, std::chrono::milliseconds timeout) override;
+  StatusOr<uint64_t> StartKvGet(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<StatusOr<std::string>> PollKvGet(uint64_t handle) override;
   StatusOr<uint64_t> StartGather(const GatherRequest& g) override;
   std::optional<StatusOr<GatherReply>> PollGather(uint64_t handle) override;
-  void ForgetGather(uint64_t handle) override;
+  void Forget(uint64_t handle) override;
   StatusOr<GatherReply> Gather(const GatherRequest& g) override;
   Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) override;
   SlotId primary_slot() const override { return primary_slot_seen_; }
@@ -62,6 +64,12 @@ class AgentClientImpl final : public AgentClient {
   void Post(MsgType type, const nlohmann::json& body);
   StatusOr<nlohmann::json> Request(uint64_t req, MsgType type, const nlohmann::json& body,
                                    std::chrono::milliseconds timeout);
+  // A request answered later (a gather, a get): sent, its handle returned for PollAnswer, the
+  // client's deadline `timeout` plus the request timeout.
+  StatusOr<uint64_t> StartRequest(uint64_t req, MsgType type, const nlohmann::json& body,
+                                  std::chrono::milliseconds timeout, const char* what);
+  // nullopt while `handle`'s answer is not in; then the answer (or why there is none), once.
+  std::optional<StatusOr<nlohmann::json>> PollAnswer(uint64_t handle, const char* what);
 
   // agent_links.cc (the loop's thread)
   StatusOr<Link> Connect(const std::string& endpoint, SlotId slot);
@@ -108,10 +116,11 @@ class AgentClientImpl final : public AgentClient {
   std::deque<ControlEvent> events_;
   std::unordered_map<uint64_t, std::optional<nlohmann::json>> pending_;
   std::map<uint64_t, Outgoing> inflight_;  // unanswered requests: sent again after a takeover
-  std::map<uint64_t, SteadyClock::time_point> gathers_;  // StartGather's handles: their deadline
-  Status lost_;                                          // set once the coordinators are gone
-  std::optional<SteadyClock::time_point> deadline_;      // SetDeadline
-  std::unique_ptr<EventLoop> loop_;                      // last: its thread uses the members above
+  // StartRequest's handles (gathers, gets): their deadline.
+  std::map<uint64_t, SteadyClock::time_point> started_;
+  Status lost_;                                      // set once the coordinators are gone
+  std::optional<SteadyClock::time_point> deadline_;  // SetDeadline
+  std::unique_ptr<EventLoop> loop_;                  // last: its thread uses the members above
 };
 
 }  // namespace rtft::control

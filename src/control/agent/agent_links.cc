@@ -76,13 +76,18 @@ void AgentClientImpl::Handle(Message msg) {
     case MsgType::kAck:
     case MsgType::kKvValue:
     case MsgType::kGatherValue: {
-      std::lock_guard<std::mutex> lock(mu_);
-      const uint64_t req = msg.body["req"].get<uint64_t>();
-      auto it = pending_.find(req);
-      if (it == pending_.end()) return;
-      it->second = std::move(msg.body);
-      inflight_.erase(req);
-      cv_.notify_all();
+      bool started = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        const uint64_t req = msg.body["req"].get<uint64_t>();
+        auto it = pending_.find(req);
+        if (it == pending_.end()) return;
+        it->second = std::move(msg.body);
+        inflight_.erase(req);
+        started = started_.count(req) > 0;
+        cv_.notify_all();
+      }
+      if (started && options_.on_answer) options_.on_answer();
       return;
     }
     case MsgType::kCoordinators:
@@ -237,11 +242,14 @@ void AgentClientImpl::CheckPrimary(SteadyClock::time_point now) {
 }
 
 void AgentClientImpl::SetLost(Status s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!lost_.ok()) return;
-  lost_ = std::move(s);
-  RTFT_LOG(kError, kLogCtrl) << lost_.message();
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_.ok()) return;
+    lost_ = std::move(s);
+    RTFT_LOG(kError, kLogCtrl) << lost_.message();
+    cv_.notify_all();
+  }
+  if (options_.on_answer) options_.on_answer();
 }
 
 }  // namespace rtft::control
