@@ -13,6 +13,7 @@ L3Writer::L3Writer(std::string dir, uint64_t every, std::chrono::milliseconds co
 // At the end of a run every rank's last version is still being committed: the engine is
 // destroyed here, which waits for it (never abandoned, unlike a retirement at an epoch's end).
 L3Writer::~L3Writer() {
+  (void)Ready();
   retirement_.Join();
   engine_.reset();
 }
@@ -41,14 +42,45 @@ CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes) c
   return c;
 }
 
-Status L3Writer::Open(int rank, int world, uint64_t state_bytes) {
+Status L3Writer::Open(int rank, int world, uint64_t state_bytes, When when) {
   if (!enabled()) return Status::Ok();
   Retire();
-  RTFT_ASSIGN_OR_RETURN(engine_, CheckpointEngine::Create(Options(rank, world, state_bytes)));
+  const CheckpointOptions options = Options(rank, world, state_bytes);
+  if (when == When::kInBackground) {
+    auto thread = Thread::Start("rtft-l3-open", [this, options] {
+      auto engine = CheckpointEngine::Create(options);
+      if (engine.ok()) {
+        opened_ = std::move(*engine);
+      } else {
+        open_status_ = engine.status();
+      }
+    });
+    if (thread.ok()) {
+      opener_ = std::move(*thread);
+      return Status::Ok();
+    }
+    // No thread to give: opened here.
+  }
+  RTFT_ASSIGN_OR_RETURN(engine_, CheckpointEngine::Create(options));
   return Status::Ok();
 }
 
+Status L3Writer::Ready() {
+  if (!opener_.running()) return Status::Ok();
+  opener_.Join();
+  Status s = opener_.status().ok() ? open_status_ : opener_.status();
+  open_status_ = Status::Ok();
+  if (s.ok()) {
+    engine_ = std::move(opened_);
+    return s;
+  }
+  s = s.Annotate("opening the L3 engine");
+  RTFT_LOG(kError, kLogRuntime) << s;
+  return s;
+}
+
 void L3Writer::Retire() {
+  (void)Ready();
   if (!engine_) return;
   // Its copy out of L1 is local and short: let it finish before the areas change again.
   (void)WaitCopied();
@@ -64,6 +96,8 @@ void L3Writer::Retire() {
 }
 
 Status L3Writer::Write(uint64_t step, const StateProvider& view) {
+  // An engine that could not be opened writes nothing; its error was logged.
+  if (const Status ready = Ready(); !ready.ok()) return Status::Ok();
   if (!engine_) return Status::Ok();
   RTFT_RETURN_IF_ERROR(WaitCopied());
   const Status s = engine_->Checkpoint(step, view);
@@ -77,6 +111,7 @@ Status L3Writer::Write(uint64_t step, const StateProvider& view) {
 }
 
 void L3Writer::BeforeCapture(uint64_t step) {
+  // Nothing is pending on an engine still being opened.
   if (!engine_ || !pending_ || *pending_ + 2 != step) return;
   const Status s = engine_->WaitCaptured(*pending_);
   if (!s.ok()) RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << *pending_ << ": " << s;
@@ -91,6 +126,7 @@ Status L3Writer::WaitCopied() {
 }
 
 Status L3Writer::WaitPersisted(uint64_t step) {
+  RTFT_RETURN_IF_ERROR(Ready());
   if (!engine_) return Status::FailedPrecondition("no L3 engine is open");
   return engine_->WaitPersisted(step);
 }

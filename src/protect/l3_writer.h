@@ -3,7 +3,9 @@
 // the engine of the current epoch; at an epoch's end the engine is retired (its commits
 // abandoned: a commit waiting for a lost rank's file ends at once) and destroyed on the writer's
 // own named thread, off recovery's path, joined before the next retirement and by the destructor,
-// which waits for the current engine's versions to be committed.
+// which waits for the current engine's versions to be committed. A recovery opens the next
+// engine on a thread of its own too (its pool and I/O rings took 50-130 ms of a crash's
+// recovery on two cores): the first call that needs it waits for it.
 #pragma once
 
 #include <chrono>
@@ -27,9 +29,12 @@ class L3Writer {
   const std::string& dir() const { return dir_; }
   bool Due(uint64_t step) const { return every_ > 0 && step > 0 && step % every_ == 0; }
   // An engine for this rank of `world` (the one before retired first); `state_bytes` sizes its
-  // pool unless RTFT_CKPT_POOL_BYTES does.
-  Status Open(int rank, int world, uint64_t state_bytes);
-  bool open() const { return engine_ != nullptr; }
+  // pool unless RTFT_CKPT_POOL_BYTES does. In the background: made on a thread, its error
+  // reported (and logged once) by the first call that needs it; Open returns at once.
+  enum class When { kNow, kInBackground };
+  Status Open(int rank, int world, uint64_t state_bytes, When when = When::kNow);
+  // An engine is open or being opened.
+  bool open() const { return engine_ != nullptr || opener_.running(); }
   void Retire();
 
   // Starts writing `step` from `view`; the engine copies out of L1 in the background.
@@ -48,8 +53,15 @@ class L3Writer {
   const std::string dir_;
   const uint64_t every_;
   const std::chrono::milliseconds commit_timeout_;
+  // The engine being opened in the background, once there is one: its outcome is taken by Ready().
+  Status Ready();
+
   std::unique_ptr<CheckpointEngine> engine_;
   std::optional<uint64_t> pending_;  // the version whose copy out of L1 may be running
+  Thread opener_;
+  // Written by opener_, read after it is joined.
+  std::unique_ptr<CheckpointEngine> opened_;
+  Status open_status_;
   Thread retirement_;
 };
 

@@ -67,7 +67,8 @@ class ProtectorImpl final : public Protector {
   Status BuildComms(uint64_t epoch);
   // Every rank's shard coordinates for the layout as it is now (the replication communicator).
   Status PlaceShards();
-  Status OpenL3();
+  // The L3 engine of this rank and world (recovery: opened in the background, L3Writer).
+  Status OpenL3(L3Writer::When when = L3Writer::When::kNow);
   uint64_t EventEpoch() const;
   Status Aborted() const;
   size_t ObjectRoom() const { return o_.max_object_bytes ? o_.max_object_bytes : (1u << 20); }

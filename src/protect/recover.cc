@@ -207,7 +207,8 @@ StatusOr<uint64_t> ProtectorImpl::RecoverInto(uint64_t epoch) {
   }
   RTFT_RETURN_IF_ERROR(BuildComms(epoch));
   RTFT_RETURN_IF_ERROR(PlaceShards());
-  RTFT_RETURN_IF_ERROR(OpenL3());
+  // Not needed before the next L3 step: training goes on while it is made.
+  RTFT_RETURN_IF_ERROR(OpenL3(L3Writer::When::kInBackground));
   info_.rebuild_s = Since(t0);
   FaultPoint("protect.transfer");
   RTFT_RETURN_IF_ERROR(Transfer(plan, epoch));
