@@ -6,6 +6,11 @@
 // bit, on every rank.
 #include "protect/jobs/train_job.h"
 
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+
 namespace rtft::launch::test {
 namespace {
 
@@ -88,6 +93,73 @@ TEST_F(ProtectJobTest, RingPairsEndWithTheBitsOfTheFullMeshThroughALostSlotAndAC
   Run crash = Start("ring-crash", 4, 1, "1:comm.gloo.ring_segment@25:kill", 0);
   ExpectIdentical(crash, 4, "ring pairs, crash in a collective");
   EXPECT_NE(crash.output.find("role=restarted"), std::string::npos) << crash.output;
+}
+
+// CPU seconds `pid` has used so far (every thread), or -1 once it is gone.
+double CpuSecondsOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(line.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3.. of stat(5): utime and stime are the 14th and 15th.
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return double(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+// While a rank hangs, everything that waits for it waits asleep: its peers inside their next
+// collective, their agents, the coordinator, the standby and the spare. A thread that spun
+// (polling a flag, a CUDA stream or the store) would use most of a core in every second; here a
+// second comes, within the deadline, in which no process of the job used a tenth of it
+// (heartbeats and watchdogs included). A slower machine only lowers the figures.
+TEST_F(ProtectJobTest, NothingSpinsWhileItWaitsForAHungRank) {
+  std::string offenders = "no window was measured";
+  size_t processes = 0;
+  Start("hang-no-spin", 3, 1, "1:protect.update@6:hang", 0, {"--steps", "1000"}, {}, nullptr,
+        [&](Job& job) {
+          const std::string dir = root_ + "/hang-no-spin";
+          EXPECT_TRUE(WaitFor(
+              [&] {
+                std::ifstream in(dir + "/faults.log");
+                std::string word;
+                while (in >> word)
+                  if (word == "slot=1") return true;
+                return false;
+              },
+              seconds(60)))
+              << job.Output();
+          // Windows of a second until one finds every process idle (the others reach the
+          // collective that waits for the hung rank first).
+          const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+          while (std::chrono::steady_clock::now() < deadline) {
+            const auto begin = std::chrono::steady_clock::now();
+            std::map<pid_t, std::pair<std::string, double>> cpu;
+            for (const ProcInfo& p : JobProcesses(dir)) cpu[p.pid] = {p.comm, CpuSecondsOf(p.pid)};
+            std::this_thread::sleep_for(seconds(1));
+            const double window =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+            offenders.clear();
+            for (const auto& [pid, was] : cpu) {
+              const double now = CpuSecondsOf(pid);
+              if (was.second < 0 || now < 0 || now - was.second <= 0.1 * window) continue;
+              offenders += "\n  pid " + std::to_string(pid) + " (" + was.first +
+                           "): " + std::to_string(now - was.second) + " s of CPU in " +
+                           std::to_string(window) + " s";
+            }
+            processes = cpu.size();
+            if (offenders.empty()) break;
+          }
+          for (const ProcInfo& p : JobProcesses(dir)) kill(p.pid, SIGKILL);
+        });
+  // mpirun, 4 agents, their keepers and applications.
+  EXPECT_GE(processes, 9u);
+  EXPECT_TRUE(offenders.empty()) << "busy in every window up to the deadline:" << offenders;
 }
 
 TEST_F(ProtectJobTest, AFailureDuringRecoveryRestartsRecoveryInTheNextEpoch) {
