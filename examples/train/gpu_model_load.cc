@@ -31,7 +31,8 @@ rtft::StatusOr<MakeGpuModelFn> Load() {
   if (!dir.empty()) {
     candidates.push_back(dir + "../lib/" + kGpuModelModule);
 #ifdef RTFT_TRAIN_INSTALL_LIBDIR_FROM_BINDIR
-    const std::string installed = dir + RTFT_TRAIN_INSTALL_LIBDIR_FROM_BINDIR + "/" + kGpuModelModule;
+    const std::string installed =
+        dir + RTFT_TRAIN_INSTALL_LIBDIR_FROM_BINDIR + "/" + kGpuModelModule;
     if (installed != candidates.back()) candidates.push_back(installed);
 #endif
   }
