@@ -2,7 +2,9 @@
 
 Gradients are averaged by rt-ft's own all-reduce on flattened buckets (no torch.distributed: its
 process group dies with a peer); the parameters and AdamW's state are protected every step; a
-spare takes a lost rank and the run ends with the digest of a run without the failure.
+spare takes a lost rank and the run ends with the digest of a run without the failure. The
+State holds the random generators too (dropout's masks), each rank its own, so the step that a
+recovery runs again draws the same masks.
 
   mpirun -np 4 --enable-recovery dp-launch --spares 1 -- python3 examples/python/train.py
 """
@@ -22,7 +24,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA start
 torch.use_deterministic_algorithms(True)  # the same bits on every run, as are the data
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Dropout(0.1),
+                            torch.nn.Linear(64, 1))
 model.to(args.device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 rtft.init_optimizer_state(optimizer)  # AdamW's moments exist before the first step
@@ -30,6 +33,7 @@ params = list(model.parameters())
 grads = torch.zeros(sum(p.numel() for p in params))  # host memory, for Gloo
 
 runtime = rtft.Runtime()  # a warm spare waits here until it takes a lost rank
+torch.manual_seed(1 + runtime.current().rank)  # each rank's dropout masks its own
 protector = rtft.Protector(runtime)
 protector.protect(rtft.State({"model": model, "optim": optimizer}))
 

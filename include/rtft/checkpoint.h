@@ -107,6 +107,10 @@ struct RestoreOptions {
   // (logged at info) when this is smaller. Device tensors that are resharded are instead
   // assembled whole in ordinary host memory and copied once.
   uint64_t staging_bytes = 256ull << 20;  // two halves of 128 MiB: reads overlap copies
+  // Objects are per rank (each rank's file holds its own): an object is read from this rank's
+  // file when the version has it, else from the lowest rank's that holds it. Unset: the lowest
+  // rank's (objects every rank saves alike). A rank restoring its own state (an RNG's) sets it.
+  std::optional<int> rank;
 };
 
 // Fills every tensor that `state` describes from the checkpoint: tensors with shard

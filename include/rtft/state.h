@@ -65,6 +65,10 @@ struct ObjectDesc {
   std::function<StatusOr<std::string>()> serialize;
   // Called on restore with the saved bytes; may be empty for save-only objects.
   std::function<Status(const std::string&)> deserialize;
+  // A checkpoint without it restores without calling `deserialize` (one written before the
+  // object was added, as the RNG state of the Python package's State); otherwise its absence
+  // is an error.
+  bool optional = false;
 };
 
 struct StateDescription {

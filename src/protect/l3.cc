@@ -99,6 +99,8 @@ StatusOr<uint64_t> ProtectorImpl::RestoreL3(uint64_t epoch) {
   LiveView view(layout_, &objects);
   RestoreOptions r;
   r.version = *latest;
+  // Objects are per rank (an RNG's state): this rank's own, where the version has its file.
+  r.rank = train_->rank();
   const std::string what = "restoring L3 step " + std::to_string(*latest);
   RTFT_RETURN_IF_ERROR(Restore(l3_->dir(), r, view).Annotate(what));
   RTFT_RETURN_IF_ERROR(DeserializeObjects(layout_.objects, objects.data(), objects.size()));

@@ -131,10 +131,13 @@ std::unique_ptr<PyEngine> MakeEngine(const std::string& dir, int rank, int world
 }
 
 void Restore(const std::string& dir, const std::shared_ptr<PyState>& state,
-             std::optional<uint64_t> version, bool verify_checksums, uint64_t staging_bytes) {
+             std::optional<uint64_t> version, bool verify_checksums, uint64_t staging_bytes,
+             std::optional<int> rank) {
   if (!state) throw py::type_error("restore: state is None");
+  if (rank && *rank < 0) throw py::value_error("restore: rank must be 0 or more");
   RestoreOptions o;
   o.version = version;
+  o.rank = rank;
   o.verify_checksums = verify_checksums;
   if (staging_bytes > 0) o.staging_bytes = staging_bytes;
   Status s;
@@ -188,8 +191,10 @@ void BindCheckpoint(py::module_& m) {
       });
   m.def("restore", &Restore, py::arg("dir"), py::arg("state"), py::arg("version") = py::none(),
         py::arg("verify_checksums") = true, py::arg("staging_bytes") = 0,
+        py::arg("rank") = py::none(),
         "Fills every tensor and object of `state` from the checkpoint under `dir` (LATEST unless "
-        "`version` is given), verifying checksums and resharding shards");
+        "`version` is given), verifying checksums and resharding shards; objects from `rank`'s "
+        "file where it has them");
   m.def(
       "list_versions",
       [](const std::string& dir) {

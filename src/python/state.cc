@@ -77,11 +77,13 @@ std::string PyState::AddTensor(const std::string& name, py::handle tensor,
   return ref->logical_dtype();
 }
 
-void PyState::AddObject(const std::string& name, py::object serialize, py::object deserialize) {
+void PyState::AddObject(const std::string& name, py::object serialize, py::object deserialize,
+                        bool optional) {
   if (!PyCallable_Check(serialize.ptr()) || !PyCallable_Check(deserialize.ptr()))
     throw py::type_error("object '" + name + "': serialize and deserialize must be callables");
   ObjectDesc o;
   o.name = name;
+  o.optional = optional;
   PyHandle save = Hold(std::move(serialize)), load = Hold(std::move(deserialize));
   auto slot = slot_;
   o.serialize = [slot, save, name]() -> StatusOr<std::string> {
@@ -209,9 +211,9 @@ void BindState(py::module_& m) {
            "Describes a tensor (any object with __dlpack__) by its memory; returns its logical "
            "dtype. With global_shape and offset it is this rank's shard of a larger tensor")
       .def("add_object", &PyState::AddObject, py::arg("name"), py::arg("serialize"),
-           py::arg("deserialize"),
+           py::arg("deserialize"), py::arg("optional") = false,
            "Describes an object: serialize() -> bytes when saving, deserialize(bytes) when "
-           "restoring")
+           "restoring; an optional one missing from a checkpoint is skipped, not an error")
       .def("set_restored", &PyState::SetRestored, py::arg("fn"),
            "fn() runs after every restore of the state (a checkpoint's or a recovery's)")
       .def("tensor_info", &PyState::TensorInfo)

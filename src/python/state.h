@@ -26,7 +26,8 @@ class PyState final : public StateProvider {
                         const std::optional<std::vector<int64_t>>& global_shape,
                         const std::optional<std::vector<int64_t>>& offset);
   // serialize() -> bytes when saving; deserialize(bytes) when restoring.
-  void AddObject(const std::string& name, py::object serialize, py::object deserialize);
+  void AddObject(const std::string& name, py::object serialize, py::object deserialize,
+                 bool optional);
   // fn() after every restore of this state (StateProvider::Restored); None removes it.
   void SetRestored(py::object fn);
 

@@ -151,7 +151,7 @@ class ValuesTest(unittest.TestCase):
         extra = {"epoch": 1, "tags": ["a"], "nested": {"lr": 0.5}}
         state = rtft.State({"extra": extra})
         self.assertEqual(sorted(state.object_names()),
-                         ["extra/epoch", "extra/nested/lr", "extra/tags/0"])
+                         ["extra/epoch", "extra/nested/lr", "extra/tags/0", "rtft/rng"])
 
     def test_frozen_after_protect(self):
         state = rtft.State({"w": torch.zeros(4)})

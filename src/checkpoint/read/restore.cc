@@ -270,18 +270,22 @@ Status RestoreTensors(const std::vector<TensorPlan>& plans, const RestoreOptions
 
 Status RestoreObjects(const std::vector<ObjectDesc>& objects,
                       const std::vector<std::unique_ptr<CheckpointFileReader>>& readers,
-                      bool verify, const std::string& version_name) {
+                      std::optional<int> rank, bool verify, const std::string& version_name) {
   for (const ObjectDesc& o : objects) {
     if (!o.deserialize) continue;  // save-only
     const CheckpointFileReader* holder = nullptr;
     const ObjectEntry* entry = nullptr;
-    for (const auto& r : readers) {
-      entry = r->manifest().FindObject(o.name);
-      if (entry) {
-        holder = r.get();
-        break;
-      }
+    // The given rank's file first; then in rank order (OpenVersionFiles).
+    for (size_t i = 0; rank && !entry && i < readers.size(); ++i) {
+      if (readers[i]->manifest().rank != *rank) continue;
+      entry = readers[i]->manifest().FindObject(o.name);
+      if (entry) holder = readers[i].get();
     }
+    for (size_t i = 0; !entry && i < readers.size(); ++i) {
+      entry = readers[i]->manifest().FindObject(o.name);
+      if (entry) holder = readers[i].get();
+    }
+    if (!entry && o.optional) continue;
     if (!entry) return Status::NotFound("object '" + o.name + "' is not in " + version_name);
     RTFT_ASSIGN_OR_RETURN(std::string bytes, holder->ReadObject(*entry, verify));
     Status s = o.deserialize(bytes);
@@ -316,7 +320,7 @@ Status Restore(const std::string& dir, const RestoreOptions& options, const Stat
   }
   RTFT_RETURN_IF_ERROR(RestoreTensors(plans, options));
   RTFT_RETURN_IF_ERROR(
-      RestoreObjects(want.objects, readers, options.verify_checksums, version_name));
+      RestoreObjects(want.objects, readers, options.rank, options.verify_checksums, version_name));
   RTFT_RETURN_IF_ERROR(state.Restored().Annotate("after restoring " + version_name));
   RTFT_LOG(kInfo, kLogCkpt) << "restored " << version_name << ": " << want.tensors.size()
                             << " tensors from " << global.world_size << " files";

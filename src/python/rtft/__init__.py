@@ -28,11 +28,13 @@ from rtft.errors import Error, error_class  # noqa: F401
 from rtft.state import Shard, State, init_optimizer_state  # noqa: F401
 
 
-def restore(dir, state, version=None, *, verify_checksums=True):
+def restore(dir, state, version=None, *, verify_checksums=True, rank=None):
     """Fills every tensor of ``state`` in place, and every object, from the checkpoint under
     ``dir`` (LATEST, or ``version``); shards are reassembled from whichever saved shards overlap
-    them, so a state saved by N ranks restores into M.  Releases the GIL while it reads."""
-    _core.restore(str(dir), state, version, verify_checksums)
+    them, so a state saved by N ranks restores into M.  Objects are per rank: each comes from
+    ``rank``'s file where the version has it (give this process's rank: its RNG state is its
+    own), else from the lowest rank's.  Releases the GIL while it reads."""
+    _core.restore(str(dir), state, version, verify_checksums, 0, rank)
 
 
 # rt-ft's threads stop calling into Python before the interpreter goes away.

@@ -109,7 +109,7 @@ def run_rtft(torch, state, path, args):
     import rtft
     engine = rtft.CheckpointEngine(path, pool_bytes=pool_for(args.bytes, args.tensors))
     try:
-        described = rtft.State(state)
+        described = rtft.State(state, rng=False)
         sync(torch)
         start = time.perf_counter()
         engine.checkpoint(1, described)

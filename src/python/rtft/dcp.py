@@ -135,7 +135,7 @@ class RtftStorageWriter(StorageWriter):
         else:
             version = plan.storage_data if isinstance(plan.storage_data, int) else \
                 self._next_version()
-            state, results = rtft.State(), []
+            state, results = rtft.State(rng=False), []
             new_name = _Names()
             for item in plan.items:
                 results.append(self._describe(state, new_name, item, planner, version))
@@ -165,7 +165,7 @@ class RtftStorageWriter(StorageWriter):
         from torch.distributed.checkpoint._nested_dict import (flatten_state_dict,
                                                                unflatten_state_dict)
         flat, mapping = flatten_state_dict(state_dict)
-        version, state, names, staged = self._next_version(), rtft.State(), {}, {}
+        version, state, names, staged = self._next_version(), rtft.State(rng=False), {}, {}
         new_name = _Names()
         pickled = {}  # fqn -> the size of the bytes of a tensor of a dtype rt-ft lacks
         for fqn, value in flat.items():
@@ -313,7 +313,7 @@ class RtftStorageReader(StorageReader):
             used.add(stored["name"])
             by_version.setdefault(stored["version"], []).append((item, stored))
         for version, group in by_version.items():
-            state, done = rtft.State(), []
+            state, done = rtft.State(rng=False), []
             for item, stored in group:
                 done.append(self._describe(state, item, stored))
             rtft.restore(self.path, state, version=version)

@@ -111,7 +111,7 @@ class RtftCheckpointEngine(_Base):
     def save(self, state_dict, path: str):
         tensors = []
         skeleton = _split(state_dict, tensors)
-        state = rtft.State()
+        state = rtft.State(rng=False)
         for i, tensor in enumerate(tensors):
             state.add_tensor(f"t/{i}", tensor)
         blob = pickle.dumps(skeleton, protocol=4)
@@ -123,11 +123,11 @@ class RtftCheckpointEngine(_Base):
 
     def load(self, path: str, map_location=None):
         got = {}
-        head = rtft.State()
+        head = rtft.State(rng=False)
         head.add_object(_SKELETON, lambda: b"", lambda data: got.__setitem__("skeleton", data))
         rtft.restore(os.fspath(path), head)
         skeleton = pickle.loads(got["skeleton"])  # trusted paths only
-        state, tensors = rtft.State(), {}
+        state, tensors = rtft.State(rng=False), {}
         for t in _walk(skeleton, []):
             tensors[t.name] = torch.empty(t.shape, dtype=t.dtype,
                                           device=_device(t.device, map_location))

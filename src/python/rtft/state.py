@@ -12,7 +12,13 @@
 * any other object with ``state_dict()`` and ``load_state_dict()`` (an LR scheduler): one
   pickled object, handed to ``load_state_dict`` on restore;
 * nested dicts and lists; any other value is pickled, read from its container when saved and
-  put back into it when restored.
+  put back into it when restored;
+* unless ``rng=False``: the process's random number generators (object ``rtft/rng``): torch's
+  CPU generator and, once CUDA is initialised, the current device's, NumPy's global
+  ``RandomState`` (when NumPy is imported) and Python's ``random``. A run with dropout then
+  recovers to the same bits; a generator the program made itself (``torch.Generator()``,
+  ``numpy.random.default_rng()``) is its own to describe. Restored from a checkpoint written
+  without it, the generators are left as they are.
 
 Names join the keys with ``/`` (a ``/`` or ``%`` inside a key is written ``%2F``, ``%25``).
 Loading a pickle runs code: restore only from directories you trust (the checksums catch
@@ -22,11 +28,49 @@ corruption, not tampering).
 import collections.abc
 import json
 import pickle
+import random
+import sys
 
 from rtft import _core
 
 _PICKLE_PROTOCOL = 4
 _LOGICAL_DTYPES = "rtft/logical_dtypes"
+_RNG = "rtft/rng"
+
+
+def _rng_state():
+    """The process's generators as they are now (only the libraries the program imported)."""
+    state = {"random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            # The device this process runs on: a spare that takes the rank may run on another
+            # index, and gets this generator on its own device.
+            state["torch_cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state):
+    if not isinstance(state, dict):
+        raise TypeError(f"{_RNG}: a dict of generator states expected, not {type(state).__name__}")
+    if "random" in state:
+        random.setstate(state["random"])
+    if "numpy" in state:
+        import numpy
+        numpy.random.set_state(state["numpy"])
+    if "torch" in state or "torch_cuda" in state:
+        import torch
+        if "torch" in state:
+            torch.set_rng_state(state["torch"])
+        if "torch_cuda" in state:
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"{_RNG}: the state holds a CUDA generator's, and this "
+                                   "process has no CUDA device")
+            torch.cuda.set_rng_state(state["torch_cuda"])
 
 
 class Shard:
@@ -80,13 +124,17 @@ class State(_core.State):
 
     ``State(state)`` describes the mapping ``state``; ``restored()``, when given, runs after
     every restore (a checkpoint's or a recovery's), once every tensor and object is back.
+    ``rng=False`` leaves the process's random number generators out.
     """
 
-    def __init__(self, state=None, *, restored=None):
+    def __init__(self, state=None, *, restored=None, rng=True):
         super().__init__()
         self._logical = {}
         if restored is not None:
             self.set_restored(restored)
+        if rng:
+            self.add_object(_RNG, lambda: pickle.dumps(_rng_state(), protocol=_PICKLE_PROTOCOL),
+                            lambda data: _set_rng_state(pickle.loads(data)), optional=True)
         if state is not None:
             if not isinstance(state, collections.abc.Mapping):
                 raise TypeError("rtft.State takes a mapping (a dict of state dicts, modules, "
