@@ -19,9 +19,13 @@ namespace {
 
 using Valid = std::shared_ptr<std::atomic<bool>>;
 
-// The first exception a callable of the protector raised (guarded by the GIL).
+// The first exception a callable of the protector raised, and the validity of the step that
+// runs now (guarded by the GIL).
 struct Pending {
   PyHandle exception;
+  // Set while a step function runs: `protector.comm` taken inside it is that step's, gone with
+  // it (a recovery inside run() frees the communicators of the epoch it leaves).
+  Valid step;
 };
 
 struct PyStepContext {
@@ -82,8 +86,13 @@ StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending>
       Valid valid = std::make_shared<std::atomic<bool>>(true);
       struct Expire {
         Valid v;
-        ~Expire() { v->store(false); }
-      } expire{valid};
+        Pending* p;
+        ~Expire() {
+          v->store(false);
+          p->step.reset();
+        }
+      } expire{valid, pending.get()};
+      pending->step = valid;
       h->get()(MakeContext(c, valid));
       return Status::Ok();
     });
@@ -159,7 +168,8 @@ class PyProtector {
     });
   }
 
-  py::object Comm() { return Borrow(Get()->comm(), comm_valid_); }
+  // Inside a step function of run(): that step's communicator, valid until the step ends.
+  py::object Comm() { return Borrow(Get()->comm(), pending_->step ? pending_->step : comm_valid_); }
   Protector* Get() const {
     if (!p_) throw StatusError(Status::FailedPrecondition("the protector is closed"));
     return p_.get();

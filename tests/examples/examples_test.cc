@@ -158,16 +158,19 @@ class PythonExampleTest : public ExamplesTest {
   }
   Run StartTrain(const std::string& name, const std::string& fault = "", bool lose = false,
                  const std::string& device = "cpu") {
+    return StartScript(name, {"train.py", "--steps", "30", "--device", device}, fault, lose);
+  }
+  // examples/python/<args[0]> with the rest of `args`.
+  Run StartScript(const std::string& name, std::vector<std::string> args,
+                  const std::string& fault = "", bool lose = false) {
 #if defined(RTFT_PYTHON_EXECUTABLE)
-    return StartApp(
-        name,
-        {Python(),
-         Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/examples/python/train.py",
-         "--steps", "30", "--device", device},
-        {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
-         { "PYTHONDONTWRITEBYTECODE",
-           "1" }},
-        fault, lose);
+    args[0] = Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/examples/python/" + args[0];
+    args.insert(args.begin(), Python());
+    return StartApp(name, args,
+                    {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
+                     { "PYTHONDONTWRITEBYTECODE",
+                       "1" }},
+                    fault, lose);
 #else
     return {};
 #endif
@@ -184,6 +187,21 @@ TEST_F(PythonExampleTest, PythonTrainEndsLikeARunWithoutTheCrash) {
   const Run ref = StartTrain("py-ref");
   const Run run = StartTrain("py-crash", "1/protect.capture@9:kill");
   ExpectLikeTheReference(run, ref);
+}
+
+// examples/python/train_ddp.py: DDP (dropout, LayerNorm, a DataLoader) over
+// rtft.torch.ProcessGroup; the spare builds its DDP while the others train.
+TEST_F(PythonExampleTest, DdpEndsLikeARunWithoutTheFailures) {
+  const std::vector<std::string> args = {"train_ddp.py", "--steps", "24"};
+  const Run ref = StartScript("ddp-ref", args);
+  const Run lost = StartScript("ddp-lost", args, "1/protect.update@12:hang", /*lose=*/true);
+  ExpectLikeTheReference(lost, ref);
+  const Run crash = StartScript("ddp-crash", args, "1/protect.capture@9:kill");
+  ExpectLikeTheReference(crash, ref);
+  // Killed inside one of DDP's all-reduces: the others' Work completes aborted, their step
+  // raises AbortedError when compute returns, and every rank runs it again.
+  const Run in_collective = StartScript("ddp-collective", args, "1/comm.gloo.ring_segment@40:kill");
+  ExpectLikeTheReference(in_collective, ref);
 }
 
 // The same loop with CUDA tensors, the three ranks and the spare sharing one GPU over the

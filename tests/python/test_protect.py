@@ -93,6 +93,25 @@ class DriverTest(unittest.TestCase):
         with self.assertRaises(rtft.FailedPreconditionError):
             kept[0].barrier()
 
+    def test_protector_comm_taken_in_a_step_is_gone_with_it(self):
+        # A recovery inside run() frees the epoch's communicators between two steps: one kept
+        # from `protector.comm` must then refuse, not reach freed memory.
+        kept, refused = [], []
+
+        def compute(ctx):
+            if kept:
+                try:
+                    kept[0].barrier()
+                except rtft.FailedPreconditionError:
+                    refused.append(ctx.step)
+            kept.append(self.protector.comm)
+            kept[-1].barrier()  # usable in its own step
+
+        self.protector.run(3, compute, lambda ctx: None)
+        self.assertEqual(refused, [1, 2])
+        with self.assertRaises(rtft.FailedPreconditionError):
+            kept[-1].barrier()
+
     def test_bad_arguments(self):
         with self.assertRaises(TypeError):
             self.protector.run(3, "not callable", lambda ctx: None)

@@ -16,16 +16,41 @@ docs/python.md in rt-ft's repository describes the package.
 """
 
 import atexit
+import weakref
 
 from rtft import _core
 from rtft._core import (  # noqa: F401 (re-exported)
-    CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore, Protector,
+    CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore,
     RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
     StepContext, VersionInfo, fault_point, latest_version, list_versions, split_evenly,
     verify_version)
 from rtft.errors import *  # noqa: F401,F403 (the exception classes)
 from rtft.errors import Error, error_class  # noqa: F401
 from rtft.state import Shard, State, init_optimizer_state  # noqa: F401
+from rtft._groups import bind_step as _bind_step
+
+
+class Protector(_core.Protector):
+    __doc__ = _core.Protector.__doc__ + """
+
+    ``Protector(runtime, **options)`` takes ``ProtectOptions``' fields as keywords.  The
+    ``rtft.torch.ProcessGroup`` objects made for it are bound to each step's communicator by
+    ``run()``, so DDP keeps one group object across every recovery."""
+
+    def __init__(self, runtime, **options):
+        super().__init__(runtime, **options)
+        self._runtime = runtime
+        self._groups = weakref.WeakSet()
+
+    def _group_place(self, axis):
+        """The rank and size of a group of ``axis`` (rtft.torch.ProcessGroup)."""
+        now = self._runtime.current()
+        return now.rank, now.world_size
+
+    def run(self, end_step, compute, update):
+        if self._groups and callable(compute) and callable(update):
+            compute, update = _bind_step(self._groups, compute), _bind_step(self._groups, update)
+        return super().run(end_step, compute, update)
 
 
 def restore(dir, state, version=None, *, verify_checksums=True, rank=None):

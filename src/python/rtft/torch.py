@@ -1,0 +1,409 @@
+"""torch.distributed over rt-ft: a process group that survives the hot swap, and a step sampler.
+
+``ProcessGroup`` is a ``torch.distributed.ProcessGroup`` whose transport is the current epoch's
+rt-ft communicator.  DDP (and whatever else takes a group object) keeps the same object for the
+whole run; the step driver binds it to each step's communicator (``Protector.run`` does so for
+every group made for it), so a recovery that rebuilds the communicators around a spare changes
+nothing the model holds::
+
+    protector = rtft.Protector(runtime)
+    protector.protect(rtft.State({"model": model, "optim": optimizer}))
+    group = rtft.torch.ProcessGroup(protector)
+    ddp = DistributedDataParallel(model, process_group=group, find_unused_parameters=True)
+    protector.run(steps, compute, update)
+
+Collectives run on a thread of the group, in the order they were called, so that DDP's
+all-reduce of a bucket overlaps the rest of the backward pass; each returns a ``Work`` at once.
+A collective that a failure aborts completes (its tensors hold no result) and is recorded: when
+``compute`` (or ``update``) returns, the driver raises ``rtft.AbortedError`` and recovers, and
+the step runs again.  Neither autograd nor DDP's reducer sees an error half-way.
+
+Outside a step the group is unbound: it then does what DDP's construction asks of it as if this
+rank were every rank (its parameter-shape check gathers this rank's shapes, its broadcast of the
+module keeps this rank's values), because a spare that builds its model while the others train
+could never meet them there.  Every rank must therefore build its model from the same seed.  Any
+other call outside a step is refused.  The fixed-bucket rule and the rest: docs/python.md.
+
+This file imports torch; the compiled module ``rtft._core`` links no torch library.
+"""
+
+import contextlib
+import queue
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from rtft.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+
+__all__ = ["ProcessGroup", "StepSampler"]
+
+# The reductions rt-ft's communicators do, by c10d's op type; the rest are refused by name.
+_RED = dist.ReduceOp.RedOpType
+_REDUCTIONS = {_RED.SUM: "sum", _RED.AVG: "avg", _RED.MAX: "max", _RED.MIN: "min"}
+# The dtypes rt-ft reduces; operations without a reduction move any dtype as bytes.
+_REDUCIBLE = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+              torch.int32, torch.int64, torch.uint8}
+_AXES = ("comm",)  # the grid's axes (tensor, pipeline, data) are to come, for HSDP
+
+
+def _bytes(t):
+    """A contiguous tensor's memory as uint8 (the same storage)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
+class ProcessGroup(dist.ProcessGroup):
+    """A c10d process group over rt-ft's communicators (docs/python.md).
+
+    ``ProcessGroup(protector)``: the ranks of ``protector``'s training communicator (every rank
+    of a data-parallel job); ``Protector.run`` binds it at every step.  Make it before ``run``.
+    ``ProcessGroup(rank=r, size=n)``: a group that is bound by hand, ``with group.bound(comm):``
+    (the bracket's ``protector.comm``, or any rt-ft communicator of that rank and size).
+    """
+
+    def __init__(self, protector=None, *, axis="comm", rank=None, size=None):
+        if axis not in _AXES:
+            raise InvalidArgumentError(f"axis '{axis}': expected one of {', '.join(_AXES)}")
+        if protector is not None:
+            if rank is not None or size is not None:
+                raise InvalidArgumentError("ProcessGroup: a protector or rank and size, not both")
+            rank, size = protector._group_place(axis)
+        elif rank is None or size is None:
+            raise InvalidArgumentError("ProcessGroup: needs a protector, or rank and size")
+        if not (isinstance(rank, int) and isinstance(size, int) and 0 <= rank < size):
+            raise InvalidArgumentError(f"ProcessGroup: rank {rank!r} of size {size!r}")
+        super().__init__(rank, size)
+        self._rank, self._size, self.axis = rank, size, axis
+        self._comm = None
+        self._aborted = None  # the first AbortedError of the bound step
+        self._failed = None  # another error of a collective, raised when the step ends
+        self._queue = queue.Queue()
+        self._worker = None
+        if protector is not None:
+            protector._groups.add(self)
+
+    # -- binding ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def bound(self, comm):
+        """Binds the group to ``comm`` for the block; on leaving it waits for every collective
+        called meanwhile and raises ``rtft.AbortedError`` if a failure aborted one."""
+        self._bind(comm)
+        try:
+            yield self
+        except BaseException:
+            self._release(raise_abort=False)
+            raise
+        self._release()
+
+    def _bind(self, comm):
+        if self._comm is not None:
+            raise FailedPreconditionError("this rtft.torch.ProcessGroup is bound already")
+        if comm is None:
+            raise FailedPreconditionError(f"the step has no '{self.axis}' communicator")
+        if (comm.rank, comm.world_size) != (self._rank, self._size):
+            raise FailedPreconditionError(
+                f"the group is rank {self._rank} of {self._size}, the step's '{self.axis}' "
+                f"communicator rank {comm.rank} of {comm.world_size}: a group cannot follow a "
+                "shrink (make the model again)")
+        self._aborted = self._failed = None
+        self._comm = comm
+
+    def _release(self, raise_abort=True):
+        """Waits for the collectives of the step (each ends: done, aborted or past its
+        deadline), then unbinds; raises what went wrong in them."""
+        if self._worker is not None:
+            self._queue.join()
+        self._comm = None
+        aborted, failed = self._aborted, self._failed
+        self._aborted = self._failed = None
+        if not raise_abort:
+            return
+        if failed is not None:
+            raise failed
+        if aborted is not None:
+            raise AbortedError(f"a collective of rtft.torch.ProcessGroup was aborted: "
+                               f"{aborted.message if hasattr(aborted, 'message') else aborted}")
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _submit(self, name, run, result):
+        """Queues ``run(comm)`` behind the group's earlier calls; a Work for its future."""
+        comm = self._comm
+        if comm is None:
+            raise FailedPreconditionError(
+                f"rtft.torch.ProcessGroup.{name} outside a step: the group is bound only while "
+                "Protector.run's compute or update runs (or inside group.bound(comm))")
+        future = torch.futures.Future()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="rtft-torch-pg",
+                                            daemon=True)
+            self._worker.start()
+        self._queue.put((name, run, comm, future, result))
+        return _create_work_from_future(future)
+
+    def _work(self):
+        while True:
+            name, run, comm, future, result = self._queue.get()
+            try:
+                if self._aborted is None:  # after an abort the step's result is void anyway
+                    run(comm)
+            except AbortedError as e:
+                self._aborted = e
+            except BaseException as e:  # noqa: B902 (a thread's exception goes to its step)
+                if self._failed is None:
+                    self._failed = e
+            finally:
+                future.set_result(result)
+                self._queue.task_done()
+
+    @staticmethod
+    def _done(result):
+        future = torch.futures.Future()
+        future.set_result(result)
+        return _create_work_from_future(future)
+
+    # -- checks ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _one(tensors, name):
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != 1:
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: one tensor per call "
+                                      "(several devices per process are not supported)")
+        return tensors[0]
+
+    @staticmethod
+    def _check(t, name, reduce=False):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"rtft.torch.ProcessGroup.{name}: a tensor expected, not "
+                            f"{type(t).__name__}")
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: a {type(t).__name__} "
+                                      "(tensor subclass) is not supported")
+        if t.device.type != "cpu":
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: {t.device} tensors are "
+                                      "not supported yet (host tensors only)")
+        if not t.is_contiguous():
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: the tensor is not "
+                                       "contiguous")
+        if reduce and t.dtype not in _REDUCIBLE:
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: rt-ft does not reduce "
+                                      f"{t.dtype}")
+        return t
+
+    def _op(self, opts, name):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        kind = getattr(op, "op", op)
+        if kind not in _REDUCTIONS:
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: the reduction "
+                                      f"{getattr(kind, 'name', kind)} is not one rt-ft does "
+                                      "(SUM, AVG, MAX, MIN)")
+        return _REDUCTIONS[kind]
+
+    # -- c10d's interface ------------------------------------------------------------------
+
+    def getBackendName(self):  # noqa: N802 (c10d's name)
+        return "rtft"
+
+    def allreduce(self, tensors, opts=None):
+        t = self._check(self._one(tensors, "allreduce"), "allreduce", reduce=True)
+        op = self._op(opts, "allreduce")
+        return self._submit("allreduce", lambda c: c.all_reduce(t, op=op), list(tensors))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        tensors = [self._check(t, "allreduce_coalesced", reduce=True) for t in tensors]
+        op = self._op(opts, "allreduce_coalesced")
+
+        def run(c):
+            for t in tensors:  # one call each: the same bits as separate all-reduces
+                c.all_reduce(t, op=op)
+        return self._submit("allreduce_coalesced", run, list(tensors))
+
+    def broadcast(self, tensors, opts=None):
+        t = self._check(self._one(tensors, "broadcast"), "broadcast")
+        root = opts.rootRank if opts is not None else 0
+        if opts is not None and opts.rootTensor != 0:
+            raise NotImplementedError("rtft.torch.ProcessGroup.broadcast: rootTensor must be 0")
+        if not 0 <= root < self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.broadcast: root {root}")
+        if self._comm is None:
+            return self._done(list(tensors))  # unbound: this rank's values are every rank's
+        return self._submit("broadcast", lambda c: c.broadcast(_bytes(t), root=root),
+                            list(tensors))
+
+    def allgather(self, output_lists, input_list, opts=None):
+        t = self._check(self._one(input_list, "allgather"), "allgather")
+        outs = self._one(output_lists, "allgather")
+        if len(outs) != self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.allgather: {len(outs)} outputs "
+                                       f"for {self._size} ranks")
+        for o in outs:
+            self._check(o, "allgather")
+            if o.dtype != t.dtype or o.numel() != t.numel():
+                raise InvalidArgumentError("rtft.torch.ProcessGroup.allgather: an output of "
+                                           "another dtype or size than the input")
+        if self._comm is None:  # unbound: as if every rank held this rank's tensor
+            for o in outs:
+                o.copy_(t)
+            return self._done(list(output_lists))
+
+        def run(c):
+            flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
+            c.all_gather(_bytes(t), _bytes(flat))
+            for o, piece in zip(outs, flat.split(t.numel())):
+                o.view(-1).copy_(piece)
+        return self._submit("allgather", run, list(output_lists))
+
+    def _allgather_base(self, output, input, opts=None):
+        self._check(output, "_allgather_base")
+        self._check(input, "_allgather_base")
+        if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
+            raise InvalidArgumentError("rtft.torch.ProcessGroup._allgather_base: the output must "
+                                       "hold size times the input, of its dtype")
+        return self._submit("_allgather_base",
+                            lambda c: c.all_gather(_bytes(input), _bytes(output)), [output])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        works = []
+        for outs, t in zip(output_lists, input_list):
+            works.append(self.allgather([outs], [t]))
+        return works[-1] if works else self._done([])
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        out = self._check(self._one(output_tensors, "reduce_scatter"), "reduce_scatter",
+                          reduce=True)
+        ins = self._one(input_lists, "reduce_scatter")
+        if len(ins) != self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.reduce_scatter: {len(ins)} "
+                                       f"inputs for {self._size} ranks")
+        for i in ins:
+            self._check(i, "reduce_scatter")
+            if i.dtype != out.dtype or i.numel() != out.numel():
+                raise InvalidArgumentError("rtft.torch.ProcessGroup.reduce_scatter: an input of "
+                                           "another dtype or size than the output")
+        op = self._op(opts, "reduce_scatter")
+
+        def run(c):
+            c.reduce_scatter(torch.cat([i.reshape(-1) for i in ins]), out.view(-1), op=op)
+        return self._submit("reduce_scatter", run, list(output_tensors))
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        self._check(output, "_reduce_scatter_base", reduce=True)
+        self._check(input, "_reduce_scatter_base")
+        if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
+            raise InvalidArgumentError("rtft.torch.ProcessGroup._reduce_scatter_base: the input "
+                                       "must hold size times the output, of its dtype")
+        op = self._op(opts, "_reduce_scatter_base")
+        return self._submit("_reduce_scatter_base",
+                            lambda c: c.reduce_scatter(input.view(-1), output.view(-1), op=op),
+                            [output])
+
+    def barrier(self, opts=None):
+        return self._submit("barrier", lambda c: c.barrier(), [])
+
+    def reduce(self, tensors, opts=None):
+        # An all-reduce into a scratch copy, kept by the root only: the others' tensors stay
+        # as they were, as c10d's reduce leaves them.
+        t = self._check(self._one(tensors, "reduce"), "reduce", reduce=True)
+        root = opts.rootRank if opts is not None else 0
+        op = self._op(opts, "reduce")
+
+        def run(c):
+            scratch = t.clone()
+            c.all_reduce(scratch, op=op)
+            if self._rank == root:
+                t.copy_(scratch)
+        return self._submit("reduce", run, list(tensors))
+
+    def gather(self, output_lists, input_list, opts=None):
+        # An all-gather whose result only the root keeps (DCP's planning gathers objects).
+        t = self._check(self._one(input_list, "gather"), "gather")
+        root = opts.rootRank if opts is not None else 0
+        outs = output_lists[0] if self._rank == root else []
+        if self._rank == root and len(outs) != self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.gather: {len(outs)} outputs for "
+                                       f"{self._size} ranks")
+
+        def run(c):
+            flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
+            c.all_gather(_bytes(t), _bytes(flat))
+            for o, piece in zip(outs, flat.split(t.numel())):
+                o.view(-1).copy_(piece)
+        return self._submit("gather", run, list(output_lists))
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        # The root's inputs broadcast whole; each rank keeps its own piece.
+        out = self._check(self._one(output_tensors, "scatter"), "scatter")
+        root = opts.rootRank if opts is not None else 0
+        ins = input_lists[0] if self._rank == root else []
+        if self._rank == root and (len(ins) != self._size or any(
+                i.dtype != out.dtype or i.numel() != out.numel() for i in ins)):
+            raise InvalidArgumentError("rtft.torch.ProcessGroup.scatter: the root needs one "
+                                       "input per rank, each of the output's dtype and size")
+
+        def run(c):
+            flat = torch.cat([i.reshape(-1) for i in ins]) if ins else \
+                torch.empty(self._size * out.numel(), dtype=out.dtype)
+            c.broadcast(_bytes(flat), root=root)
+            out.view(-1).copy_(flat.split(out.numel())[self._rank])
+        return self._submit("scatter", run, list(output_tensors))
+
+    def _refuse(name, why):  # noqa: N805 (a factory of methods)
+        def refused(self, *args, **kwargs):
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: {why}")
+        refused.__name__ = name
+        return refused
+
+    _P2P = ("point-to-point is not supported yet: an rt-ft send may wait for its receive, so it "
+            "needs an order of its own beside the collectives")
+    send = _refuse("send", _P2P)
+    recv = _refuse("recv", _P2P)
+    recv_anysource = _refuse("recv_anysource", _P2P)
+    alltoall = _refuse("alltoall", "not supported")
+    alltoall_base = _refuse("alltoall_base", "not supported")
+    monitored_barrier = _refuse("monitored_barrier", "not supported (barrier is)")
+    del _refuse
+
+
+class StepSampler(torch.utils.data.Sampler):
+    """The batch of (step, rank): nothing to save, the same after any recovery.
+
+    Step ``s`` of rank ``r`` takes ``batch_size`` indices of epoch ``s // steps_per_epoch``'s
+    permutation (seeded by ``seed`` and the epoch), at ``((s % steps_per_epoch) * world_size +
+    r) * batch_size``; ``steps_per_epoch = len // (batch_size * world_size)`` (the tail of each
+    permutation is dropped).  Give it to a ``DataLoader`` as its ``batch_sampler`` and set
+    ``sampler.step`` before taking the step's batch: iterating yields the batches of
+    ``step``, ``step + 1``, ...  A spare that takes rank ``r`` at step ``s`` draws what the lost
+    rank would have drawn.
+    """
+
+    def __init__(self, length, batch_size, rank, world_size, seed=0):
+        if not (length > 0 and batch_size > 0 and 0 <= rank < world_size):
+            raise InvalidArgumentError(f"StepSampler: length {length}, batch_size {batch_size}, "
+                                       f"rank {rank} of {world_size}")
+        self.steps_per_epoch = length // (batch_size * world_size)
+        if self.steps_per_epoch == 0:
+            raise InvalidArgumentError(f"StepSampler: {length} samples are fewer than one step "
+                                       f"of {batch_size} x {world_size}")
+        self.length, self.batch_size, self.rank, self.world_size = length, batch_size, rank, \
+            world_size
+        self.seed, self.step = seed, 0
+        self._epoch, self._perm = None, None
+
+    def indices(self, step):
+        epoch, at = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._perm, self._epoch = torch.randperm(self.length, generator=g), epoch
+        first = (at * self.world_size + self.rank) * self.batch_size
+        return self._perm[first:first + self.batch_size].tolist()
+
+    def __iter__(self):
+        step = self.step
+        while True:
+            yield self.indices(step)
+            step += 1
+
+    def __len__(self):
+        return self.steps_per_epoch
