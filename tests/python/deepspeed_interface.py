@@ -42,3 +42,13 @@ class CheckpointEngine:
 # DataStates-LLM's engine and DeepSpeed before 0.17 also call this one.
 class AsyncCheckpointEngine(CheckpointEngine):
     def wait(self): ...
+
+
+# How DeepSpeed 0.17 itself calls load() (deepspeed/runtime/engine.py: the module's checkpoint,
+# the ZeRO shards, the universal checkpoint's optimizer state): its map_location arguments, which
+# test_deepspeed passes as they are.
+LOADER_MAP_LOCATIONS = [
+    lambda storage, loc: storage,  # _load_checkpoint, load_moe_state_dict
+    "cpu",  # _get_all_zero_checkpoint_state_dicts
+    None,
+]

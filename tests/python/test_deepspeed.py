@@ -107,8 +107,24 @@ class SaveLoadTest(unittest.TestCase):
         self.assertEqual(engine.get_commit_info(), "tag")
         engine.cleanup()
         self.assertEqual(engine.load(path)["x"].tolist(), [1.0, 1.0, 1.0])
-        with self.assertRaises(TypeError):
-            engine.load(path, map_location=lambda storage, loc: storage)
+
+    def test_map_location_as_deepspeed_and_torch_load_pass_it(self):
+        engine = RtftCheckpointEngine(**POOL)
+        engine.create("tag")
+        path = os.path.join(self.dir, "file.pt")
+        engine.save({"x": torch.arange(3.0)}, path)
+        engine.commit("tag")
+        others = [torch.device("cpu"), {"cpu": "cpu"}, lambda storage, loc: None]
+        for where in deepspeed_interface.LOADER_MAP_LOCATIONS + others:
+            loaded = engine.load(path, map_location=where)
+            self.assertEqual(loaded["x"].tolist(), [0.0, 1.0, 2.0])
+            self.assertEqual(loaded["x"].device, torch.device("cpu"))
+        seen = []
+        engine.load(path, map_location=lambda storage, loc: seen.append(loc) or storage)
+        self.assertEqual(seen, ["cpu"])  # the saved location, as torch.load passes it
+        for bad in (3, lambda storage, loc: "cuda"):
+            with self.assertRaises(TypeError):
+                engine.load(path, map_location=bad)
 
 
 if __name__ == "__main__":

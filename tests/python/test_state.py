@@ -1,6 +1,7 @@
 """rtft.State: tensors from state dicts, modules and optimizers by their memory (DLPack, no copy),
 the dtypes rt-ft saves and clear errors for the rest, hostile input refused, names, and
-init_optimizer_state leaving AdamW exactly as its first step would."""
+init_optimizer_state leaving Adam, AdamW, SGD, RMSprop and Adadelta exactly as their first step
+would, and refusing what it cannot make exactly."""
 
 import unittest
 
@@ -41,6 +42,23 @@ class DtypeTest(unittest.TestCase):
                 rtft.State({"t": tensor})
             self.assertIn("is not one rt-ft saves", str(caught.exception))
             self.assertIn("tensor 't'", str(caught.exception))
+
+    def test_tensor_subclasses_are_refused_by_name(self):
+        # A DTensor's __dlpack__ is a gathered copy: its state would be a temporary.
+        class DTensor(torch.Tensor):
+            pass
+
+        class Other(torch.Tensor):
+            pass
+
+        for cls, text in ((DTensor, "gathered full-size copy"), (Other, "tensor subclass")):
+            value = torch.Tensor._make_subclass(cls, torch.zeros(3))
+            for state in ({"model": {"w": value}}, {"s": rtft.Shard(value, [6], [0])}):
+                with self.assertRaises(rtft.InvalidArgumentError) as caught:
+                    rtft.State(state)
+                self.assertIn(cls.__name__, str(caught.exception))
+                self.assertIn(text, str(caught.exception))
+        rtft.State({"p": torch.nn.Parameter(torch.zeros(2))})  # a parameter is no subclass
 
     def test_numpy_arrays_by_their_memory(self):
         a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -123,24 +141,56 @@ class ModelTest(unittest.TestCase):
         self.assertIn("init_optimizer_state", str(caught.exception))
 
     def test_init_optimizer_state_is_the_first_steps_state(self):
+        # Each optimizer trained with and without it ends on the same bits (L2 decay, momentum,
+        # a centred RMSprop and Nesterov included: a zero step must not add decay to the
+        # moments).
+        makers = {
+            "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+            "Adam+L2": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1, amsgrad=True),
+            "SGD+momentum": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9,
+                                                       weight_decay=0.1, nesterov=True),
+            "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True,
+                                                      weight_decay=0.1),
+            "Adadelta": lambda ps: torch.optim.Adadelta(ps, weight_decay=0.1),
+        }
+        for name, make in makers.items():
+            with self.subTest(optimizer=name):
+                self.check_first_step(make)
+
+    def test_init_optimizer_state_refuses_what_it_cannot_make_exactly(self):
+        model = torch.nn.Linear(2, 2)
+        for make, text in (
+                (lambda: torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                         dampening=0.1), "dampening"),
+                (lambda: torch.optim.NAdam(model.parameters()), "NAdam"),
+                (lambda: torch.optim.Rprop(model.parameters()), "Rprop")):
+            opt = make()
+            with self.assertRaises(rtft.InvalidArgumentError) as caught:
+                rtft.init_optimizer_state(opt)
+            self.assertIn(text, str(caught.exception))
+            self.assertEqual(len(opt.state), 0)  # refused before anything was made
+
+    def check_first_step(self, make):
         def train(init):
             torch.manual_seed(0)
             model = torch.nn.Linear(5, 3)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+            opt = make(model.parameters())
             before = [p.detach().clone() for p in model.parameters()]
             if init:
                 rtft.init_optimizer_state(opt)
                 for p, b in zip(model.parameters(), before):
                     self.assertTrue(torch.equal(p, b), "init changed a parameter")
                     self.assertIsNone(p.grad)
-                self.assertEqual(float(opt.state[model.weight]["step"]), 0.0)
+                if "step" in opt.state[model.weight]:
+                    self.assertEqual(float(opt.state[model.weight]["step"]), 0.0)
             for step in range(5):
                 x = torch.linspace(-1, 1, 10 * 5).reshape(10, 5) * (step + 1)
                 opt.zero_grad()
                 model(x).square().sum().backward()
                 opt.step()
             return [p.detach().clone() for p in model.parameters()] + [
-                opt.state[p][k].clone() for p in model.parameters() for k in opt.state[p]]
+                torch.as_tensor(opt.state[p][k]).clone() for p in model.parameters()
+                for k in opt.state[p] if opt.state[p][k] is not None]
 
         for a, b in zip(train(False), train(True)):
             self.assertTrue(torch.equal(a, b))

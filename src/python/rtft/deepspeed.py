@@ -82,11 +82,30 @@ def _walk(value, out):
 
 
 def _device(saved, map_location):
+    """Where a tensor saved on ``saved`` goes, as ``torch.load(map_location=...)`` would put it:
+    None (where it was), a str or a device, a dict of saved location to location, or a callable
+    ``f(storage, location)`` given the tensor's storage on the host that returns a storage (its
+    device) or None (where it was). DeepSpeed's own loader passes ``lambda storage, loc:
+    storage``, which loads onto the host."""
     if map_location is None:
         return torch.device(saved)
     if isinstance(map_location, (str, torch.device)):
         return torch.device(map_location)
-    raise TypeError("RtftCheckpointEngine.load: map_location is None, a str or a torch.device")
+    if isinstance(map_location, dict):
+        return torch.device(map_location.get(str(saved), saved))
+    if callable(map_location):
+        empty = torch.empty(0)
+        storage = empty.untyped_storage() if hasattr(empty, "untyped_storage") else \
+            empty.storage()
+        moved = map_location(storage, str(saved))
+        if moved is None:
+            return torch.device(saved)
+        if not hasattr(moved, "device"):
+            raise TypeError("RtftCheckpointEngine.load: map_location returned a "
+                            f"{type(moved).__name__}, not a storage or None")
+        return torch.device(moved.device)
+    raise TypeError("RtftCheckpointEngine.load: map_location is None, a str, a torch.device, a "
+                    f"dict or a callable, not a {type(map_location).__name__}")
 
 
 class RtftCheckpointEngine(_Base):

@@ -96,6 +96,24 @@ def _is_tensor(value):
     return hasattr(value, "__dlpack__") and not isinstance(value, type)
 
 
+def _refuse_subclass(name, tensor):
+    """A tensor subclass's DLPack need not be its own memory (a DTensor's is a gathered full-size
+    copy, made anew at each call): saving or restoring it would touch a temporary, silently."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor):
+        return
+    kind = type(tensor)
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
+        return
+    from rtft.errors import InvalidArgumentError
+    why = "its DLPack may not be its own memory"
+    if kind.__name__ == "DTensor":
+        why = ("its __dlpack__ hands out a gathered full-size copy, not its memory; describe its "
+               "local shard instead: rtft.Shard(t.to_local(), t.shape, offset)")
+    raise InvalidArgumentError(f"rtft.State: tensor '{name}' is a {kind.__name__}, a tensor "
+                               f"subclass: {why}")
+
+
 def _holds_tensor(value):
     if _is_tensor(value) or isinstance(value, Shard):
         return True
@@ -179,6 +197,7 @@ class State(_core.State):
     def _tensor(self, name, tensor, global_shape=None, offset=None):
         if not name:
             raise TypeError("rtft.State: a tensor needs a name (put it in a mapping)")
+        _refuse_subclass(name, tensor)
         logical = self.add_tensor(name, tensor, global_shape, offset)
         if logical == "bool":
             if not self._logical:
@@ -226,36 +245,67 @@ class State(_core.State):
         self.add_value(prefix, obj.state_dict, obj.load_state_dict)
 
 
+# Optimizers whose first step only reads state it would create as zeros (and a step counter),
+# so that a zero step with a learning rate and weight decay of 0 makes exactly that state.
+_EXACT_ZERO_STEP = ("Adam", "AdamW", "SGD", "RMSprop", "Adadelta", "Adagrad")
+
+
 def init_optimizer_state(optimizer):
     """Creates the per-parameter state an optimizer makes at its first step, so that it can be
-    described before any step: one step with zero gradients and a learning rate of 0 on the
-    parameters that have none, its step counters then set back to 0. The parameters do not
-    change; for Adam and AdamW the state is exactly the one their first real step would create
-    (zero moments, step 0). Other optimizers get the state a zero step leaves."""
+    described before any step: one step with zero gradients, a learning rate of 0 and no weight
+    decay on the parameters that have none, its step counters then set back to 0. The parameters
+    do not change, and the state is exactly the one the first real step finds (zero moments, step
+    0) for Adam, AdamW, SGD, RMSprop, Adadelta and Adagrad. Refused, with the reason: SGD with
+    momentum and dampening (its first step copies the gradient, undamped, into a buffer it has not
+    got yet), and other optimizers (NAdam's, RAdam's, Rprop's first step sets state from the
+    learning rate or the step count): take their first step before describing them."""
     import torch
+
+    from rtft.errors import InvalidArgumentError
 
     groups = optimizer.param_groups
     params = [p for g in groups for p in g["params"]]
     missing = {id(p) for p in params if not optimizer.state.get(p)}
     if not missing:
         return optimizer
+    kind = type(optimizer).__name__
+    if not any(type(optimizer) is getattr(torch.optim, name, None) for name in _EXACT_ZERO_STEP):
+        raise InvalidArgumentError(
+            f"init_optimizer_state: {kind} is not one whose first step's state a zero step "
+            f"makes exactly ({', '.join(_EXACT_ZERO_STEP)} are): run its first step before "
+            "describing it")
+    for i, g in enumerate(groups):
+        if kind == "SGD" and g.get("momentum", 0) and g.get("dampening", 0):
+            raise InvalidArgumentError(
+                f"init_optimizer_state: SGD group {i} has momentum and dampening "
+                f"{g['dampening']}: its first step copies the gradient into the momentum buffer "
+                "undamped, later ones damp it, so no buffer made beforehand is right; run its "
+                "first step before describing it")
     grads = [p.grad for p in params]
-    rates = [g["lr"] for g in groups]
+    saved = [(g["lr"], g.get("weight_decay")) for g in groups]
     try:
         for p in params:
             p.grad = torch.zeros_like(p) if id(p) in missing else None
         for g in groups:
             g["lr"] = g["lr"] * 0 if torch.is_tensor(g["lr"]) else 0.0
+            if "weight_decay" in g:  # L2 decay would add weight_decay * p to the zero gradient
+                g["weight_decay"] = 0.0
         with torch.no_grad():
             optimizer.step()
     finally:
-        for g, lr in zip(groups, rates):
+        for g, (lr, decay) in zip(groups, saved):
             g["lr"] = lr
+            if decay is not None:
+                g["weight_decay"] = decay
         for p, grad in zip(params, grads):
             p.grad = grad
     for p in params:
         if id(p) in missing:
             per_param = optimizer.state[p]
+            for key, value in per_param.items():
+                if key != "step" and torch.is_tensor(value) and bool(value.ne(0).any()):
+                    raise InvalidArgumentError(  # a guard: none of the above does this
+                        f"init_optimizer_state: {kind}'s zero step left '{key}' non-zero")
             if "step" in per_param:
                 step = per_param["step"]
                 if torch.is_tensor(step):
