@@ -53,6 +53,11 @@ struct TensorDesc {
   // Tensors with the same non-negative group are captured as one transfer (set by
   // CompositeProvider for small tensors).
   int coalesce_group = -1;
+  // The step's compute writes it (BatchNorm's running statistics, a module buffer that forward
+  // updates): the Protector copies it on the training thread when the step begins, before
+  // compute can run, where other tensors are copied while compute runs (a device one waits for
+  // the application's stream and its copy, so a step with such tensors starts later).
+  bool changed_in_compute = false;
 
   RTFT_EXPORT uint64_t elements() const;
   uint64_t bytes() const { return elements() * DTypeSize(dtype); }

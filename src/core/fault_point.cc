@@ -122,6 +122,10 @@ void FaultPoint(const char* point) {
     while (true) pause();
   } else if (action.rfind("exit=", 0) == 0) {
     _exit(std::atoi(action.c_str() + 5));
+  } else if (action.rfind("wait=", 0) == 0) {
+    // Holds this thread until a test creates the file: an order of events, not a delay.
+    const std::string path = action.substr(5);
+    while (access(path.c_str(), F_OK) != 0) usleep(1000);
   } else {
     raise(SIGKILL);
   }

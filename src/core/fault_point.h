@@ -1,7 +1,8 @@
 // Named fault points: places in the library where a test can make a process fail on purpose, at a
 // known phase instead of after a random delay (docs/testing.md lists the points). RTFT_FAULT
 // arms them: "point[@n][:action][,...]" fires at the n-th time (default 1) this process reaches
-// `point`, with action kill (SIGKILL itself), stop (SIGSTOP itself), hang (block forever) or
+// `point`, with action kill (SIGKILL itself), stop (SIGSTOP itself), hang (block forever),
+// wait=PATH (block the calling thread until PATH exists) or
 // exit=N; "S/point..." arms it only in the first process started on slot S (RTFT_SLOT, with
 // RTFT_RESTART_COUNT 0), so a job-wide RTFT_FAULT can aim at one rank. ArmFaults() replaces what
 // is armed. Before acting it appends "fault <point> <action>

@@ -61,7 +61,7 @@ RTFT_PARAM(kDevice, "RTFT_DEVICE", kInt, "0", "the CUDA device ordinal of the ap
 RTFT_PARAM(kSlot, "RTFT_SLOT", kInt, "-1", "set by dp-launch for the application: its slot (a process of the launch)")
 RTFT_PARAM(kRole, "RTFT_ROLE", kString, "", "set by dp-launch for the application: its role when it was started (initial, spare, restarted, activated)")
 RTFT_PARAM(kRestartCount, "RTFT_RESTART_COUNT", kInt, "0", "set by dp-launch for the application: how many times it was started on this slot before")
-RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, [S/]point[@n][:action],... with action kill, stop, hang or exit=N; S/ arms it only in the first process on slot S (docs/testing.md)")
+RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, [S/]point[@n][:action],... with action kill, stop, hang, wait=PATH (until the file exists) or exit=N; S/ arms it only in the first process on slot S (docs/testing.md)")
 RTFT_PARAM(kCtrlTestPartition, "RTFT_CTRL_TEST_PARTITION", kString, "", "test hook: while this file exists, the primary coordinator drops all traffic from and to the slots it lists (comma-separated), as a partition would")
 RTFT_PARAM(kFaultLog, "RTFT_FAULT_LOG", kString, "", "test hook: file that fired fault points are noted in (default: stderr)")
 // clang-format on

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/checksum.h"
+#include "core/fault_point.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/thread_pool.h"
@@ -174,6 +175,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     return Status::ResourceExhausted(
         "protected objects take " + std::to_string(objects.size()) + " bytes, more than the " +
         std::to_string(layout_.object_capacity) + " reserved (ProtectOptions::max_object_bytes)");
+  FaultPoint("protect.l1_copy");  // on the capture worker, before it copies anything
   const auto begun = std::chrono::steady_clock::now();
   Invalidate(step);
   std::vector<std::unique_ptr<CopyTicket>> device;
@@ -185,7 +187,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     // everything landed and `copied` has let the application go on, its chunks in parallel.
     for (const auto* list : {&layout_.replicated, &layout_.sharded})
       for (const Entry& e : *list)
-        if (e.tensor.memory != MemoryKind::kDevice && e.bytes > 0)
+        if (e.tensor.memory != MemoryKind::kDevice && e.bytes > 0 && !e.tensor.changed_in_compute)
           std::memcpy(p + e.offset, e.tensor.data, e.bytes);
     if (!objects.empty()) std::memcpy(p + layout_.objects_begin, objects.data(), objects.size());
     for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
@@ -205,18 +207,20 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   }
   size_t at = 0;  // what is hashed so far: payload [0, at)
   // Copies `bytes` from `src` to payload offset `offset` (at or after `at`), hashing the padding
-  // before it and then each piece right after it is copied.
+  // before it and then each piece right after it is copied (only hashing, where `src` is null:
+  // a tensor CaptureEarly() copied).
   auto put = [&](size_t offset, const void* src, size_t bytes) {
     hash.Update(p + at, offset - at);
     for (size_t done = 0; done < bytes; done += kPiece) {
       const size_t n = std::min(kPiece, bytes - done);
-      std::memcpy(p + offset + done, static_cast<const char*>(src) + done, n);
+      if (src) std::memcpy(p + offset + done, static_cast<const char*>(src) + done, n);
       hash.Update(p + offset + done, n);
     }
     at = offset + bytes;
   };
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
-    for (const Entry& e : *list) put(e.offset, e.tensor.data, e.bytes);
+    for (const Entry& e : *list)
+      put(e.offset, e.tensor.changed_in_compute ? nullptr : e.tensor.data, e.bytes);
   put(layout_.objects_begin, objects.data(), objects.size());
   if (copied) copied();
   Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());

@@ -70,8 +70,14 @@ class Snapshot {
   // there on) and the area is hashed on the host, off the application's path (host tensors are
   // then copied without hashing: one pass to copy, one to hash, after the copies). Without
   // device tensors `copied` runs at the end.
+  // Tensors that compute changes (TensorDesc::changed_in_compute) are not copied there: they
+  // were by CaptureEarly(), and are only hashed.
   Status Capture(uint64_t step, uint64_t epoch, int rank, int world, const std::string& objects,
                  const void* stream = nullptr, const std::function<void()>& copied = nullptr);
+  // Copies the tensors that compute changes into the area of `step` (marked incomplete first),
+  // on the calling thread, before the step's compute runs: host ones at once, device ones once
+  // the work queued on `stream` is done, waiting for their copy. Nothing when there are none.
+  Status CaptureEarly(uint64_t step, const void* stream);
   // Marks the area of `step` complete after its payload was filled from elsewhere (a peer).
   void Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes);
   // Copies the snapshot of `step` back into the live tensors and objects (the sharded tensors

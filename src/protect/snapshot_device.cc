@@ -66,7 +66,7 @@ Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
   char* p = payload(step);
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
     for (const Entry& e : *list)
-      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0) {
+      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0 && !e.tensor.changed_in_compute) {
         char* host = p + e.offset;
         const char* device = static_cast<const char*>(e.tensor.data);
         std::vector<CopyPiece>& mine = pieces[e.tensor.device];
@@ -80,6 +80,37 @@ Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
     RTFT_RETURN_IF_ERROR(c->After(stream));
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> t, c->CopyToHost(list));
     tickets->push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+Status Snapshot::CaptureEarly(uint64_t step, const void* stream) {
+  std::map<int, std::vector<CopyPiece>> pieces;
+  bool any = false;
+  char* p = payload(step);
+  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+    for (const Entry& e : *list) {
+      if (!e.tensor.changed_in_compute || e.bytes == 0) continue;
+      if (!any) Invalidate(step);  // before its first byte changes
+      any = true;
+      char* host = p + e.offset;
+      if (e.tensor.memory != MemoryKind::kDevice) {
+        std::memcpy(host, e.tensor.data, e.bytes);
+        continue;
+      }
+      const char* device = static_cast<const char*>(e.tensor.data);
+      std::vector<CopyPiece>& mine = pieces[e.tensor.device];
+      (void)ForEachPiece(file_->data(), host, e.bytes, [&](size_t at, size_t n) {
+        mine.push_back({host + at, device + at, n});
+        return Status::Ok();
+      });
+    }
+  // Compute's kernels are queued only once this returns: the copies end before any of them runs.
+  for (const auto& [device, list] : pieces) {
+    RTFT_ASSIGN_OR_RETURN(DeviceCopier * c, Copier(device));
+    RTFT_RETURN_IF_ERROR(c->After(stream));
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> t, c->CopyToHost(list));
+    RTFT_RETURN_IF_ERROR(t->Wait());
   }
   return Status::Ok();
 }

@@ -56,6 +56,9 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
 
 Status ProtectorImpl::StartCapture(uint64_t step) {
   RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
+  // The capture worker is idle here (the last capture was waited for): the tensors that compute
+  // changes go into the area now, on this thread.
+  RTFT_RETURN_IF_ERROR(l1_->CaptureEarly(step, o_.stream));
   Capturer::Job job;
   job.step = step;
   job.epoch = train_->epoch();

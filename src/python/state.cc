@@ -60,12 +60,14 @@ void PyState::CheckName(const std::string& name, const TensorDesc* tensor) {
 
 std::string PyState::AddTensor(const std::string& name, py::handle tensor,
                                const std::optional<std::vector<int64_t>>& global_shape,
-                               const std::optional<std::vector<int64_t>>& offset) {
+                               const std::optional<std::vector<int64_t>>& offset,
+                               bool changed_in_compute) {
   if (global_shape.has_value() != offset.has_value())
     throw StatusError(Status::InvalidArgument("tensor '" + name +
                                               "': a shard needs both global_shape and offset"));
   std::shared_ptr<TensorRef> ref = TensorRef::From(tensor, "tensor '" + name + "'");
   TensorDesc desc = ref->Desc(name);
+  desc.changed_in_compute = changed_in_compute;
   if (global_shape) {
     desc.shard.global_shape = *global_shape;
     desc.shard.offset = *offset;
@@ -161,6 +163,7 @@ py::list PyState::TensorInfo() const {
     d["device"] = t.desc.device;
     d["nbytes"] = t.desc.bytes();
     d["data_ptr"] = reinterpret_cast<uintptr_t>(t.desc.data);
+    d["changed_in_compute"] = t.desc.changed_in_compute;
     if (t.desc.shard.sharded()) {
       d["global_shape"] = t.desc.shard.global_shape;
       d["offset"] = t.desc.shard.offset;
@@ -208,8 +211,11 @@ void BindState(py::module_& m) {
       .def(py::init<>())
       .def("add_tensor", &PyState::AddTensor, py::arg("name"), py::arg("tensor"),
            py::arg("global_shape") = py::none(), py::arg("offset") = py::none(),
+           py::arg("changed_in_compute") = false,
            "Describes a tensor (any object with __dlpack__) by its memory; returns its logical "
-           "dtype. With global_shape and offset it is this rank's shard of a larger tensor")
+           "dtype. With global_shape and offset it is this rank's shard of a larger tensor; "
+           "changed_in_compute: the step's compute writes it (a module buffer), so the "
+           "protector copies it when the step begins")
       .def("add_object", &PyState::AddObject, py::arg("name"), py::arg("serialize"),
            py::arg("deserialize"), py::arg("optional") = false,
            "Describes an object: serialize() -> bytes when saving, deserialize(bytes) when "

@@ -148,6 +148,7 @@ class State(_core.State):
     def __init__(self, state=None, *, restored=None, rng=True):
         super().__init__()
         self._logical = {}
+        self._buffers = set()  # data pointers of the module being described's buffers
         if restored is not None:
             self.set_restored(restored)
         if rng:
@@ -166,7 +167,14 @@ class State(_core.State):
         elif _is_tensor(value):
             self._tensor(prefix, value)
         elif _is_module(value):
-            self.add(value.state_dict(), prefix)
+            # Buffers (BatchNorm's running statistics) change in forward, inside compute: the
+            # protector copies them when the step begins.
+            buffers = self._buffers
+            self._buffers = {b.data_ptr() for b in value.buffers() if b.numel() > 0}
+            try:
+                self.add(value.state_dict(), prefix)
+            finally:
+                self._buffers = buffers
         elif _is_optimizer(value):
             self._optimizer(value, prefix)
         elif _is_stateful(value):
@@ -198,7 +206,9 @@ class State(_core.State):
         if not name:
             raise TypeError("rtft.State: a tensor needs a name (put it in a mapping)")
         _refuse_subclass(name, tensor)
-        logical = self.add_tensor(name, tensor, global_shape, offset)
+        changed = _is_tensor(tensor) and hasattr(tensor, "data_ptr") and \
+            tensor.data_ptr() in self._buffers
+        logical = self.add_tensor(name, tensor, global_shape, offset, changed_in_compute=changed)
         if logical == "bool":
             if not self._logical:
                 # Readers of the files (h5py) see uint8; this object says what the bytes mean.
