@@ -1,16 +1,18 @@
-// `rtft-bench detect` (real processes): detection latency of a process crash and of a lost slot
+// `rtft-bench detect`: detection latency of a process crash and of a lost slot
 // in real `mpirun --enable-recovery dp-launch` jobs of 4 to 16 slots on this machine, measured
 // from the SIGKILL to the moment a surviving rank's application receives the new epoch.
 // Targets (docs/benchmarks.md, "rtft-bench recovery"): crash <= 50 ms, slot loss <= 1.5x heartbeat
-// timeout.
+// timeout. With --sim the subcommand runs detect_sim.h's simulation instead.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "tools/rtft_bench/bench_command.h"
 #include "tools/rtft_bench/bench_util.h"
 
 namespace rtft::bench {
@@ -28,5 +30,8 @@ struct DetectRealOptions {
 void AddDetectRealFlags(CLI::App* cmd, DetectRealOptions* options, std::string* slots_text);
 // One JSON line per slot count and failure kind.
 Status RunDetectReal(DetectRealOptions options, const std::string& slots_text, JsonLines* out);
+
+// The `detect` subcommand: real processes, or with --sim the simulation (detect_command.cc).
+std::unique_ptr<BenchCommand> NewDetectCommand();
 
 }  // namespace rtft::bench

@@ -8,10 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "tools/rtft_bench/bench_command.h"
 #include "tools/rtft_bench/bench_util.h"
 
 namespace rtft::bench {
@@ -26,8 +24,5 @@ struct DetectSimOptions {
 
 // Runs the simulation for every agent count; one JSON line each.
 Status RunDetectSim(const DetectSimOptions& options, JsonLines* out);
-
-// The `detect` subcommand (for now only its --sim part).
-std::unique_ptr<BenchCommand> NewDetectCommand();
 
 }  // namespace rtft::bench

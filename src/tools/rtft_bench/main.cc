@@ -11,7 +11,7 @@
 #include "tools/rtft_bench/bench_command.h"
 #include "tools/rtft_bench/ckpt_e2e_bench.h"
 #include "tools/rtft_bench/comm_bench.h"
-#include "tools/rtft_bench/detect_sim.h"
+#include "tools/rtft_bench/detect_bench.h"
 #include "tools/rtft_bench/goodput_bench.h"
 #include "tools/rtft_bench/heatdis_bench.h"
 #include "tools/rtft_bench/offload_bench.h"
