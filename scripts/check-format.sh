@@ -16,7 +16,7 @@ command -v "${clang_format}" >/dev/null || {
   exit 1
 }
 
-dirs=(src include launcher tests examples)
+dirs=(src include launcher bench sim tests examples)
 files=()
 if git -C "${root}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   while IFS= read -r -d '' f; do

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <future>
 #include <vector>
 
 #include "core/checksum.h"
@@ -144,10 +145,24 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   std::vector<std::atomic<int>> hits(1000);
   pool.ParallelFor(hits.size(), [&](size_t i) { hits[i]++; });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+// The destructor runs every task still queued before it joins. The counter outlives the pool and
+// is read after it; the workers are held until just before the destructor, so the counting tasks
+// are queued when it starts (run or not by then, each must have run once when it returns).
+TEST(ThreadPool, DestructionRunsEveryQueuedTask) {
   std::atomic<int> n{0};
-  for (int i = 0; i < 50; ++i) pool.Submit([&] { n++; });
-  pool.ParallelFor(1, [&](size_t) { n++; });
-  // Destruction drains the queue.
+  {
+    ThreadPool pool(3);
+    std::promise<void> go;
+    std::shared_future<void> held = go.get_future().share();
+    for (int i = 0; i < pool.size(); ++i) pool.Submit([held] { held.wait(); });
+    for (int i = 0; i < 50; ++i) pool.Submit([&n] { n++; });
+    pool.ParallelFor(1, [&n](size_t) { n++; });  // on this thread: every worker is held
+    EXPECT_EQ(n.load(), 1);
+    go.set_value();
+  }
+  EXPECT_EQ(n.load(), 51);
 }
 
 }  // namespace
