@@ -102,7 +102,10 @@ class Snapshot {
   Status Pin();
   void Unpin();
   StatusOr<DeviceCopier*> Copier(int device) const;
-  // Starts the copies of every device tensor into the area of `step`; one ticket per device.
+  // The pieces of the device tensors that compute changes (`early`) or of the others, by device.
+  std::map<int, std::vector<CopyPiece>> DevicePieces(uint64_t step, bool early) const;
+  // Starts the copies of every device tensor but those CaptureEarly() copies into the area of
+  // `step`; one ticket per device.
   Status StartDeviceCopies(uint64_t step, const void* stream,
                            std::vector<std::unique_ptr<CopyTicket>>* tickets) const;
   // Copies `bytes` at `src` (an area) into `e`'s tensor, host or device.

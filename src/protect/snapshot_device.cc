@@ -4,6 +4,7 @@
 // with CUDA once per mapping so that those copies run at the link's speed.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "protect/snapshot.h"
 
@@ -34,6 +35,13 @@ bool HasDeviceTensors(const Layout& l) {
   return false;
 }
 
+bool HasChangedInCompute(const Layout& l) {
+  for (const auto* list : {&l.replicated, &l.sharded})
+    for (const Entry& e : *list)
+      if (e.tensor.changed_in_compute && e.bytes > 0) return true;
+  return false;
+}
+
 }  // namespace
 
 Snapshot::~Snapshot() { Unpin(); }
@@ -60,13 +68,13 @@ StatusOr<DeviceCopier*> Snapshot::Copier(int device) const {
   return it->second.get();
 }
 
-Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
-                                   std::vector<std::unique_ptr<CopyTicket>>* tickets) const {
+std::map<int, std::vector<CopyPiece>> Snapshot::DevicePieces(uint64_t step, bool early) const {
   std::map<int, std::vector<CopyPiece>> pieces;
   char* p = payload(step);
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
     for (const Entry& e : *list)
-      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0 && !e.tensor.changed_in_compute) {
+      if (e.tensor.memory == MemoryKind::kDevice && e.bytes > 0 &&
+          e.tensor.changed_in_compute == early) {
         char* host = p + e.offset;
         const char* device = static_cast<const char*>(e.tensor.data);
         std::vector<CopyPiece>& mine = pieces[e.tensor.device];
@@ -75,7 +83,12 @@ Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
           return Status::Ok();
         });
       }
-  for (const auto& [device, list] : pieces) {
+  return pieces;
+}
+
+Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
+                                   std::vector<std::unique_ptr<CopyTicket>>* tickets) const {
+  for (const auto& [device, list] : DevicePieces(step, /*early=*/false)) {
     RTFT_ASSIGN_OR_RETURN(DeviceCopier * c, Copier(device));
     RTFT_RETURN_IF_ERROR(c->After(stream));
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> t, c->CopyToHost(list));
@@ -85,33 +98,22 @@ Status Snapshot::StartDeviceCopies(uint64_t step, const void* stream,
 }
 
 Status Snapshot::CaptureEarly(uint64_t step, const void* stream) {
-  std::map<int, std::vector<CopyPiece>> pieces;
-  bool any = false;
+  if (!HasChangedInCompute(layout_)) return Status::Ok();  // as cheap as the capture's own walk
+  Invalidate(step);                                        // before its first byte changes
   char* p = payload(step);
   for (const auto* list : {&layout_.replicated, &layout_.sharded})
-    for (const Entry& e : *list) {
-      if (!e.tensor.changed_in_compute || e.bytes == 0) continue;
-      if (!any) Invalidate(step);  // before its first byte changes
-      any = true;
-      char* host = p + e.offset;
-      if (e.tensor.memory != MemoryKind::kDevice) {
-        std::memcpy(host, e.tensor.data, e.bytes);
-        continue;
-      }
-      const char* device = static_cast<const char*>(e.tensor.data);
-      std::vector<CopyPiece>& mine = pieces[e.tensor.device];
-      (void)ForEachPiece(file_->data(), host, e.bytes, [&](size_t at, size_t n) {
-        mine.push_back({host + at, device + at, n});
-        return Status::Ok();
-      });
-    }
+    for (const Entry& e : *list)
+      if (e.tensor.changed_in_compute && e.tensor.memory != MemoryKind::kDevice && e.bytes > 0)
+        std::memcpy(p + e.offset, e.tensor.data, e.bytes);
   // Compute's kernels are queued only once this returns: the copies end before any of them runs.
-  for (const auto& [device, list] : pieces) {
+  std::vector<std::unique_ptr<CopyTicket>> tickets;
+  for (const auto& [device, list] : DevicePieces(step, /*early=*/true)) {
     RTFT_ASSIGN_OR_RETURN(DeviceCopier * c, Copier(device));
     RTFT_RETURN_IF_ERROR(c->After(stream));
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> t, c->CopyToHost(list));
-    RTFT_RETURN_IF_ERROR(t->Wait());
+    tickets.push_back(std::move(t));
   }
+  for (auto& t : tickets) RTFT_RETURN_IF_ERROR(t->Wait());
   return Status::Ok();
 }
 

@@ -12,35 +12,22 @@ import torch.distributed as dist
 
 import rtft
 import rtft.torch
+from test_comm import on_ranks as comm_ranks
 
 WORLD = 3
 
 
-def on_ranks(body, world=WORLD):
-    """Runs body(group, comm) on `world` ranks, one thread each, the group bound to the comm;
-    returns their results by rank."""
-    store = rtft.LocalCommStore()
-    results, errors = [None] * world, []
+def on_ranks(body, bind=True):
+    """Runs body(group, comm) on WORLD ranks, one thread each (test_comm's harness), the group
+    bound to the comm unless `bind` is false; returns their results by rank."""
+    def rank(comm):
+        group = rtft.torch.ProcessGroup(rank=comm.rank, size=comm.world_size)
+        if not bind:
+            return body(group, comm)
+        with group.bound(comm):
+            return body(group, comm)
 
-    def rank(r):
-        try:
-            comm = rtft.Communicator.create(r, world, store, name="pg", timeout=30,
-                                            create_timeout=30, host="127.0.0.1")
-            group = rtft.torch.ProcessGroup(rank=r, size=world)
-            with group.bound(comm):
-                results[r] = body(group, comm)
-            comm.close()
-        except BaseException as e:  # reported by the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return results
+    return comm_ranks(rank, WORLD)
 
 
 def opts(cls, **fields):
@@ -91,7 +78,7 @@ class CollectivesTest(unittest.TestCase):
             flat = torch.zeros(2 * WORLD, dtype=torch.int16)
             g._allgather_base(flat, small).wait()
             out["base"] = flat.tolist()
-            c_outs = [[torch.zeros(1) for _ in range(WORLD)], [torch.zeros(2) for _ in range(WORLD)]]
+            c_outs = [[torch.zeros(n) for _ in range(WORLD)] for n in (1, 2)]
             g.allgather_coalesced(c_outs, [torch.tensor([1.0 * r]), torch.tensor([r, 10.0])]
                                   ).wait()
             out["coalesced"] = [[o.tolist() for o in outs] for outs in c_outs]
@@ -168,6 +155,11 @@ class RefusedTest(unittest.TestCase):
                 (lambda: g.allgather([[torch.zeros(1)]], [torch.ones(1)]),
                  rtft.InvalidArgumentError, "1 outputs for 3 ranks"),
                 (lambda: g.allreduce(["no tensor"]), TypeError, "tensor expected"),
+                (lambda: g.reduce([torch.ones(1)], opts(dist.ReduceOptions, rootRank=5)),
+                 rtft.InvalidArgumentError, "root 5 of 3 ranks"),
+                (lambda: g.scatter([torch.ones(1)], [[torch.ones(1)] * 3],
+                                   opts(dist.ScatterOptions, rootRank=-1)),
+                 rtft.InvalidArgumentError, "root -1"),
             ]
             for call, error, text in cases:
                 try:
@@ -281,8 +273,9 @@ class DriverTest(unittest.TestCase):
 
     def test_ddp_on_three_ranks(self):
         # DDP over the group (fixed buckets: find_unused_parameters), built unbound as in a run,
-        # a model with LayerNorm (dropout: the job test; the ranks here share one generator), 3 steps: every rank ends on the same bits, near a model trained on the
-        # mean of the three ranks' gradients.
+        # a model with LayerNorm (dropout is the job test's: these ranks share one generator),
+        # 3 steps: every rank ends on the same bits, near a model trained on the mean of the
+        # three ranks' gradients.
         seeding = threading.Lock()  # the ranks are threads: one global generator
 
         def model():  # the same initial values on every rank: DDP's start-up broadcast is void
@@ -307,7 +300,7 @@ class DriverTest(unittest.TestCase):
                 opt.step()
             return [p.detach().clone() for p in m.parameters()]
 
-        got = on_ranks_unbound(body)
+        got = on_ranks(body, bind=False)
         ref = model()
         opt = torch.optim.SGD(ref.parameters(), lr=0.1)
         for step in range(3):
@@ -324,30 +317,6 @@ class DriverTest(unittest.TestCase):
                 self.assertTrue(torch.equal(a, b), f"rank {r}")
         for a, b in zip(got[0], ref.parameters()):
             self.assertTrue(torch.allclose(a, b, atol=1e-6))
-
-
-def on_ranks_unbound(body, world=WORLD):
-    """Like on_ranks, the group handed over unbound (the body binds it)."""
-    store = rtft.LocalCommStore()
-    results, errors = [None] * world, []
-
-    def rank(r):
-        try:
-            comm = rtft.Communicator.create(r, world, store, name="ddp", timeout=30,
-                                            create_timeout=30, host="127.0.0.1")
-            results[r] = body(rtft.torch.ProcessGroup(rank=r, size=world), comm)
-            comm.close()
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return results
 
 
 class StepSamplerTest(unittest.TestCase):

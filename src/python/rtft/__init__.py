@@ -42,11 +42,6 @@ class Protector(_core.Protector):
         self._runtime = runtime
         self._groups = weakref.WeakSet()
 
-    def _group_place(self, axis):
-        """The rank and size of a group of ``axis`` (rtft.torch.ProcessGroup)."""
-        now = self._runtime.current()
-        return now.rank, now.world_size
-
     def run(self, end_step, compute, update):
         if self._groups and callable(compute) and callable(update):
             compute, update = _bind_step(self._groups, compute), _bind_step(self._groups, update)

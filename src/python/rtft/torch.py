@@ -68,7 +68,8 @@ class ProcessGroup(dist.ProcessGroup):
         if protector is not None:
             if rank is not None or size is not None:
                 raise InvalidArgumentError("ProcessGroup: a protector or rank and size, not both")
-            rank, size = protector._group_place(axis)
+            now = protector._runtime.current()
+            rank, size = now.rank, now.world_size
         elif rank is None or size is None:
             raise InvalidArgumentError("ProcessGroup: needs a protector, or rank and size")
         if not (isinstance(rank, int) and isinstance(size, int) and 0 <= rank < size):
@@ -124,7 +125,7 @@ class ProcessGroup(dist.ProcessGroup):
             raise failed
         if aborted is not None:
             raise AbortedError(f"a collective of rtft.torch.ProcessGroup was aborted: "
-                               f"{aborted.message if hasattr(aborted, 'message') else aborted}")
+                               f"{aborted.message}")
 
     # -- the worker ------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ class ProcessGroup(dist.ProcessGroup):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"rtft.torch.ProcessGroup.{name}: a tensor expected, not "
                             f"{type(t).__name__}")
-        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: a {type(t).__name__} "
                                       "(tensor subclass) is not supported")
         if t.device.type != "cpu":
@@ -191,6 +192,33 @@ class ProcessGroup(dist.ProcessGroup):
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: rt-ft does not reduce "
                                       f"{t.dtype}")
         return t
+
+    def _root(self, opts, name):
+        root = opts.rootRank if opts is not None else 0
+        if not 0 <= root < self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: root {root} of "
+                                       f"{self._size} ranks")
+        return root
+
+    def _like(self, tensors, like, name, what):
+        """Checks that ``tensors`` are one per rank, each of ``like``'s dtype and size."""
+        if len(tensors) != self._size:
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: {len(tensors)} {what} "
+                                       f"for {self._size} ranks")
+        for t in tensors:
+            self._check(t, name)
+            if t.dtype != like.dtype or t.numel() != like.numel():
+                raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: one of the {what} "
+                                           "has another dtype or size")
+        return tensors
+
+    def _gather_into(self, c, t, outs):
+        """All-gathers ``t`` and copies rank r's piece into ``outs[r]`` (none on a rank that
+        keeps nothing)."""
+        flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
+        c.all_gather(_bytes(t), _bytes(flat))
+        for o, piece in zip(outs, flat.split(t.numel())):
+            o.view(-1).copy_(piece)
 
     def _op(self, opts, name):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -222,11 +250,9 @@ class ProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         t = self._check(self._one(tensors, "broadcast"), "broadcast")
-        root = opts.rootRank if opts is not None else 0
+        root = self._root(opts, "broadcast")
         if opts is not None and opts.rootTensor != 0:
             raise NotImplementedError("rtft.torch.ProcessGroup.broadcast: rootTensor must be 0")
-        if not 0 <= root < self._size:
-            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.broadcast: root {root}")
         if self._comm is None:
             return self._done(list(tensors))  # unbound: this rank's values are every rank's
         return self._submit("broadcast", lambda c: c.broadcast(_bytes(t), root=root),
@@ -234,26 +260,13 @@ class ProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, input_list, opts=None):
         t = self._check(self._one(input_list, "allgather"), "allgather")
-        outs = self._one(output_lists, "allgather")
-        if len(outs) != self._size:
-            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.allgather: {len(outs)} outputs "
-                                       f"for {self._size} ranks")
-        for o in outs:
-            self._check(o, "allgather")
-            if o.dtype != t.dtype or o.numel() != t.numel():
-                raise InvalidArgumentError("rtft.torch.ProcessGroup.allgather: an output of "
-                                           "another dtype or size than the input")
+        outs = self._like(self._one(output_lists, "allgather"), t, "allgather", "outputs")
         if self._comm is None:  # unbound: as if every rank held this rank's tensor
             for o in outs:
                 o.copy_(t)
             return self._done(list(output_lists))
-
-        def run(c):
-            flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
-            c.all_gather(_bytes(t), _bytes(flat))
-            for o, piece in zip(outs, flat.split(t.numel())):
-                o.view(-1).copy_(piece)
-        return self._submit("allgather", run, list(output_lists))
+        return self._submit("allgather", lambda c: self._gather_into(c, t, outs),
+                            list(output_lists))
 
     def _allgather_base(self, output, input, opts=None):
         self._check(output, "_allgather_base")
@@ -273,15 +286,7 @@ class ProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         out = self._check(self._one(output_tensors, "reduce_scatter"), "reduce_scatter",
                           reduce=True)
-        ins = self._one(input_lists, "reduce_scatter")
-        if len(ins) != self._size:
-            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.reduce_scatter: {len(ins)} "
-                                       f"inputs for {self._size} ranks")
-        for i in ins:
-            self._check(i, "reduce_scatter")
-            if i.dtype != out.dtype or i.numel() != out.numel():
-                raise InvalidArgumentError("rtft.torch.ProcessGroup.reduce_scatter: an input of "
-                                           "another dtype or size than the output")
+        ins = self._like(self._one(input_lists, "reduce_scatter"), out, "reduce_scatter", "inputs")
         op = self._op(opts, "reduce_scatter")
 
         def run(c):
@@ -306,7 +311,7 @@ class ProcessGroup(dist.ProcessGroup):
         # An all-reduce into a scratch copy, kept by the root only: the others' tensors stay
         # as they were, as c10d's reduce leaves them.
         t = self._check(self._one(tensors, "reduce"), "reduce", reduce=True)
-        root = opts.rootRank if opts is not None else 0
+        root = self._root(opts, "reduce")
         op = self._op(opts, "reduce")
 
         def run(c):
@@ -319,28 +324,19 @@ class ProcessGroup(dist.ProcessGroup):
     def gather(self, output_lists, input_list, opts=None):
         # An all-gather whose result only the root keeps (DCP's planning gathers objects).
         t = self._check(self._one(input_list, "gather"), "gather")
-        root = opts.rootRank if opts is not None else 0
-        outs = output_lists[0] if self._rank == root else []
-        if self._rank == root and len(outs) != self._size:
-            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.gather: {len(outs)} outputs for "
-                                       f"{self._size} ranks")
-
-        def run(c):
-            flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
-            c.all_gather(_bytes(t), _bytes(flat))
-            for o, piece in zip(outs, flat.split(t.numel())):
-                o.view(-1).copy_(piece)
-        return self._submit("gather", run, list(output_lists))
+        root = self._root(opts, "gather")
+        outs = []
+        if self._rank == root:
+            outs = self._like(self._one(output_lists, "gather"), t, "gather", "outputs")
+        return self._submit("gather", lambda c: self._gather_into(c, t, outs), list(output_lists))
 
     def scatter(self, output_tensors, input_lists, opts=None):
         # The root's inputs broadcast whole; each rank keeps its own piece.
         out = self._check(self._one(output_tensors, "scatter"), "scatter")
-        root = opts.rootRank if opts is not None else 0
-        ins = input_lists[0] if self._rank == root else []
-        if self._rank == root and (len(ins) != self._size or any(
-                i.dtype != out.dtype or i.numel() != out.numel() for i in ins)):
-            raise InvalidArgumentError("rtft.torch.ProcessGroup.scatter: the root needs one "
-                                       "input per rank, each of the output's dtype and size")
+        root = self._root(opts, "scatter")
+        ins = []
+        if self._rank == root:
+            ins = self._like(self._one(input_lists, "scatter"), out, "scatter", "inputs")
 
         def run(c):
             flat = torch.cat([i.reshape(-1) for i in ins]) if ins else \
