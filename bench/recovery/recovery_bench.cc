@@ -15,70 +15,12 @@
 
 #include "bench/common/bench_job.h"
 #include "bench/common/bench_util.h"
+#include "bench/recovery/recovery_timeline.h"
 
 namespace rtft::bench {
 namespace {
 
 using std::chrono::milliseconds;
-
-// The first `[train R] ...` line matching `pattern` (one capture group at most besides t): its
-// wall time in seconds, or -1.
-double FirstTime(const std::string& out, const std::string& pattern, std::string* group = nullptr) {
-  const std::regex re(pattern + R"(.* t=([0-9.]+))");
-  std::smatch m;
-  if (!std::regex_search(out, m, re)) return -1;
-  if (group != nullptr && m.size() > 2) *group = m[1];
-  return std::stod(m[m.size() - 1]);
-}
-
-// What a recovery moved (every rank counts what it sent) and how long its stages took (the
-// slowest rank's, from the failure event).
-struct Stages {
-  double bytes_moved = 0, agree_s = 0, rebuild_s = 0, transfer_s = 0;
-  // --device cuda: the CUDA start-up of the process that took the rank (a spare's comes after
-  // its activation, docs/launcher.md "GPUs"; a restarted one's after its restart); -1: not
-  // printed (CPU runs, or a trainer without the field).
-  double cuda_init_s = -1;
-};
-Stages ParseStages(const std::string& output) {
-  static const std::regex recovered(
-      R"(\[train \d+\] recovered .* bytes=(\d+) event_s=[0-9.]+ agree_s=([0-9.]+) )"
-      R"(rebuild_s=([0-9.]+) transfer_s=([0-9.]+))");
-  Stages st;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), recovered);
-       it != std::sregex_iterator(); ++it) {
-    st.bytes_moved += std::stod((*it)[1]);
-    st.agree_s = std::max(st.agree_s, std::stod((*it)[2]));
-    st.rebuild_s = std::max(st.rebuild_s, std::stod((*it)[3]));
-    st.transfer_s = std::max(st.transfer_s, std::stod((*it)[4]));
-  }
-  static const std::regex cuda_init(R"(\[train \d+\] recovered .* cuda_init_s=([0-9.]+))");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), cuda_init);
-       it != std::sregex_iterator(); ++it)
-    st.cuda_init_s = std::max(st.cuda_init_s, std::stod((*it)[1]));
-  return st;
-}
-
-// The latest `[train R] recovered ...` line's wall time (the last rank out of the recovery), or -1.
-double LastRecovered(const std::string& out) {
-  static const std::regex re(R"(\[train \d+\] recovered .* t=([0-9.]+))");
-  double last = -1;
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-       ++it)
-    last = std::max(last, std::stod((*it)[1]));
-  return last;
-}
-
-// One failure's figures, as read off a run. Where resumed_s goes: the replacement's start (the
-// restarted process, or the activated spare, has its rank: start_s, from the failure), the last
-// rank out of the recovery (recovered_s, from the failure), then the interrupted step run again
-// (first_step_s, from there; held to the steps before the failure).
-struct Figures {
-  double detect_s = 0, resumed_s = 0, step_s = 0;
-  double start_s = -1, recovered_s = -1, first_step_s = -1;
-  int reexecuted = 0;
-  Stages stages;
-};
 
 // The first step after a recovery may take this many steps before the failure (a warm-up, the
 // replica of the restored step); more is a phase that should not be on the path (the bench
