@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "protect/replicator.h"
 #include "protect/shard_table.h"
 #include "rtft/checkpoint.h"
+#include "rtft/testing.h"
 
 namespace rtft::protect {
 namespace {
@@ -111,9 +113,15 @@ TEST_F(DirTest, TheCaptureWorkerCapturesOnItsThreadAndHandsTheStepOn) {
     worker = std::this_thread::get_id();
     sealed = std::move(s);
   };
+  // The worker holds the capture until the file exists: the second Begin() meets it busy
+  // however fast the machine copies.
+  const std::string go = root_ + "/go";
+  ArmFaults(("protect.l1_copy:wait=" + go).c_str());
   ASSERT_TRUE((*c)->Begin(job).ok());
   EXPECT_EQ((*c)->Begin(job).code(), StatusCode::kInternal);  // the last one was not waited for
+  std::ofstream(go).close();
   ASSERT_TRUE((*c)->Wait().ok());
+  ArmFaults("");
   EXPECT_EQ(handed.load(), 5u);
   EXPECT_NE(worker, std::this_thread::get_id());
   ASSERT_TRUE(sealed.valid());
