@@ -238,7 +238,11 @@ class AbortTest(unittest.TestCase):
         for r in (0, 1):
             self.assertIsInstance(raised.get(r), rtft.AbortedError, f"rank {r}")
             self.assertEqual(waited[r], [True, True])
-            self.assertEqual(values[r], [1.0 + r] * 4)  # untouched: the result is void
+            # The ring reduces in place: an aborted call leaves each element this rank's own
+            # value or a partial sum of ranks 0 and 1 (whichever segments moved before the
+            # abort), never a result of all three; the step is void and runs again.
+            for v in values[r]:
+                self.assertIn(v, (1.0 + r, 3.0), f"rank {r}: {values[r]}")
         for c in comms.values():
             c.close()
 

@@ -14,9 +14,9 @@ nothing the model holds::
 
 Collectives run on a thread of the group, in the order they were called, so that DDP's
 all-reduce of a bucket overlaps the rest of the backward pass; each returns a ``Work`` at once.
-A collective that a failure aborts completes (its tensors hold no result) and is recorded: when
-``compute`` (or ``update``) returns, the driver raises ``rtft.AbortedError`` and recovers, and
-the step runs again.  Neither autograd nor DDP's reducer sees an error half-way.
+A collective that a failure aborts completes (its tensors hold no result: untouched or partly
+reduced) and is recorded: when ``compute`` (or ``update``) returns, the driver raises
+``rtft.AbortedError`` and recovers, and the step runs again.  Neither autograd nor DDP's reducer sees an error half-way.
 
 Outside a step the group is unbound: it then does what DDP's construction asks of it as if this
 rank were every rank (its parameter-shape check gathers this rank's shapes, its broadcast of the
