@@ -60,14 +60,15 @@ class ExamplesTest : public ::testing::Test {
     app.insert(app.end(), args.begin(), args.end());
     return StartApp(name, app, {}, fault, lose);
   }
-  // The same with a command line of its own (an interpreter and its script) and more variables.
+  // The same with a command line of its own (an interpreter and its script) and more variables,
+  // on `slots` slots of which one is the spare.
   Run StartApp(const std::string& name, const std::vector<std::string>& app,
                const std::map<std::string, std::string>& env, const std::string& fault = "",
-               bool lose = false) {
+               bool lose = false, int slots = 4) {
     const std::string dir = root_ + "/" + name;
     std::filesystem::create_directories(dir);
     JobSpec spec;
-    spec.slots = 4;
+    spec.slots = slots;
     spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
     spec.app = app;
     spec.env = env;
@@ -90,6 +91,15 @@ class ExamplesTest : public ::testing::Test {
     ASSERT_EQ(run.digests.size(), 3u) << run.output;
     for (const auto& [rank, digest] : run.digests)
       EXPECT_EQ(digest, ref.digests.begin()->second) << "rank " << rank << "\n" << run.output;
+  }
+
+  // Sharded state (FSDP2): each rank ends with the digest of its own shards in the reference.
+  void ExpectShardsLikeTheReference(const Run& run, const Run& ref, size_t ranks) {
+    EXPECT_EQ(ref.exit_code, 0) << ref.output;
+    ASSERT_EQ(ref.digests.size(), ranks) << ref.output;
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), ranks) << run.output;
+    EXPECT_EQ(run.digests, ref.digests) << run.output;
   }
 
   std::string root_;
@@ -162,7 +172,7 @@ class PythonExampleTest : public ExamplesTest {
   }
   // examples/python/<args[0]> with the rest of `args`.
   Run StartScript(const std::string& name, std::vector<std::string> args,
-                  const std::string& fault = "", bool lose = false) {
+                  const std::string& fault = "", bool lose = false, int slots = 4) {
 #if defined(RTFT_PYTHON_EXECUTABLE)
     args[0] = Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/examples/python/" + args[0];
     args.insert(args.begin(), Python());
@@ -170,9 +180,19 @@ class PythonExampleTest : public ExamplesTest {
                     {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
                      { "PYTHONDONTWRITEBYTECODE",
                        "1" }},
-                    fault, lose);
+                    fault, lose, slots);
 #else
     return {};
+#endif
+  }
+  // Skips unless the interpreter's torch has what `probe` (a Python expression) needs.
+  void SkipUnless(const std::string& probe, const std::string& why) {
+#if defined(RTFT_PYTHON_EXECUTABLE)
+    int rc = -1;
+    RunCommand(Python() + " -c 'import sys, torch\ntry:\n    sys.exit(0 if (" + probe +
+                   ") else 1)\nexcept Exception:\n    sys.exit(1)'",
+               &rc);
+    if (rc != 0) GTEST_SKIP() << why;
 #endif
   }
 };
@@ -202,6 +222,49 @@ TEST_F(PythonExampleTest, DdpEndsLikeARunWithoutTheFailures) {
   // raises AbortedError when compute returns, and every rank runs it again.
   const Run in_collective = StartScript("ddp-collective", args, "1/comm.gloo.ring_segment@40:kill");
   ExpectLikeTheReference(in_collective, ref);
+}
+
+// examples/python/train_fsdp2.py: FSDP2 over rt-ft's c10d backend (torch 2.4 or later: torch
+// 1.13 has no fully_shard, and its init_process_group ends in a barrier a spare cannot pass).
+class PythonFsdp2ExampleTest : public PythonExampleTest {
+ protected:
+  void SetUp() override {
+    PythonExampleTest::SetUp();
+    if (IsSkipped()) return;
+    SkipUnless("__import__(\"torch.distributed.fsdp\", fromlist=[\"fully_shard\"]).fully_shard",
+               "the interpreter's torch has no FSDP2 (fully_shard)");
+  }
+  void ExpectEveryFailure(const std::vector<std::string>& args, int slots) {
+    const size_t ranks = static_cast<size_t>(slots - 1);
+    const Run ref = StartScript("fsdp-ref", args, "", false, slots);
+    const Run lost = StartScript("fsdp-lost", args, "1/protect.update@8:hang", true, slots);
+    ExpectShardsLikeTheReference(lost, ref, ranks);
+    const Run crash = StartScript("fsdp-crash", args, "1/protect.capture@6:kill", false, slots);
+    ExpectShardsLikeTheReference(crash, ref, ranks);
+    // Killed inside one of FSDP2's all-gathers or reduce-scatters.
+    const Run in_collective =
+        StartScript("fsdp-collective", args, "1/comm.gloo.ring_segment@40:kill", false, slots);
+    ExpectShardsLikeTheReference(in_collective, ref, ranks);
+  }
+};
+
+TEST_F(PythonFsdp2ExampleTest, Fsdp2EndsLikeARunWithoutTheFailures) {
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16"}, 4);
+}
+
+TEST_F(PythonFsdp2ExampleTest, HsdpEndsLikeARunWithoutTheFailures) {
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2"}, 5);
+}
+
+TEST_F(PythonFsdp2ExampleTest, Fsdp2OnTheGpuEndsLikeARunWithoutTheFailures) {
+  SkipUnless("torch.cuda.is_available()", "the interpreter's torch sees no CUDA device");
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--device", "cuda"}, 4);
+}
+
+TEST_F(PythonFsdp2ExampleTest, HsdpOnTheGpuEndsLikeARunWithoutTheFailures) {
+  SkipUnless("torch.cuda.is_available()", "the interpreter's torch sees no CUDA device");
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2", "--device", "cuda"},
+                     5);
 }
 
 // The same loop with CUDA tensors, the three ranks and the spare sharing one GPU over the

@@ -9,14 +9,15 @@ def _release_all(groups):
 
 
 def bind_step(groups, fn):
-    """``fn(ctx)`` with every group of ``groups`` bound to the step's communicator of its axis;
+    """``fn(ctx)`` with every group of ``groups`` bound to the step's communicator of its axis
+    (or its own communicator of the step's epoch, for a group of listed ranks);
     when it returns, every group is drained (the step's communicators expire then) and the first
     error of their collectives is raised: ``rtft.AbortedError`` after an abort, which recovers."""
     def step(ctx):
         bound = []
         try:
-            for g in list(groups):
-                g._bind(getattr(ctx, g.axis))
+            for g in sorted(groups, key=lambda g: g._order):  # the same order on every rank
+                g._bind_step(ctx)
                 bound.append(g)
             fn(ctx)
         except BaseException:

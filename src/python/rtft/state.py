@@ -26,6 +26,7 @@ corruption, not tampering).
 """
 
 import collections.abc
+import importlib
 import json
 import pickle
 import random
@@ -107,11 +108,45 @@ def _refuse_subclass(name, tensor):
         return
     from rtft.errors import InvalidArgumentError
     why = "its DLPack may not be its own memory"
-    if kind.__name__ == "DTensor":
-        why = ("its __dlpack__ hands out a gathered full-size copy, not its memory; describe its "
-               "local shard instead: rtft.Shard(t.to_local(), t.shape, offset)")
     raise InvalidArgumentError(f"rtft.State: tensor '{name}' is a {kind.__name__}, a tensor "
                                f"subclass: {why}")
+
+
+def _dtensor_type():
+    """torch's DTensor class where this torch has one (2.x), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for module in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        try:
+            return importlib.import_module(module).DTensor
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _local_shard(name, tensor):
+    """A DTensor as what this rank holds: its local tensor (its own memory, not the gathered
+    copy its ``__dlpack__`` makes) with the global shape and this shard's offset, or the local
+    tensor alone when every placement is Replicate.  Partial placements are refused: their
+    local values are not yet the tensor's."""
+    from rtft.errors import InvalidArgumentError
+    kinds = [type(p).__name__ for p in tensor.placements]
+    if any(k not in ("Shard", "Replicate") for k in kinds):
+        raise InvalidArgumentError(f"rtft.State: DTensor '{name}' has placements "
+                                   f"{list(tensor.placements)}: only Shard and Replicate are "
+                                   "saved (a Partial one holds no value of the tensor yet)")
+    local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor.to_local()
+    if all(k == "Replicate" for k in kinds):
+        return local, None, None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
+                                                          tensor.placements)
+    if list(shape) != list(local.shape):
+        raise InvalidArgumentError(f"rtft.State: DTensor '{name}' holds a local tensor of shape "
+                                   f"{list(local.shape)} where its placements give "
+                                   f"{list(shape)}")
+    return local, list(tensor.shape), list(offset)
 
 
 def _holds_tensor(value):
@@ -205,6 +240,11 @@ class State(_core.State):
     def _tensor(self, name, tensor, global_shape=None, offset=None):
         if not name:
             raise TypeError("rtft.State: a tensor needs a name (put it in a mapping)")
+        dtensor = _dtensor_type()
+        if dtensor is not None and isinstance(tensor, dtensor):
+            if global_shape is not None or offset is not None:
+                raise TypeError(f"rtft.State: DTensor '{name}' describes its own shard")
+            tensor, global_shape, offset = _local_shard(name, tensor)
         _refuse_subclass(name, tensor)
         changed = _is_tensor(tensor) and hasattr(tensor, "data_ptr") and \
             tensor.data_ptr() in self._buffers

@@ -16,7 +16,9 @@ Collectives run on a thread of the group, in the order they were called, so that
 all-reduce of a bucket overlaps the rest of the backward pass; each returns a ``Work`` at once.
 A collective that a failure aborts completes (its tensors hold no result: untouched or partly
 reduced) and is recorded: when ``compute`` (or ``update``) returns, the driver raises
-``rtft.AbortedError`` and recovers, and the step runs again.  Neither autograd nor DDP's reducer sees an error half-way.
+``rtft.AbortedError`` and recovers, and the step runs again.  Neither autograd nor DDP's
+reducer sees an error half-way.  CUDA tensors are staged through pinned host buffers on a stream
+of the group's (``rtft/_staging.py``); the Work's future makes its waiter's stream wait.
 
 Outside a step the group is unbound: it then does what DDP's construction asks of it as if this
 rank were every rank (its parameter-shape check gathers this rank's shapes, its broadcast of the
@@ -28,16 +30,19 @@ This file imports torch; the compiled module ``rtft._core`` links no torch libra
 """
 
 import contextlib
+import hashlib
 import queue
+import re
 import threading
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from rtft._staging import Staging, Streams, future_of
 from rtft.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
 
-__all__ = ["ProcessGroup", "StepSampler"]
+__all__ = ["ProcessGroup", "StepSampler", "Store", "init_process_group"]
 
 # The reductions rt-ft's communicators do, by c10d's op type; the rest are refused by name.
 _RED = dist.ReduceOp.RedOpType
@@ -46,6 +51,14 @@ _REDUCTIONS = {_RED.SUM: "sum", _RED.AVG: "avg", _RED.MAX: "max", _RED.MIN: "min
 _REDUCIBLE = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
               torch.int32, torch.int64, torch.uint8}
 _AXES = ("comm",)  # the grid's axes (tensor, pipeline, data) are to come, for HSDP
+
+
+def _comm_name(name):
+    """The communicator name of a group named ``name``: rt-ft's names are 1 to 64 of
+    A-Z a-z 0-9 _ . -, so any other name is hashed."""
+    if re.fullmatch(r"[A-Za-z0-9_.-]{1,56}", name):
+        return f"torch.{name}"
+    return "torch.h" + hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 def _bytes(t):
@@ -58,33 +71,84 @@ class ProcessGroup(dist.ProcessGroup):
 
     ``ProcessGroup(protector)``: the ranks of ``protector``'s training communicator (every rank
     of a data-parallel job); ``Protector.run`` binds it at every step.  Make it before ``run``.
+    ``ProcessGroup(protector, ranks=[...], name=...)``: the listed ranks of that communicator
+    (``new_group`` and DeviceMesh make these through ``init_process_group``); every member gives
+    the same ``name``, and the group's communicator is made afresh in each recovery epoch.
     ``ProcessGroup(rank=r, size=n)``: a group that is bound by hand, ``with group.bound(comm):``
     (the bracket's ``protector.comm``, or any rt-ft communicator of that rank and size).
     """
 
-    def __init__(self, protector=None, *, axis="comm", rank=None, size=None):
+    def __init__(self, protector=None, *, axis="comm", rank=None, size=None, ranks=None,
+                 name=None):
         if axis not in _AXES:
             raise InvalidArgumentError(f"axis '{axis}': expected one of {', '.join(_AXES)}")
+        self._runtime, self._ranks, self._name = None, None, None
         if protector is not None:
             if rank is not None or size is not None:
                 raise InvalidArgumentError("ProcessGroup: a protector or rank and size, not both")
             now = protector._runtime.current()
             rank, size = now.rank, now.world_size
+            if ranks is not None:
+                rank, size = self._members(ranks, name, now)
+                self._runtime, self._ranks, self._name = protector._runtime, tuple(ranks), name
+        elif ranks is not None or name is not None:
+            raise InvalidArgumentError("ProcessGroup: ranks and name need a protector")
         elif rank is None or size is None:
             raise InvalidArgumentError("ProcessGroup: needs a protector, or rank and size")
         if not (isinstance(rank, int) and isinstance(size, int) and 0 <= rank < size):
             raise InvalidArgumentError(f"ProcessGroup: rank {rank!r} of size {size!r}")
         super().__init__(rank, size)
         self._rank, self._size, self.axis = rank, size, axis
+        # The order in which a step binds its groups: every rank makes the communicators of
+        # the groups it shares with others in the same order (each making meets its members).
+        self._order = (0, "") if self._ranks is None else (1, self._name)
+        self._group_comm, self._group_epoch = None, None
         self._comm = None
         self._aborted = None  # the first AbortedError of the bound step
         self._failed = None  # another error of a collective, raised when the step ends
         self._queue = queue.Queue()
         self._worker = None
+        self._streams = Streams()
         if protector is not None:
             protector._groups.add(self)
 
+    @staticmethod
+    def _members(ranks, name, now):
+        """This rank's place in ``ranks`` (global ranks of ``now``'s world), checked."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("ProcessGroup: a group of listed ranks needs a name, the "
+                                       "same on every member")
+        try:
+            ranks = [int(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"ProcessGroup '{name}': ranks {ranks!r} are not "
+                                       "integers") from None
+        if not ranks or len(set(ranks)) != len(ranks) or \
+                not all(0 <= r < now.world_size for r in ranks):
+            raise InvalidArgumentError(f"ProcessGroup '{name}': ranks {ranks} are not distinct "
+                                       f"ranks of a world of {now.world_size}")
+        if now.rank not in ranks:
+            raise InvalidArgumentError(f"ProcessGroup '{name}': rank {now.rank} is not one of "
+                                       f"its ranks {ranks}")
+        return ranks.index(now.rank), len(ranks)
+
     # -- binding ---------------------------------------------------------------------------
+
+    def _bind_step(self, ctx):
+        """Binds the group for a step of ``Protector.run``: to the step's communicator of its
+        axis, or, for a group of listed ranks, to its own communicator of the step's epoch."""
+        if self._ranks is None:
+            self._bind(getattr(ctx, self.axis))
+            return
+        epoch = self._runtime.current().epoch
+        if self._group_comm is None or self._group_epoch != epoch:
+            if self._group_comm is not None:
+                self._group_comm.close()
+                self._group_comm = None
+            self._group_comm = self._runtime.create_group_communicator(
+                _comm_name(self._name), self._rank, self._size)
+            self._group_epoch = epoch
+        self._bind(self._group_comm)
 
     @contextlib.contextmanager
     def bound(self, comm):
@@ -129,39 +193,48 @@ class ProcessGroup(dist.ProcessGroup):
 
     # -- the worker ------------------------------------------------------------------------
 
-    def _submit(self, name, run, result):
-        """Queues ``run(comm)`` behind the group's earlier calls; a Work for its future."""
+    def _submit(self, name, run, result, staging=None):
+        """Queues ``run(comm)`` behind the group's earlier calls; a Work for its future.
+        ``staging`` names the host twins that ``run`` uses for the call's device tensors."""
         comm = self._comm
         if comm is None:
             raise FailedPreconditionError(
                 f"rtft.torch.ProcessGroup.{name} outside a step: the group is bound only while "
                 "Protector.run's compute or update runs (or inside group.bound(comm))")
-        future = torch.futures.Future()
+        staging = staging or Staging(name)
+        staging.mark()
+        future = staging.future()
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="rtft-torch-pg",
                                             daemon=True)
             self._worker.start()
-        self._queue.put((name, run, comm, future, result))
+        self._queue.put((run, comm, staging, future, result))
         return _create_work_from_future(future)
 
     def _work(self):
         while True:
-            name, run, comm, future, result = self._queue.get()
+            run, comm, staging, future, result = self._queue.get()
+
+            def collective():
+                if self._aborted is not None:  # after an abort the step's result is void
+                    return False
+                run(comm)
+                return True
             try:
-                if self._aborted is None:  # after an abort the step's result is void anyway
-                    run(comm)
+                self._streams.run(staging, collective, lambda ran: future.set_result(result))
             except AbortedError as e:
                 self._aborted = e
             except BaseException as e:  # noqa: B902 (a thread's exception goes to its step)
                 if self._failed is None:
                     self._failed = e
             finally:
-                future.set_result(result)
+                if not future.done():
+                    future.set_result(result)
                 self._queue.task_done()
 
     @staticmethod
     def _done(result):
-        future = torch.futures.Future()
+        future = future_of(result)
         future.set_result(result)
         return _create_work_from_future(future)
 
@@ -182,9 +255,9 @@ class ProcessGroup(dist.ProcessGroup):
         if type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: a {type(t).__name__} "
                                       "(tensor subclass) is not supported")
-        if t.device.type != "cpu":
+        if t.device.type not in ("cpu", "cuda"):
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: {t.device} tensors are "
-                                      "not supported yet (host tensors only)")
+                                      "not supported (host and CUDA tensors are)")
         if not t.is_contiguous():
             raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: the tensor is not "
                                        "contiguous")
@@ -215,7 +288,7 @@ class ProcessGroup(dist.ProcessGroup):
     def _gather_into(self, c, t, outs):
         """All-gathers ``t`` and copies rank r's piece into ``outs[r]`` (none on a rank that
         keeps nothing)."""
-        flat = torch.empty(self._size * t.numel(), dtype=t.dtype)
+        flat = torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
         c.all_gather(_bytes(t), _bytes(flat))
         for o, piece in zip(outs, flat.split(t.numel())):
             o.view(-1).copy_(piece)
@@ -237,16 +310,20 @@ class ProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = self._check(self._one(tensors, "allreduce"), "allreduce", reduce=True)
         op = self._op(opts, "allreduce")
-        return self._submit("allreduce", lambda c: c.all_reduce(t, op=op), list(tensors))
+        st = Staging("allreduce")
+        h = st.inout(t)
+        return self._submit("allreduce", lambda c: c.all_reduce(h, op=op), list(tensors), st)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors = [self._check(t, "allreduce_coalesced", reduce=True) for t in tensors]
         op = self._op(opts, "allreduce_coalesced")
+        st = Staging("allreduce_coalesced")
+        hs = [st.inout(t) for t in tensors]
 
         def run(c):
-            for t in tensors:  # one call each: the same bits as separate all-reduces
-                c.all_reduce(t, op=op)
-        return self._submit("allreduce_coalesced", run, list(tensors))
+            for h in hs:  # one call each: the same bits as separate all-reduces
+                c.all_reduce(h, op=op)
+        return self._submit("allreduce_coalesced", run, list(tensors), st)
 
     def broadcast(self, tensors, opts=None):
         t = self._check(self._one(tensors, "broadcast"), "broadcast")
@@ -255,8 +332,10 @@ class ProcessGroup(dist.ProcessGroup):
             raise NotImplementedError("rtft.torch.ProcessGroup.broadcast: rootTensor must be 0")
         if self._comm is None:
             return self._done(list(tensors))  # unbound: this rank's values are every rank's
-        return self._submit("broadcast", lambda c: c.broadcast(_bytes(t), root=root),
-                            list(tensors))
+        st = Staging("broadcast")
+        h = st.inout(t)
+        return self._submit("broadcast", lambda c: c.broadcast(_bytes(h), root=root),
+                            list(tensors), st)
 
     def allgather(self, output_lists, input_list, opts=None):
         t = self._check(self._one(input_list, "allgather"), "allgather")
@@ -265,8 +344,10 @@ class ProcessGroup(dist.ProcessGroup):
             for o in outs:
                 o.copy_(t)
             return self._done(list(output_lists))
-        return self._submit("allgather", lambda c: self._gather_into(c, t, outs),
-                            list(output_lists))
+        st = Staging("allgather")
+        h, houts = st.input(t), [st.output(o) for o in outs]
+        return self._submit("allgather", lambda c: self._gather_into(c, h, houts),
+                            list(output_lists), st)
 
     def _allgather_base(self, output, input, opts=None):
         self._check(output, "_allgather_base")
@@ -274,8 +355,10 @@ class ProcessGroup(dist.ProcessGroup):
         if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
             raise InvalidArgumentError("rtft.torch.ProcessGroup._allgather_base: the output must "
                                        "hold size times the input, of its dtype")
+        st = Staging("_allgather_base")
+        hin, hout = st.input(input), st.output(output)  # the input may be a view of the output
         return self._submit("_allgather_base",
-                            lambda c: c.all_gather(_bytes(input), _bytes(output)), [output])
+                            lambda c: c.all_gather(_bytes(hin), _bytes(hout)), [output], st)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         works = []
@@ -288,10 +371,12 @@ class ProcessGroup(dist.ProcessGroup):
                           reduce=True)
         ins = self._like(self._one(input_lists, "reduce_scatter"), out, "reduce_scatter", "inputs")
         op = self._op(opts, "reduce_scatter")
+        st = Staging("reduce_scatter")
+        hins, hout = [st.input(i) for i in ins], st.output(out)
 
         def run(c):
-            c.reduce_scatter(torch.cat([i.reshape(-1) for i in ins]), out.view(-1), op=op)
-        return self._submit("reduce_scatter", run, list(output_tensors))
+            c.reduce_scatter(torch.cat([i.reshape(-1) for i in hins]), hout.view(-1), op=op)
+        return self._submit("reduce_scatter", run, list(output_tensors), st)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         self._check(output, "_reduce_scatter_base", reduce=True)
@@ -300,9 +385,11 @@ class ProcessGroup(dist.ProcessGroup):
             raise InvalidArgumentError("rtft.torch.ProcessGroup._reduce_scatter_base: the input "
                                        "must hold size times the output, of its dtype")
         op = self._op(opts, "_reduce_scatter_base")
+        st = Staging("_reduce_scatter_base")
+        hin, hout = st.input(input), st.output(output)
         return self._submit("_reduce_scatter_base",
-                            lambda c: c.reduce_scatter(input.view(-1), output.view(-1), op=op),
-                            [output])
+                            lambda c: c.reduce_scatter(hin.view(-1), hout.view(-1), op=op),
+                            [output], st)
 
     def barrier(self, opts=None):
         return self._submit("barrier", lambda c: c.barrier(), [])
@@ -313,13 +400,15 @@ class ProcessGroup(dist.ProcessGroup):
         t = self._check(self._one(tensors, "reduce"), "reduce", reduce=True)
         root = self._root(opts, "reduce")
         op = self._op(opts, "reduce")
+        st = Staging("reduce")
+        h = st.inout(t) if self._rank == root else st.input(t)
 
         def run(c):
-            scratch = t.clone()
+            scratch = h.clone()
             c.all_reduce(scratch, op=op)
             if self._rank == root:
-                t.copy_(scratch)
-        return self._submit("reduce", run, list(tensors))
+                h.copy_(scratch)
+        return self._submit("reduce", run, list(tensors), st)
 
     def gather(self, output_lists, input_list, opts=None):
         # An all-gather whose result only the root keeps (DCP's planning gathers objects).
@@ -328,7 +417,10 @@ class ProcessGroup(dist.ProcessGroup):
         outs = []
         if self._rank == root:
             outs = self._like(self._one(output_lists, "gather"), t, "gather", "outputs")
-        return self._submit("gather", lambda c: self._gather_into(c, t, outs), list(output_lists))
+        st = Staging("gather")
+        h, houts = st.input(t), [st.output(o) for o in outs]
+        return self._submit("gather", lambda c: self._gather_into(c, h, houts),
+                            list(output_lists), st)
 
     def scatter(self, output_tensors, input_lists, opts=None):
         # The root's inputs broadcast whole; each rank keeps its own piece.
@@ -337,13 +429,15 @@ class ProcessGroup(dist.ProcessGroup):
         ins = []
         if self._rank == root:
             ins = self._like(self._one(input_lists, "scatter"), out, "scatter", "inputs")
+        st = Staging("scatter")
+        hins, hout = [st.input(i) for i in ins], st.output(out)
 
         def run(c):
-            flat = torch.cat([i.reshape(-1) for i in ins]) if ins else \
-                torch.empty(self._size * out.numel(), dtype=out.dtype)
+            flat = torch.cat([i.reshape(-1) for i in hins]) if hins else \
+                torch.empty(self._size * hout.numel(), dtype=hout.dtype)
             c.broadcast(_bytes(flat), root=root)
-            out.view(-1).copy_(flat.split(out.numel())[self._rank])
-        return self._submit("scatter", run, list(output_tensors))
+            hout.view(-1).copy_(flat.split(hout.numel())[self._rank])
+        return self._submit("scatter", run, list(output_tensors), st)
 
     def _refuse(name, why):  # noqa: N805 (a factory of methods)
         def refused(self, *args, **kwargs):
@@ -403,3 +497,6 @@ class StepSampler(torch.utils.data.Sampler):
 
     def __len__(self):
         return self.steps_per_epoch
+
+
+from rtft._c10d import Store, init_process_group  # noqa: E402,F401 (the backend, torch 2.x)
