@@ -135,6 +135,52 @@ class CollectivesTest(unittest.TestCase):
         self.assertEqual(on_ranks(body), [3.0 * 3 ** 4] * WORLD)
 
 
+class PointToPointTest(unittest.TestCase):
+    def test_sends_first_in_a_cycle_and_both_ways_ordered_per_peer(self):
+        # Every rank sends to the next before it receives from the previous one (a cycle that
+        # one queue for sends and receives would deadlock), then ranks 0 and 1 exchange three
+        # messages each way, both sending first; the order per direction is the call order.
+        store, made = rtft.LocalCommStore(), []
+
+        def body(g, comm):
+            r = g.rank()
+
+            def make(src, dst):
+                c = rtft.Communicator.create(0 if r == src else 1, 2, store,
+                                             name=f"p2p-{src}-{dst}", timeout=30,
+                                             create_timeout=30, host="127.0.0.1")
+                made.append(c)
+                return c
+            out = {}
+            with g.bound(comm, p2p=make):
+                got = torch.zeros(2, dtype=torch.int64)
+                works = [g.send([torch.tensor([r, 10 * r])], (r + 1) % WORLD),
+                         g.recv([got], (r - 1) % WORLD)]
+                for w in works:
+                    w.wait()
+                out["cycle"] = got.tolist()
+                if r < 2:
+                    peer, ins = 1 - r, [torch.zeros(1) for _ in range(3)]
+                    works = [g.send([torch.tensor([100.0 * r + i])], peer) for i in range(3)]
+                    works += [g.recv([t], peer) for t in ins]
+                    for w in works:
+                        w.wait()
+                    out["pair"] = [t.item() for t in ins]
+                g.barrier().wait()  # the collectives' queue is unaffected
+            return out
+
+        got = on_ranks(body, bind=False)
+        for r, out in enumerate(got):
+            p = (r - 1) % WORLD
+            self.assertEqual(out["cycle"], [p, 10 * p])
+        self.assertEqual(got[0]["pair"], [100.0, 101.0, 102.0])
+        self.assertEqual(got[1]["pair"], [0.0, 1.0, 2.0])
+        self.assertTrue(made)
+        for c in made:  # the lanes' communicators were closed when the binding ended
+            with self.assertRaises(rtft.FailedPreconditionError):
+                c.barrier()
+
+
 class RefusedTest(unittest.TestCase):
     def test_what_it_cannot_do_is_refused_by_name(self):
         def body(g, comm):
@@ -148,8 +194,12 @@ class RefusedTest(unittest.TestCase):
                  "one tensor"),
                 (lambda: g.allreduce([torch.ones(4, 2).t()]), rtft.InvalidArgumentError,
                  "contiguous"),
-                (lambda: g.send([torch.ones(1)], 1, 0), NotImplementedError, "send"),
-                (lambda: g.recv([torch.ones(1)], 1, 0), NotImplementedError, "recv"),
+                (lambda: g.send([torch.ones(1)], (g.rank() + 1) % WORLD, 7),
+                 NotImplementedError, "tag 7"),
+                (lambda: g.recv([torch.ones(1)], g.rank(), 0), rtft.InvalidArgumentError,
+                 "not this rank"),
+                (lambda: g.recv_anysource([torch.ones(1)], 0), NotImplementedError,
+                 "recv_anysource"),
                 (lambda: g.alltoall([torch.ones(1)], [torch.ones(1)]), NotImplementedError,
                  "alltoall"),
                 (lambda: g.allgather([[torch.zeros(1)]], [torch.ones(1)]),

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from rtft._p2p import Lanes
 from rtft._staging import Staging, Streams, future_of
 from rtft.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
 
@@ -109,6 +110,7 @@ class ProcessGroup(dist.ProcessGroup):
         self._queue = queue.Queue()
         self._worker = None
         self._streams = Streams()
+        self._lanes = Lanes(self)
         if protector is not None:
             protector._groups.add(self)
 
@@ -151,10 +153,13 @@ class ProcessGroup(dist.ProcessGroup):
         self._bind(self._group_comm)
 
     @contextlib.contextmanager
-    def bound(self, comm):
+    def bound(self, comm, p2p=None):
         """Binds the group to ``comm`` for the block; on leaving it waits for every collective
-        called meanwhile and raises ``rtft.AbortedError`` if a failure aborted one."""
+        called meanwhile and raises ``rtft.AbortedError`` if a failure aborted one.  ``p2p``:
+        ``make(src, dst)``, the two-rank communicator of a direction of point-to-point
+        (``rtft/_p2p.py``), closed when the block ends."""
         self._bind(comm)
+        self._lanes.make = p2p
         try:
             yield self
         except BaseException:
@@ -180,6 +185,7 @@ class ProcessGroup(dist.ProcessGroup):
         deadline), then unbinds; raises what went wrong in them."""
         if self._worker is not None:
             self._queue.join()
+        self._lanes.drain()
         self._comm = None
         aborted, failed = self._aborted, self._failed
         self._aborted = self._failed = None
@@ -214,23 +220,27 @@ class ProcessGroup(dist.ProcessGroup):
     def _work(self):
         while True:
             run, comm, staging, future, result = self._queue.get()
+            self._execute(run, lambda: comm, staging, future, result, self._streams)
+            self._queue.task_done()
 
-            def collective():
-                if self._aborted is not None:  # after an abort the step's result is void
-                    return False
-                run(comm)
-                return True
-            try:
-                self._streams.run(staging, collective, lambda ran: future.set_result(result))
-            except AbortedError as e:
-                self._aborted = e
-            except BaseException as e:  # noqa: B902 (a thread's exception goes to its step)
-                if self._failed is None:
-                    self._failed = e
-            finally:
-                if not future.done():
-                    future.set_result(result)
-                self._queue.task_done()
+    def _execute(self, run, comm, staging, future, result, streams):
+        """On a thread of the group's: ``run(comm())`` between ``staging``'s copies; its
+        future completed whatever happens, an abort or another error kept for the step."""
+        def call():
+            if self._aborted is not None:  # after an abort the step's result is void
+                return False
+            run(comm())
+            return True
+        try:
+            streams.run(staging, call, lambda ran: future.set_result(result))
+        except AbortedError as e:
+            self._aborted = e
+        except BaseException as e:  # noqa: B902 (a thread's exception goes to its step)
+            if self._failed is None:
+                self._failed = e
+        finally:
+            if not future.done():
+                future.set_result(result)
 
     @staticmethod
     def _done(result):
@@ -439,17 +449,47 @@ class ProcessGroup(dist.ProcessGroup):
             hout.view(-1).copy_(flat.split(hout.numel())[self._rank])
         return self._submit("scatter", run, list(output_tensors), st)
 
+    def _p2p(self, name, tensors, peer, tag, send):
+        t = self._check(self._one(tensors, name), name)
+        if not (isinstance(peer, int) and 0 <= peer < self._size and peer != self._rank):
+            raise InvalidArgumentError(f"rtft.torch.ProcessGroup.{name}: peer {peer!r} of "
+                                       f"{self._size} ranks (not this rank, {self._rank})")
+        if tag != 0:
+            raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: tag {tag}: calls are "
+                                      "matched in order per peer and direction, not by tag")
+        if self._comm is None:
+            raise FailedPreconditionError(f"rtft.torch.ProcessGroup.{name} outside a step")
+        st = Staging(name)
+        if send:
+            h = st.input(t)
+
+            def run(c):
+                c.send(_bytes(h), peer=1)
+            src, dst = self._rank, peer
+        else:
+            h = st.output(t)
+
+            def run(c):
+                c.recv(_bytes(h), peer=0)
+            src, dst = peer, self._rank
+        st.mark()
+        future = st.future()
+        self._lanes.submit(src, dst, run, st, future, list(tensors))
+        return _create_work_from_future(future)
+
+    def send(self, tensors, dstRank, tag=0):  # noqa: N803 (c10d's names)
+        return self._p2p("send", tensors, dstRank, tag, send=True)
+
+    def recv(self, tensors, srcRank, tag=0):  # noqa: N803 (c10d's names)
+        return self._p2p("recv", tensors, srcRank, tag, send=False)
+
     def _refuse(name, why):  # noqa: N805 (a factory of methods)
         def refused(self, *args, **kwargs):
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: {why}")
         refused.__name__ = name
         return refused
 
-    _P2P = ("point-to-point is not supported yet: an rt-ft send may wait for its receive, so it "
-            "needs an order of its own beside the collectives")
-    send = _refuse("send", _P2P)
-    recv = _refuse("recv", _P2P)
-    recv_anysource = _refuse("recv_anysource", _P2P)
+    recv_anysource = _refuse("recv_anysource", "not supported (a receive names its peer)")
     alltoall = _refuse("alltoall", "not supported")
     alltoall_base = _refuse("alltoall_base", "not supported")
     monitored_barrier = _refuse("monitored_barrier", "not supported (barrier is)")
