@@ -1,11 +1,13 @@
 """python3 -m rtft.bench (docs/python.md, "Benchmarks") on a small host state: every variant this
 torch has runs and prints its line, rt-ft's files are real (its persisted bytes counted by the
-engine), the C++ path runs as a child, bad options are refused, and the scratch directory goes."""
+engine), the C++ path runs as a child, bad options are refused, and the scratch directory goes;
+``python3 -m rtft.bench ddp`` on 2 ranks under mpirun and dp-launch (skipped without them)."""
 
 import contextlib
 import io
 import json
 import os
+import shutil
 import tempfile
 import unittest
 
@@ -48,6 +50,32 @@ class BenchTest(unittest.TestCase):
             self.assertIn("module_over_cpp_persist_gbps", summary)
         self.assertEqual(os.listdir(parent), [])  # the scratch directory is removed
         os.rmdir(parent)
+
+    @unittest.skipUnless(os.path.exists(os.path.join(os.environ.get("RTFT_TEST_BIN_DIR", ""),
+                                                      "dp-launch")) and shutil.which("mpirun"),
+                         "needs dp-launch (RTFT_TEST_BIN_DIR) and mpirun")
+    def test_ddp_over_both_groups(self):
+        launcher = os.path.join(os.environ["RTFT_TEST_BIN_DIR"], "dp-launch")
+        rc, lines, err = self.run_bench("ddp", "--ranks", "2", "--steps", "2", "--blocks", "2",
+                                        "--hidden", "64", "--layers", "2",
+                                        "--dp-launch", launcher)
+        self.assertEqual(rc, 0, (lines, err))
+        line = lines[-1]
+        self.assertEqual(line["name"], "py_ddp")
+        self.assertNotIn("error", line)
+        self.assertEqual(len(line["torch_blocks_s"]), 2)
+        self.assertEqual(len(line["rtft_blocks_s"]), 2)
+        self.assertGreater(line["torch_step_s"], 0)
+        self.assertGreater(line["rtft_step_s"], 0)
+        self.assertAlmostEqual(line["rtft_over_torch"], line["rtft_step_s"] / line["torch_step_s"])
+        # Both trained the same model on the same data: the gradients were averaged alike.
+        self.assertLess(line["max_param_diff"], 1e-6)
+        for argv in (["--ranks", "1", "--dp-launch", launcher], ["--dp-launch", "/nonexistent"],
+                     ["--steps", "0", "--dp-launch", launcher]):
+            with self.assertRaises(SystemExit, msg=argv) as caught, \
+                    contextlib.redirect_stderr(io.StringIO()):
+                bench.main(["ddp"] + argv)
+            self.assertEqual(caught.exception.code, 2, argv)
 
     def test_bad_options_refused(self):
         for argv in (["--bytes", "0"], ["--bytes", "12Q"], ["--variants", "torch.load"],

@@ -14,6 +14,9 @@ memory), saved by each variant in turn into a fresh directory under ``--dir``:
 * ``cpp``             - ``rtft-bench ckpt`` (C++) on the same size, tensor count and disk, run as
   a child process, for the module's ratio against the C++ path (target: within 5 %).
 
+``python3 -m rtft.bench ddp`` times DDP's step over ``rtft.torch.ProcessGroup`` against torch's
+own Gloo group instead (``rtft/bench_ddp.py``).
+
 Prints one JSON object per line (``name`` "py_ckpt", then one "py_ckpt_summary") and a table on
 stderr. A variant that fails prints its error in its line and the others go on.
 """
@@ -224,8 +227,13 @@ def summary(lines, nbytes):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m rtft.bench", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ddp"]:  # python3 -m rtft.bench ddp: DDP's step over rt-ft's group
+        from rtft import bench_ddp
+        return bench_ddp.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python3 -m rtft.bench [ddp]",
+                                     description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bytes", type=parse_bytes, default=parse_bytes("16G"),
                         help="state size, K/M/G suffixes (default 16G)")
     parser.add_argument("--tensors", type=int, default=64, help="tensor count (default 64)")
