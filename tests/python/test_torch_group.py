@@ -135,6 +135,44 @@ class CollectivesTest(unittest.TestCase):
         self.assertEqual(on_ranks(body), [3.0 * 3 ** 4] * WORLD)
 
 
+class PremulSumTest(unittest.TestCase):
+    def test_scale_then_sum_or_refused_where_torch_hides_the_factor(self):
+        # FSDP2's gradient divide factor: torch 2.x gives the factor with the op (its pickled
+        # state); torch 1.13 does not, and the call is refused by name before anything is sent.
+        make = getattr(dist, "_make_nccl_premul_sum", None)
+        if make is None:
+            self.skipTest("this torch has no premultiplied sum")
+        op = make(0.5)
+        state = op.__getstate__()
+        readable = isinstance(state, tuple) and len(state) == 2 and state[1] is not None
+
+        def body(g, comm):
+            r, out = g.rank(), {}
+            x = torch.tensor([1.0 + r, 2.0 * r])
+            try:
+                g.allreduce([x], reduce_opts(op)).wait()
+                out["allreduce"] = x.tolist()
+                src = torch.arange(2.0 * WORLD) + r
+                got = torch.zeros(2)
+                g._reduce_scatter_base(got, src, opts(dist.ReduceScatterOptions,
+                                                      reduceOp=op)).wait()
+                out["reduce_scatter"] = (got.tolist(), src.tolist())
+            except NotImplementedError as e:
+                out["refused"] = str(e)
+            g.barrier().wait()
+            return out
+
+        for r, out in enumerate(on_ranks(body)):
+            if not readable:
+                self.assertIn("PREMUL_SUM", out["refused"])
+                self.assertIn("does not give its factor", out["refused"])
+                continue
+            self.assertEqual(out["allreduce"], [0.5 * 6.0, 0.5 * 6.0])
+            got, src = out["reduce_scatter"]
+            self.assertEqual(got, [0.5 * (3 * 2.0 * r + 3), 0.5 * (3 * (2.0 * r + 1) + 3)])
+            self.assertEqual(src, (torch.arange(2.0 * WORLD) + r).tolist())  # input untouched
+
+
 class PointToPointTest(unittest.TestCase):
     def test_sends_first_in_a_cycle_and_both_ways_ordered_per_peer(self):
         # Every rank sends to the next before it receives from the previous one (a cycle that

@@ -47,6 +47,7 @@ __all__ = ["ProcessGroup", "StepSampler", "Store", "init_process_group"]
 
 # The reductions rt-ft's communicators do, by c10d's op type; the rest are refused by name.
 _RED = dist.ReduceOp.RedOpType
+_PREMUL_SUM = getattr(_RED, "PREMUL_SUM", None)
 _REDUCTIONS = {_RED.SUM: "sum", _RED.AVG: "avg", _RED.MAX: "max", _RED.MIN: "min"}
 # The dtypes rt-ft reduces; operations without a reduction move any dtype as bytes.
 _REDUCIBLE = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
@@ -60,6 +61,13 @@ def _comm_name(name):
     if re.fullmatch(r"[A-Za-z0-9_.-]{1,56}", name):
         return f"torch.{name}"
     return "torch.h" + hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+def _scale(t, factor):
+    """``t`` multiplied in place by a premultiplied sum's factor (a number or a tensor)."""
+    if factor is not None:
+        t.mul_(factor.to(t.device) if isinstance(factor, torch.Tensor) else factor)
+    return t
 
 
 def _bytes(t):
@@ -303,14 +311,28 @@ class ProcessGroup(dist.ProcessGroup):
         for o, piece in zip(outs, flat.split(t.numel())):
             o.view(-1).copy_(piece)
 
-    def _op(self, opts, name):
+    def _op(self, opts, name, t):
+        """(rt-ft's reduction, the factor of a premultiplied sum or None) of ``opts``."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         kind = getattr(op, "op", op)
+        if kind == _PREMUL_SUM:
+            # Scale, then sum (NCCL's order); torch 2.x pickles the factor with the op.
+            try:
+                state = op.__getstate__()
+            except Exception:  # noqa: BLE001 (a torch without it: refused below)
+                state = None
+            if not (isinstance(state, tuple) and len(state) == 2 and state[1] is not None):
+                raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: PREMUL_SUM: this "
+                                          f"torch ({torch.__version__}) does not give its factor")
+            if not t.dtype.is_floating_point:
+                raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: PREMUL_SUM of "
+                                          f"{t.dtype}")
+            return "sum", state[1]
         if kind not in _REDUCTIONS:
             raise NotImplementedError(f"rtft.torch.ProcessGroup.{name}: the reduction "
                                       f"{getattr(kind, 'name', kind)} is not one rt-ft does "
-                                      "(SUM, AVG, MAX, MIN)")
-        return _REDUCTIONS[kind]
+                                      "(SUM, AVG, MAX, MIN, PREMUL_SUM)")
+        return _REDUCTIONS[kind], None
 
     # -- c10d's interface ------------------------------------------------------------------
 
@@ -319,20 +341,21 @@ class ProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         t = self._check(self._one(tensors, "allreduce"), "allreduce", reduce=True)
-        op = self._op(opts, "allreduce")
+        op, factor = self._op(opts, "allreduce", t)
         st = Staging("allreduce")
         h = st.inout(t)
-        return self._submit("allreduce", lambda c: c.all_reduce(h, op=op), list(tensors), st)
+        return self._submit("allreduce", lambda c: c.all_reduce(_scale(h, factor), op=op),
+                            list(tensors), st)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors = [self._check(t, "allreduce_coalesced", reduce=True) for t in tensors]
-        op = self._op(opts, "allreduce_coalesced")
+        reductions = [self._op(opts, "allreduce_coalesced", t) for t in tensors]
         st = Staging("allreduce_coalesced")
         hs = [st.inout(t) for t in tensors]
 
         def run(c):
-            for h in hs:  # one call each: the same bits as separate all-reduces
-                c.all_reduce(h, op=op)
+            for h, (op, factor) in zip(hs, reductions):  # one call each: as separate calls
+                c.all_reduce(_scale(h, factor), op=op)
         return self._submit("allreduce_coalesced", run, list(tensors), st)
 
     def broadcast(self, tensors, opts=None):
@@ -380,12 +403,13 @@ class ProcessGroup(dist.ProcessGroup):
         out = self._check(self._one(output_tensors, "reduce_scatter"), "reduce_scatter",
                           reduce=True)
         ins = self._like(self._one(input_lists, "reduce_scatter"), out, "reduce_scatter", "inputs")
-        op = self._op(opts, "reduce_scatter")
+        op, factor = self._op(opts, "reduce_scatter", out)
         st = Staging("reduce_scatter")
         hins, hout = [st.input(i) for i in ins], st.output(out)
 
         def run(c):
-            c.reduce_scatter(torch.cat([i.reshape(-1) for i in hins]), hout.view(-1), op=op)
+            c.reduce_scatter(_scale(torch.cat([i.reshape(-1) for i in hins]), factor),
+                             hout.view(-1), op=op)
         return self._submit("reduce_scatter", run, list(output_tensors), st)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -394,12 +418,14 @@ class ProcessGroup(dist.ProcessGroup):
         if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
             raise InvalidArgumentError("rtft.torch.ProcessGroup._reduce_scatter_base: the input "
                                        "must hold size times the output, of its dtype")
-        op = self._op(opts, "_reduce_scatter_base")
+        op, factor = self._op(opts, "_reduce_scatter_base", output)
         st = Staging("_reduce_scatter_base")
         hin, hout = st.input(input), st.output(output)
-        return self._submit("_reduce_scatter_base",
-                            lambda c: c.reduce_scatter(hin.view(-1), hout.view(-1), op=op),
-                            [output], st)
+
+        def run(c):  # a premultiplied sum scales a copy: the input is the caller's
+            src = hin.view(-1) if factor is None else _scale(hin.reshape(-1).clone(), factor)
+            c.reduce_scatter(src, hout.view(-1), op=op)
+        return self._submit("_reduce_scatter_base", run, [output], st)
 
     def barrier(self, opts=None):
         return self._submit("barrier", lambda c: c.barrier(), [])
@@ -409,12 +435,12 @@ class ProcessGroup(dist.ProcessGroup):
         # as they were, as c10d's reduce leaves them.
         t = self._check(self._one(tensors, "reduce"), "reduce", reduce=True)
         root = self._root(opts, "reduce")
-        op = self._op(opts, "reduce")
+        op, factor = self._op(opts, "reduce", t)
         st = Staging("reduce")
         h = st.inout(t) if self._rank == root else st.input(t)
 
         def run(c):
-            scratch = h.clone()
+            scratch = _scale(h.clone(), factor)
             c.all_reduce(scratch, op=op)
             if self._rank == root:
                 h.copy_(scratch)
