@@ -1,13 +1,17 @@
-// The coordinator's setup (sockets, the event loop, its timer) and its public accessors.
+// The coordinator's setup: its options checked, the sockets bound, the first role chosen and the
+// event loop started.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "control/coordinator/coordinator_impl.h"
+#include "control/coordinator/primary.h"
+#include "control/coordinator/standby.h"
 #include "core/logging.h"
 
 namespace rtft::control {
 namespace {
 
-using json = nlohmann::json;
 using std::chrono::milliseconds;
 
 // The router every agent connects to: CURVE server, the job's ZAP handler watching it.
@@ -39,13 +43,7 @@ StatusOr<zmq::socket_t> BindRouter(zmq::context_t& ctx, const CoordinatorOptions
 }  // namespace
 
 CoordinatorImpl::CoordinatorImpl(const CoordinatorOptions& o)
-    : options_(o),
-      table_({o.slots, o.spares, o.max_restarts_per_slot, o.on_spares_exhausted,
-              o.dedicated_slot ? 1 : 0, o.grid_tensor, o.grid_pipeline}),
-      slots_(o.slots),
-      role_(o.standby ? Standing::kStandby : Standing::kPrimary),
-      gen_(o.standby ? 0 : 1),
-      primary_slot_(o.standby ? -1 : o.self_slot) {}
+    : options_(o), state_(o), gen_(o.standby ? 0 : 1) {}
 
 Status CoordinatorImpl::Init() {
   EventLoop::Options lo;
@@ -53,12 +51,7 @@ Status CoordinatorImpl::Init() {
   lo.what = "the coordinator's thread";
   lo.fault_point = options_.fault_point;
   // No decision can be taken any more: the job ends (exit code 1), and says why.
-  lo.on_error = [this](const Status& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = s;
-    if (!job_code_) job_code_ = 1;
-    cv_.notify_all();
-  };
+  lo.on_error = [this](const Status& s) { view_.Fail(s); };
   loop_ = std::make_unique<EventLoop>(std::move(lo));
   try {
     ctx_.set(zmq::ctxopt::thread_name_prefix, kCoordinatorZmqThreadPrefix);
@@ -79,18 +72,16 @@ Status CoordinatorImpl::Init() {
     return Status::Unavailable(std::string("coordinator sockets: ") + e.what());
   }
   zap_->Attach(loop_.get(), [this](uint64_t refused) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.rejected_peers += refused;
-    stats_.closed_connections = zap_->closed_over_cap();
+    view_.CountRefusedPeers(refused, zap_->closed_over_cap());
   });
-  latest_.membership = current_.membership = table_.membership();
-  Publish(table_.membership());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.epoch = table_.membership().epoch;
-    stats_.epoch_declared_at = stats_.epoch_sent_at = SteadyClock::now();
+  const auto join_deadline = SteadyClock::now() + options_.join_timeout;
+  if (options_.standby) {
+    role_ = std::make_unique<StandbyRole>(*this);
+  } else {
+    role_ = std::make_unique<PrimaryRole>(*this, join_deadline);
   }
-  join_deadline_ = SteadyClock::now() + options_.join_timeout;
+  Publish(state_.table().membership());
+  view_.StartEpoch(state_.table().membership().epoch);
   tick_ = milliseconds(
       std::max<int64_t>(2, std::min<int64_t>(100, options_.heartbeat_timeout.count() / 20)));
   loop_->SetTimer([this](SteadyClock::time_point now) { return OnTimer(now); });
@@ -102,70 +93,6 @@ Status CoordinatorImpl::Init() {
                             << PolicyName(options_.on_spares_exhausted)
                             << (options_.replicate ? ", with a standby" : "");
   return Status::Ok();
-}
-
-SteadyClock::time_point CoordinatorImpl::OnTimer(SteadyClock::time_point now) {
-  const auto gap = std::chrono::duration_cast<milliseconds>(now - last_timer_);
-  if (last_timer_ != SteadyClock::time_point{} && gap > options_.heartbeat_timeout / 2)
-    Resumed(now, gap);
-  last_timer_ = now;
-  if (now >= next_tick_) {
-    Tick(now);
-    next_tick_ = now + tick_;
-  }
-  for (const auto& w : kv_.Expire(now)) {
-    Send(w.peer, MsgType::kKvValue,
-         KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
-  }
-  SendGatherAnswers(gathers_.Expire(now));
-  SteadyClock::time_point next = next_tick_;
-  if (auto d = kv_.NextDeadline()) next = std::min(next, *d);
-  if (auto d = gathers_.NextDeadline()) next = std::min(next, *d);
-  if (standby_) next = std::min(next, standby_->next_ping);
-  return next;
-}
-
-bool CoordinatorImpl::Send(const std::string& peer, MsgType type, const json& body) {
-  auto it = by_peer_.find(peer);
-  if (it != by_peer_.end() && Partitioned(it->second)) return false;
-  return loop_->SendNow(router_, peer, type, body, gen_);
-}
-
-Membership CoordinatorImpl::membership() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return snapshot_;
-}
-
-int CoordinatorImpl::WaitJobEnd() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return job_code_.has_value(); });
-  return *job_code_;
-}
-
-std::optional<int> CoordinatorImpl::WaitJobEndFor(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return job_code_.has_value(); });
-  return job_code_;
-}
-
-CoordinatorStats CoordinatorImpl::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-Status CoordinatorImpl::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
-}
-
-bool CoordinatorImpl::is_primary() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_.primary;
-}
-
-bool CoordinatorImpl::fenced() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return fenced_;
 }
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {

@@ -3,9 +3,12 @@
 // change before the change's answer goes out, replaces a standby that is lost, and steps down
 // when it hears neither its standby nor half of the agents (a partition it is on the wrong
 // side of, or a newer primary).
+#include "control/coordinator/replication.h"
+
 #include <algorithm>
 
 #include "control/coordinator/coordinator_impl.h"
+#include "control/coordinator/primary.h"
 #include "core/logging.h"
 
 namespace rtft::control {
@@ -15,19 +18,20 @@ using std::chrono::milliseconds;
 
 }  // namespace
 
-bool CoordinatorImpl::Replicating() const {
+bool Replicator::Replicating() const {
   // With two agents a primary that lost one could not tell a partition from a loss.
+  const MembershipTable& table = c_.state().table();
   int agents = 0;
-  for (SlotId s = 0; s < table_.slots(); ++s) agents += table_.has_agent(s) ? 1 : 0;
-  return options_.replicate && agents >= 3;
+  for (SlotId s = 0; s < table.slots(); ++s) agents += table.has_agent(s) ? 1 : 0;
+  return c_.options().replicate && agents >= 3;
 }
 
-void CoordinatorImpl::Commit(const ReplChange& c, std::function<void()> out, bool ends_job) {
-  if (role_ != Standing::kPrimary) return;  // a fenced primary says nothing any more
+void Replicator::Commit(const ReplChange& c, std::function<void()> out, bool ends_job) {
+  if (!c_.plays(&primary_)) return;  // a fenced primary says nothing any more
   uint64_t seq = 0;
-  if (standby_) {
+  if (link_) {
     seq = next_seq_++;
-    loop_->SendNow(standby_->socket, "", MsgType::kRepl, ReplBody(seq, c), gen_);
+    c_.loop().SendNow(link_->socket, "", MsgType::kRepl, ReplBody(seq, c), c_.gen());
   }
   held_.push_back({seq, std::move(out), c.op == ReplOp::kExit});
   // The last application exited: nothing is left for a standby to take over, and exits are what
@@ -36,7 +40,7 @@ void CoordinatorImpl::Commit(const ReplChange& c, std::function<void()> out, boo
   // slot ended with its application would hold them forever, and this primary, soon hearing
   // neither it nor the agents that left, would step down without the job's exit code.
   if (ends_job && std::all_of(held_.begin(), held_.end(), [](const Held& h) { return h.exit; })) {
-    while (!held_.empty() && role_ == Standing::kPrimary) {
+    while (!held_.empty() && c_.plays(&primary_)) {
       auto fn = std::move(held_.front().out);
       held_.pop_front();
       fn();
@@ -46,16 +50,16 @@ void CoordinatorImpl::Commit(const ReplChange& c, std::function<void()> out, boo
   Release();
 }
 
-void CoordinatorImpl::Release() {
+void Replicator::Release() {
   const auto now = SteadyClock::now();
-  while (!held_.empty() && role_ == Standing::kPrimary) {
+  while (!held_.empty() && c_.plays(&primary_)) {
     const Held& h = held_.front();
     // A change the standby was sent is out once it acknowledged it. One made while there was no
     // standby is out once a standby holds a copy made after it, or at once while this primary
     // hears a majority of the agents (it cannot be on the wrong side of a partition then).
     const bool out = h.seq != 0 ? h.seq <= acked_seq_
-                                : !Replicating() || !started_ || (standby_ && standby_->synced) ||
-                                      MajorityHeard(now);
+                                : !Replicating() || !c_.state().started() ||
+                                      (link_ && link_->synced) || MajorityHeard(now);
     if (!out) return;
     auto fn = std::move(held_.front().out);
     held_.pop_front();
@@ -63,12 +67,15 @@ void CoordinatorImpl::Release() {
   }
 }
 
-bool CoordinatorImpl::MajorityHeard(SteadyClock::time_point now) const {
+bool Replicator::MajorityHeard(SteadyClock::time_point now) const {
+  const MembershipTable& table = c_.state().table();
+  const auto& slots = c_.state().slots();
   int members = 0, heard = 0;
-  for (SlotId s = 0; s < table_.slots(); ++s) {
-    if (!table_.has_agent(s) || RoleOfSlot(current_.membership, s) == Role::kRetired) continue;
+  for (SlotId s = 0; s < table.slots(); ++s) {
+    if (!table.has_agent(s) || RoleOfSlot(primary_.current().membership, s) == Role::kRetired)
+      continue;
     ++members;
-    if (slots_[s].joined && now - slots_[s].last_seen <= options_.heartbeat_timeout) ++heard;
+    if (slots[s].joined && now - slots[s].last_seen <= c_.options().heartbeat_timeout) ++heard;
   }
   // At least half, the primary's own slot included: a standby takes over only with votes from
   // more than half (standby.cc), so a side of a partition that holds half of the slots, the
@@ -77,29 +84,33 @@ bool CoordinatorImpl::MajorityHeard(SteadyClock::time_point now) const {
   return 2 * heard >= members;
 }
 
-void CoordinatorImpl::AppointStandby() {
-  if (!Replicating() || role_ != Standing::kPrimary || standby_ || table_.over()) return;
-  const std::string& own_host = slots_[options_.self_slot].host;
+void Replicator::AppointStandby() {
+  CoordinatorState& state = c_.state();
+  const CoordinatorOptions& options = c_.options();
+  if (!Replicating() || !c_.plays(&primary_) || link_ || state.table().over()) return;
+  const auto& slots = state.slots();
+  const std::string& own_host = slots[options.self_slot].host;
   SlotId pick = -1;
-  for (SlotId s = 0; s < table_.slots(); ++s) {
-    const CoordinatorSlot& st = slots_[s];
-    if (s == options_.self_slot || !st.joined || st.endpoint.empty() || bad_standbys_.count(s) ||
-        Partitioned(s) || RoleOfSlot(current_.membership, s) == Role::kRetired)
+  for (SlotId s = 0; s < state.table().slots(); ++s) {
+    const CoordinatorSlot& st = slots[s];
+    if (s == options.self_slot || !st.joined || st.endpoint.empty() || bad_standbys_.count(s) ||
+        primary_.Partitioned(s) || RoleOfSlot(primary_.current().membership, s) == Role::kRetired)
       continue;
     // Another host first: a node lost takes both coordinators with it otherwise.
-    if (pick < 0 || (slots_[pick].host == own_host && st.host != own_host)) pick = s;
+    if (pick < 0 || (slots[pick].host == own_host && st.host != own_host)) pick = s;
   }
   if (pick < 0) return;
   StandbyLink link;
   link.slot = pick;
-  link.endpoint = slots_[pick].endpoint;
+  link.endpoint = slots[pick].endpoint;
   try {
-    zmq::socket_t socket(ctx_, zmq::socket_type::dealer);
+    zmq::socket_t socket(c_.context(), zmq::socket_type::dealer);
     ConfigureSocket(socket);
-    MakeCurveClient(socket, options_.keys);
+    MakeCurveClient(socket, options.keys);
     socket.connect(link.endpoint);
-    link.socket = loop_->AddSocket(std::move(socket), false, "standby link",
-                                   [this](const std::string&, Message m) { OnStandbyMessage(m); });
+    link.socket =
+        c_.loop().AddSocket(std::move(socket), false, "standby link",
+                            [this](const std::string&, Message m) { OnStandbyMessage(m); });
   } catch (const zmq::error_t& e) {
     RTFT_LOG(kWarn, kLogCtrl) << "standby at " << link.endpoint << ": " << e.what();
     bad_standbys_.insert(pick);
@@ -108,108 +119,108 @@ void CoordinatorImpl::AppointStandby() {
   const auto now = SteadyClock::now();
   link.last_heard = now;
   link.next_ping = now;
-  standby_ = link;
+  link_ = link;
   // The copy: the table's changes from the start, then the store's entries.
-  ReplChange begin(ReplOp::kSyncBegin, options_.self_slot);
-  begin.slots = table_.slots();
+  ReplChange begin(ReplOp::kSyncBegin, options.self_slot);
+  begin.slots = state.table().slots();
   auto send = [&](const ReplChange& c) {
-    loop_->SendNow(standby_->socket, "", MsgType::kRepl, ReplBody(next_seq_++, c), gen_);
+    c_.loop().SendNow(link_->socket, "", MsgType::kRepl, ReplBody(next_seq_++, c), c_.gen());
   };
   send(begin);
-  for (const ReplChange& c : log_) send(c);
-  for (const auto& [key, value] : kv_.values()) {
+  for (const ReplChange& c : state.log()) send(c);
+  for (const auto& [key, value] : state.kv().values()) {
     ReplChange put(ReplOp::kKv);
     put.key = key;
     put.value = value;
     send(put);
   }
   ReplChange end(ReplOp::kSyncEnd);
-  end.epoch = table_.membership().epoch;
-  standby_->sync_end_seq = next_seq_;
+  end.epoch = state.table().membership().epoch;
+  link_->sync_end_seq = next_seq_;
   send(end);
-  RTFT_LOG(kInfo, kLogCtrl) << "slot " << pick << " (" << slots_[pick].host << ", " << link.endpoint
-                            << ") becomes the standby: copying " << log_.size() << " changes and "
-                            << kv_.size() << " keys";
+  RTFT_LOG(kInfo, kLogCtrl) << "slot " << pick << " (" << slots[pick].host << ", " << link.endpoint
+                            << ") becomes the standby: copying " << state.log().size()
+                            << " changes and " << state.kv().size() << " keys";
 }
 
-void CoordinatorImpl::OnStandbyMessage(const Message& msg) {
-  if (!standby_) return;
-  if (msg.gen > gen_)
-    return Fence("its standby (slot " + std::to_string(standby_->slot) + ") follows generation " +
-                 std::to_string(msg.gen));
+void Replicator::OnStandbyMessage(const Message& msg) {
+  if (!link_) return;
+  if (msg.gen > c_.gen())
+    return primary_.Fence("its standby (slot " + std::to_string(link_->slot) +
+                          ") follows generation " + std::to_string(msg.gen));
   if (msg.type != MsgType::kReplAck) return;
-  standby_->last_heard = SteadyClock::now();
+  link_->last_heard = SteadyClock::now();
   acked_seq_ = std::max(acked_seq_, msg.body["seq"].get<uint64_t>());
-  if (!standby_->synced && acked_seq_ >= standby_->sync_end_seq) {
-    standby_->synced = true;
-    RTFT_LOG(kInfo, kLogCtrl) << "standby slot " << standby_->slot << " in sync at epoch "
-                              << table_.membership().epoch << " (generation " << gen_ << ")";
-    Publish(current_.membership);
-    SendCoordinators(-1);
+  if (!link_->synced && acked_seq_ >= link_->sync_end_seq) {
+    link_->synced = true;
+    RTFT_LOG(kInfo, kLogCtrl) << "standby slot " << link_->slot << " in sync at epoch "
+                              << c_.state().table().membership().epoch << " (generation "
+                              << c_.gen() << ")";
+    c_.Publish(primary_.current().membership);
+    primary_.SendCoordinators(-1);
   }
   Release();
 }
 
-void CoordinatorImpl::DropStandby(const std::string& why) {
-  if (!standby_) return;
-  RTFT_LOG(kWarn, kLogCtrl) << "standby slot " << standby_->slot << " dropped: " << why;
-  loop_->RemoveSocket(standby_->socket);
-  standby_.reset();
+void Replicator::DropStandby(const std::string& why) {
+  if (!link_) return;
+  RTFT_LOG(kWarn, kLogCtrl) << "standby slot " << link_->slot << " dropped: " << why;
+  c_.loop().RemoveSocket(link_->socket);
+  link_.reset();
   // What it did not acknowledge waits for the next standby's copy, or for a majority.
   for (Held& h : held_) h.seq = 0;
-  Publish(current_.membership);
-  SendCoordinators(-1);
+  c_.Publish(primary_.current().membership);
+  primary_.SendCoordinators(-1);
 }
 
-void CoordinatorImpl::CheckStandby(SteadyClock::time_point now) {
-  if (!Replicating()) return Release();
-  if (standby_ && RoleOfSlot(current_.membership, standby_->slot) == Role::kRetired)
+bool Replicator::Check(SteadyClock::time_point now) {
+  const std::chrono::milliseconds timeout = c_.options().heartbeat_timeout;
+  if (!Replicating()) {
+    Release();
+    return true;
+  }
+  if (link_ && RoleOfSlot(primary_.current().membership, link_->slot) == Role::kRetired)
     DropStandby("its slot was retired");
-  if (!standby_) {
+  if (!link_) {
     AppointStandby();
-    return Release();
+    Release();
+    return true;
   }
-  if (now >= standby_->next_ping) {
-    loop_->SendNow(standby_->socket, "", MsgType::kRepl,
-                   ReplBody(next_seq_++, ReplChange(ReplOp::kPing)), gen_);
-    standby_->next_ping =
-        now +
-        std::max(milliseconds(5), std::min(milliseconds(100), options_.heartbeat_timeout / 10));
+  if (now >= link_->next_ping) {
+    c_.loop().SendNow(link_->socket, "", MsgType::kRepl,
+                      ReplBody(next_seq_++, ReplChange(ReplOp::kPing)), c_.gen());
+    link_->next_ping = now + std::max(milliseconds(5), std::min(milliseconds(100), timeout / 10));
   }
-  if (now - standby_->last_heard <= options_.heartbeat_timeout) {
+  if (now - link_->last_heard <= timeout) {
     alone_since_.reset();
-    return Release();
+    Release();
+    return true;
   }
   if (MajorityHeard(now)) {
-    bad_standbys_.insert(standby_->slot);
-    DropStandby("silent for more than " + std::to_string(options_.heartbeat_timeout.count()) +
-                " ms");
+    bad_standbys_.insert(link_->slot);
+    DropStandby("silent for more than " + std::to_string(timeout.count()) + " ms");
     AppointStandby();
-    return Release();
+    Release();
+    return true;
   }
   // Neither the standby nor most agents: this primary may be cut off from the rest of the job,
   // which its standby then serves. It decides nothing (nothing is released) and steps down.
   if (!alone_since_) alone_since_ = now;
-  if (now - *alone_since_ > options_.heartbeat_timeout)
-    Fence("lost its standby (slot " + std::to_string(standby_->slot) +
-          ") and a majority of the agents");
+  if (now - *alone_since_ <= timeout) return true;
+  primary_.Fence("lost its standby (slot " + std::to_string(link_->slot) +
+                 ") and a majority of the agents");
+  return false;
 }
 
-void CoordinatorImpl::Fence(const std::string& why) {
-  if (role_ == Standing::kFenced) return;
-  RTFT_LOG(kError, kLogCtrl) << "coordinator of slot " << options_.self_slot << " (generation "
-                             << gen_ << ") steps down: " << why;
-  role_ = Standing::kFenced;
+void Replicator::Resumed(SteadyClock::time_point now) {
+  if (link_) link_->last_heard = std::max(link_->last_heard, now);
+  alone_since_.reset();
+}
+
+void Replicator::Stop() {
   held_.clear();
-  if (standby_) loop_->RemoveSocket(standby_->socket);
-  standby_.reset();
-  // Its agents stop hearing it at once and turn to the standby (or end).
-  loop_->RemoveSocket(router_);
-  Publish(current_.membership);
-  std::lock_guard<std::mutex> lock(mu_);
-  fenced_ = true;
-  if (!job_code_) job_code_ = 1;
-  cv_.notify_all();
+  if (link_) c_.loop().RemoveSocket(link_->socket);
+  link_.reset();
 }
 
 }  // namespace rtft::control

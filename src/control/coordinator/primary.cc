@@ -1,0 +1,216 @@
+// The primary's decisions and their output: the liveness scan, the job's start, the events it
+// broadcasts and the job's end; a takeover's first steps; stepping down. Each change is made on
+// the state (CoordinatorState::Apply) and committed (replication.cc) before its output goes out.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "control/coordinator/primary.h"
+#include "control/wire/delta.h"
+#include "core/logging.h"
+
+namespace rtft::control {
+namespace {
+
+using std::chrono::milliseconds;
+
+}  // namespace
+
+PrimaryRole::PrimaryRole(CoordinatorImpl& c, SteadyClock::time_point join_deadline)
+    : c_(c),
+      state_(c.state()),
+      replicator_(c, *this),
+      current_(c.state().latest()),
+      join_deadline_(join_deadline) {}
+
+SlotId PrimaryRole::standby_slot() const {
+  const Replicator::StandbyLink* link = replicator_.synced();
+  return link ? link->slot : -1;
+}
+
+void PrimaryRole::Tick(SteadyClock::time_point now) {
+  const MembershipTable& table = state_.table();
+  auto& slots = state_.slots();
+  ReadPartition(now);
+  if (!state_.started()) {
+    if (now < join_deadline_) return;
+    ReplChange missing(ReplOp::kFail);
+    for (SlotId s = 0; s < table.slots(); ++s) {
+      if (!slots[s].joined && table.has_agent(s))
+        missing.failures.push_back({s, FailureKind::kSlotLost, 0});
+    }
+    RTFT_LOG(kWarn, kLogCtrl) << missing.failures.size() << " slot(s) did not join within "
+                              << c_.options().join_timeout.count() << " ms; treating them as lost";
+    const Decision d = state_.Apply(missing);
+    replicator_.Commit(missing, [this, d] { Apply(d, false); });
+    return StartJob("join timeout");
+  }
+  if (!replicator_.Check(now) || table.over()) return;
+  ReplChange lost(ReplOp::kFail);
+  for (SlotId s = 0; s < table.slots(); ++s) {
+    if (table.retired(s) || !slots[s].joined) continue;
+    if (now - slots[s].last_seen > c_.options().heartbeat_timeout) {
+      RTFT_LOG(kWarn, kLogCtrl)
+          << "slot " << s << " (" << slots[s].host << "): no heartbeat for "
+          << std::chrono::duration_cast<milliseconds>(now - slots[s].last_seen).count() << " ms";
+      lost.failures.push_back({s, FailureKind::kSlotLost, 0});
+    }
+  }
+  if (lost.failures.empty()) return;
+  const Decision d = state_.Apply(lost);
+  replicator_.Commit(lost, [this, d] { Apply(d, true); });
+}
+
+SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
+                                            SteadyClock::time_point next) {
+  KvStore& kv = state_.kv();
+  for (const auto& w : kv.Expire(now)) {
+    Send(w.peer, MsgType::kKvValue,
+         KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
+  }
+  SendGatherAnswers(gathers_.Expire(now));
+  if (auto d = kv.NextDeadline()) next = std::min(next, *d);
+  if (auto d = gathers_.NextDeadline()) next = std::min(next, *d);
+  if (auto d = replicator_.next_ping()) next = std::min(next, *d);
+  return next;
+}
+
+void PrimaryRole::TakeOver(SlotId old) {
+  current_ = state_.latest();
+  c_.Publish(current_.membership);
+  // The newest change decided: some agents may not have heard of it from the old primary.
+  Broadcast(current_);
+  SendCoordinators(-1);
+  ReplChange lost(ReplOp::kFail);
+  lost.failures = {{old, FailureKind::kSlotLost, 0}};
+  const Decision d = state_.Apply(lost);
+  replicator_.Commit(lost, [this, d] { Apply(d, true); });
+  replicator_.AppointStandby();
+}
+
+void PrimaryRole::Apply(const Decision& d, bool broadcast) {
+  if (d.event) {
+    // membership() shows the new epoch before any agent can hear of it.
+    c_.Publish(d.event->membership);
+    const auto declared = SteadyClock::now();
+    RTFT_LOG(kWarn, kLogCtrl) << "epoch " << d.event->membership.epoch << ": "
+                              << (d.event->type == ControlEvent::Type::kShutdown ? "shutdown: "
+                                                                                 : "")
+                              << d.event->reason;
+    current_ = *d.event;
+    // The gathers of the epochs before are over: their members start again in this one.
+    EndGathersBefore(current_.membership.epoch);
+    if (broadcast) Broadcast(*d.event);
+    c_.view().EpochSent(d.event->membership.epoch, declared);
+  }
+  if (d.job_exit_code) c_.FinishJob(*d.job_exit_code);
+}
+
+void PrimaryRole::StartJob(const std::string& why) {
+  const ReplChange start(ReplOp::kStart);
+  state_.Apply(start);
+  replicator_.Commit(start, [this, why] {
+    current_ = state_.latest();
+    RTFT_LOG(kInfo, kLogCtrl) << "job starts (" << why << "), epoch " << current_.membership.epoch;
+    Broadcast(current_);
+    replicator_.AppointStandby();
+  });
+}
+
+void PrimaryRole::Broadcast(const ControlEvent& event) {
+  // What changed since the broadcast before (docs/control-protocol.md, "Event deltas"); the
+  // first event, and the first after a takeover, carry the whole membership.
+  auto bytes =
+      sent_base_ ? EncodeMessage(MsgType::kEventDelta, EventDeltaBody(event, *sent_base_), c_.gen())
+                 : EncodeMessage(MsgType::kEvent, EventBody(event), c_.gen());
+  sent_base_ = event.membership;
+  if (!bytes.ok()) {
+    RTFT_LOG(kError, kLogCtrl) << "cannot encode the epoch " << event.membership.epoch
+                               << " event: " << bytes.status();
+    return;
+  }
+  // One buffer, shared by reference count among all the sends (only CURVE copies it).
+  zmq::message_t shared(bytes->data(), bytes->size());
+  zmq::socket_t& router = c_.loop().socket(c_.router());
+  const auto& slots = state_.slots();
+  for (SlotId slot = 0; slot < state_.table().slots(); ++slot) {
+    const CoordinatorSlot& s = slots[slot];
+    if (!s.joined || s.peer.empty() || Partitioned(slot)) continue;
+    zmq::message_t m;
+    m.copy(shared);
+    try {
+      if (router.send(zmq::buffer(s.peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+        (void)router.send(m, zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      RTFT_LOG(kDebug, kLogCtrl) << "event to a departed agent: " << e.what();
+    }
+  }
+}
+
+bool PrimaryRole::Send(const std::string& peer, MsgType type, const nlohmann::json& body) {
+  const SlotId slot = state_.SlotOf(peer);
+  if (slot >= 0 && Partitioned(slot)) return false;
+  return c_.loop().SendNow(c_.router(), peer, type, body, c_.gen());
+}
+
+void PrimaryRole::SendCurrent(SlotId slot) {
+  ControlEvent e = current_;
+  if (RoleOfSlot(current_.membership, slot) == Role::kRetired) {
+    e.type = ControlEvent::Type::kShutdown;
+    e.reason = "slot " + std::to_string(slot) + " was retired";
+  }
+  Send(state_.slots()[slot].peer, MsgType::kEvent, EventBody(e));
+}
+
+void PrimaryRole::SendCoordinators(SlotId slot) {
+  const CoordinatorOptions& options = c_.options();
+  if (!options.replicate) return;
+  const Replicator::StandbyLink* synced = replicator_.synced();
+  const nlohmann::json body = CoordinatorsBody(options.self_slot, synced ? synced->slot : -1,
+                                               synced ? synced->endpoint : "");
+  const auto& slots = state_.slots();
+  const SlotId slot_count = state_.table().slots();
+  for (SlotId s = slot < 0 ? 0 : slot; s < (slot < 0 ? slot_count : slot + 1); ++s) {
+    if (!slots[s].peer.empty()) Send(slots[s].peer, MsgType::kCoordinators, body);
+  }
+}
+
+void PrimaryRole::ReadPartition(SteadyClock::time_point now) {
+  const std::string& file = c_.options().partition_file;
+  if (file.empty() || now - partition_read_ < milliseconds(100)) return;
+  partition_read_ = now;
+  std::set<SlotId> slots;
+  // A regular file only, and its first 4 KiB: a FIFO or a directory there is no partition.
+  std::string text;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) text.assign(buf, static_cast<size_t>(n));
+  }
+  if (fd >= 0) ::close(fd);
+  for (char& ch : text)
+    if (ch == ',') ch = ' ';
+  std::istringstream words(text);
+  for (SlotId s; words >> s;)
+    if (s >= 0 && s < state_.table().slots()) slots.insert(s);
+  if (slots == partitioned_) return;
+  std::string list;
+  for (SlotId s : slots) list += (list.empty() ? "" : ",") + std::to_string(s);
+  RTFT_LOG(kWarn, kLogCtrl) << "test partition: dropping the traffic of slot(s) "
+                            << (list.empty() ? "none" : list);
+  partitioned_ = std::move(slots);
+}
+
+void PrimaryRole::Fence(const std::string& why) {
+  if (!c_.plays(this)) return;
+  RTFT_LOG(kError, kLogCtrl) << "coordinator of slot " << c_.options().self_slot << " (generation "
+                             << c_.gen() << ") steps down: " << why;
+  replicator_.Stop();
+  c_.StepDown(current_.membership);
+}
+
+}  // namespace rtft::control
