@@ -20,70 +20,61 @@ const char* RunOutcomeName(RunOutcome outcome) {
 
 namespace protect {
 
-StatusOr<RunResult> ProtectorImpl::Run(uint64_t end_step, const StepFns& fns) {
+StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns) {
   if (!fns.compute || !fns.update)
     return Status::InvalidArgument("Protector::Run needs both a compute and an update function");
-  const bool fresh = phase_ == Phase::kDescribing;
-  StatusOr<uint64_t> start = Start();
+  const bool fresh = !p->started();
+  StatusOr<uint64_t> start = p->Start();
+  const RecoveryInfo& info = p->last_recovery();
   if (!start.ok() && start.status().code() == StatusCode::kShutdown)
-    return RunResult{RunOutcome::kShutdown, next_step_, info_.final_checkpoint};
+    return RunResult{RunOutcome::kShutdown, p->next_step(), info.final_checkpoint};
   RTFT_RETURN_IF_ERROR(start.status());
   uint64_t step = *start;
   // A spare, a restarted process or a job started again from L3 begins with a recovery.
-  const RecoveryInfo* recovered = fresh && info_.epoch > 0 ? &info_ : nullptr;
+  const RecoveryInfo* recovered = fresh && info.epoch > 0 ? &info : nullptr;
   while (step < end_step) {
-    StepContext ctx;
-    ctx.step = step;
-    ctx.epoch = train_->epoch();
-    ctx.rank = train_->rank();
-    ctx.world_size = train_->world_size();
-    ctx.comm = train_.get();
-    ctx.device = device_;
-    ctx.place = grid_.of(ctx.rank);
-    ctx.tensor = tensor_.get();
-    ctx.pipeline = pipeline_.get();
-    ctx.data = grid_.flat() ? train_.get() : data_.get();
-    ctx.stream = o_.stream;
+    StepContext ctx = p->Context(step);
     ctx.recovered = recovered;
     // Where each step's time went (debug): the bracket's calls and the application's.
     using Clock = std::chrono::steady_clock;
     Clock::time_point t[6];
     t[0] = Clock::now();
-    Status s = BeginStep(step);
+    Status s = p->BeginStep(step);
     t[1] = Clock::now();
     if (s.ok()) s = fns.compute(ctx);
     t[2] = Clock::now();
-    if (s.ok()) s = BeforeUpdate();
+    if (s.ok()) s = p->BeforeUpdate();
     t[3] = Clock::now();
     if (s.ok()) s = fns.update(ctx);
     t[4] = Clock::now();
-    if (s.ok()) s = EndStep();
+    if (s.ok()) s = p->EndStep();
     t[5] = Clock::now();
     using Ms = std::chrono::duration<double, std::milli>;
     auto ms = [&](int i) { return Ms(t[i] - t[i - 1]).count(); };
     // At: the host's monotonic clock, comparable between the ranks of one host.
-    RTFT_LOG(kDebug, kLogRuntime) << "step " << step << (step_protected_ ? " protected" : " paused")
-                                  << " at " << Ms(t[0].time_since_epoch()).count() << " ms: begin "
-                                  << ms(1) << " ms, compute " << ms(2) << " ms, fence " << ms(3)
+    RTFT_LOG(kDebug, kLogRuntime) << "step " << step
+                                  << (p->step_protected() ? " protected" : " paused") << " at "
+                                  << Ms(t[0].time_since_epoch()).count() << " ms: begin " << ms(1)
+                                  << " ms, compute " << ms(2) << " ms, fence " << ms(3)
                                   << " ms, update " << ms(4) << " ms, end " << ms(5) << " ms";
     if (s.ok()) {
       ++step;
       recovered = nullptr;
       continue;
     }
-    if (s.code() == StatusCode::kDeviceLost) (void)rt_->ReportDeviceError(s.message());
+    if (s.code() == StatusCode::kDeviceLost) p->ReportDeviceError(s.message());
     if (s.code() != StatusCode::kAborted) {
       // Nothing reads the application's state once Run has returned: the capture in flight
       // (begun by this step's BeginStep) is over first. Its status is the step's error's to give.
-      (void)capture_->Wait();
+      p->EndCapture();
       return s;
     }
-    StatusOr<uint64_t> resumed = Recover();
+    StatusOr<uint64_t> resumed = p->Recover();
     if (!resumed.ok() && resumed.status().code() == StatusCode::kShutdown)
-      return RunResult{RunOutcome::kShutdown, step, info_.final_checkpoint};
+      return RunResult{RunOutcome::kShutdown, step, info.final_checkpoint};
     RTFT_RETURN_IF_ERROR(resumed.status());
     step = *resumed;
-    recovered = &info_;
+    recovered = &info;
   }
   return RunResult{RunOutcome::kDone, step, false};
 }

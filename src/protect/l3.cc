@@ -1,80 +1,62 @@
-// L3 beyond the per-step writes (docs/protect.md, "Levels" and "Spares exhausted"): a checkpoint
-// on demand, the one the survivors write when the job ends for want of spares, and the restore
-// from the newest version when memory holds no step that every rank can resume from.
+// L3 beyond the per-step writes (docs/protect.md, "Levels" and "Spares exhausted"): the checkpoint
+// the survivors write when the job ends for want of spares, and the restore from the newest version
+// when memory holds no step that every rank can resume from.
+#include <algorithm>
+
 #include "core/logging.h"
 #include "protect/l3_views.h"
-#include "protect/protector.h"
+#include "protect/recovery.h"
+#include "runtime/gather.h"
 
 namespace rtft::protect {
+namespace {
 
-Status ProtectorImpl::CheckpointNow() {
-  if (phase_ == Phase::kDescribing) return Status::FailedPrecondition("Protector::Start() first");
-  if (!l3_->enabled())
-    return Status::FailedPrecondition(
-        "no checkpoint directory (ProtectOptions::ckpt_dir or RTFT_PROTECT_CKPT_DIR)");
-  RTFT_RETURN_IF_ERROR(capture_->Wait());
-  if (!l3_->open()) RTFT_RETURN_IF_ERROR(OpenL3());
-  RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/true));
-  if (l3_->pending() != step_) return Status::FailedPrecondition("no complete snapshot to write");
-  return l3_->WaitPersisted(step_);
-}
-
-// `--on-spares-exhausted checkpoint-and-exit`: the survivors agree on the newest step whose state
-// is complete and write one L3 version of it, each its own file and the holder of each lost rank's
-// replica that rank's file too, so the version is complete even when rank 0 is the one lost.
-Status ProtectorImpl::FinalCheckpoint() {
-  FailureEvent e;
-  {
-    std::lock_guard<std::mutex> lock(event_mu_);
-    if (!shutdown_event_) return Status::Internal("no shutdown event");
-    e = *shutdown_event_;
+// The survivors' agreement at checkpoint-and-exit (docs/protect.md, "Spares exhausted"): the
+// rollback agreement's gather among the survivors alone, over the job's store (the coordinator's
+// gather counts every rank of the epoch, and the lost ones send nothing). The lowest survivor
+// leads: it reads every survivor's state, plans, and sends the plan; 3N operations on the store,
+// each wait a request it holds for a second.
+StatusOr<RecoveryPlan> AgreeFinal(const Parts& p, const GridMap& grid, uint64_t epoch, int me,
+                                  const std::vector<bool>& lost) {
+  const int n = static_cast<int>(lost.size());
+  std::vector<int> survivors;
+  for (int r = 0; r < n; ++r)
+    if (!lost[r]) survivors.push_back(r);
+  const auto at = std::find(survivors.begin(), survivors.end(), me);
+  if (at == survivors.end())
+    return Status::Internal("checkpoint-and-exit: this rank is not among the survivors");
+  const int index = static_cast<int>(at - survivors.begin());
+  const std::string key = "protect/final";
+  RTFT_ASSIGN_OR_RETURN(KvGatherReply reply,
+                        KvStoreGather(p.rt, key, epoch, static_cast<int>(survivors.size()), index,
+                                      EncodeRankState(p.held->Mine(me)), /*all=*/false,
+                                      p.settings->recovery_timeout, milliseconds(1000)));
+  if (index != 0) {
+    if (!reply.result) return Status::Internal("checkpoint-and-exit: no plan came");
+    RTFT_ASSIGN_OR_RETURN(AgreedPlan agreed, DecodeAgreedPlan(*reply.result, n));
+    if (agreed.shrink) return Status::Internal("checkpoint-and-exit: the leader sent a shrink");
+    return agreed.plan;
   }
-  if (!l3_->enabled())
-    return Status::FailedPrecondition(
-        "checkpoint-and-exit: no checkpoint directory (ProtectOptions::ckpt_dir or "
-        "RTFT_PROTECT_CKPT_DIR) to write to");
-  if (!train_ || table_.world() != grid_.data())
-    return Status::FailedPrecondition("checkpoint-and-exit before protection started");
-  (void)capture_->Wait();
-  StopReplication();
-  const int world = train_->world_size(), me = train_->rank();
-  std::vector<bool> lost(world, false);
-  for (int f : e.failed_ranks)
-    if (f >= 0 && f < world) lost[f] = true;
-  RTFT_ASSIGN_OR_RETURN(const RecoveryPlan plan, AgreeFinal(e.epoch, me, lost));
-  if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
-  const uint64_t step = plan.step;
-  auto latest = LatestVersion(l3_->dir());
-  if (latest.ok() && *latest >= step) return Status::Ok();  // written already
-  // Each file by its rank; the rows of the replicated tensors by the position in the
-  // data-parallel group, and a replica's owner is a position there too.
-  std::vector<std::pair<int, AreaView>> files;
-  const char* area = l1_->payload(step);
-  const GridPlace at = grid_.of(me);
-  files.emplace_back(me,
-                     OwnAreaView(layout_, area, l1_->header(step)->object_bytes, at.d, at.data));
-  for (size_t i = 0; i < plan.needy.size(); ++i) {
-    if (plan.holder[i] != me) continue;
-    const int lost = grid_.of(plan.needy[i]).d;
-    const auto held = l2_->Find(lost, step);
-    if (!held) return Status::DataLoss("checkpoint-and-exit: the replica went missing");
-    RTFT_ASSIGN_OR_RETURN(
-        AreaView view, ReplicaAreaView(layout_, table_, area, l2_->Data(step), held->bytes, lost));
-    files.emplace_back(plan.needy[i], std::move(view));
-  }
-  RTFT_RETURN_IF_ERROR(WriteFiles(step, world, files));
-  RTFT_LOG(kWarn, kLogRuntime) << "checkpoint-and-exit: step " << step << " written to "
-                               << l3_->dir() << " (" << files.size() << " file(s) by this rank)";
-  return Status::Ok();
+  if (reply.values.size() != survivors.size())
+    return Status::Internal("checkpoint-and-exit: the gather lost a survivor's state");
+  std::vector<RankState> all(n);
+  for (int r = 0; r < n; ++r) all[r].rank = r;  // the lost ranks hold nothing
+  for (size_t i = 0; i < survivors.size(); ++i)
+    all[survivors[i]] = DecodeRankState(reply.values[i], survivors[i]);
+  AgreedPlan agreed;
+  agreed.plan = PlanRecovery(all, grid.DataGroups());
+  // The others wait for this even when it failed: they then fail the same way.
+  RTFT_RETURN_IF_ERROR(KvStoreGatherResult(p.rt, key, epoch, EncodeAgreedPlan(agreed)));
+  return agreed.plan;
 }
 
 // One engine per file (a rank's own, or a lost rank's from its replica), all written at once.
-Status ProtectorImpl::WriteFiles(uint64_t step, int world,
-                                 const std::vector<std::pair<int, AreaView>>& files) {
+Status WriteFiles(const Parts& p, uint64_t step, int world,
+                  const std::vector<std::pair<int, AreaView>>& files) {
   std::vector<std::unique_ptr<CheckpointEngine>> engines;
   for (const auto& [rank, view] : files) {
-    RTFT_ASSIGN_OR_RETURN(
-        auto engine, CheckpointEngine::Create(l3_->Options(rank, world, layout_.payload_bytes)));
+    RTFT_ASSIGN_OR_RETURN(auto engine, CheckpointEngine::Create(p.l3->Options(
+                                           rank, world, p.held->layout.payload_bytes)));
     RTFT_RETURN_IF_ERROR(engine->Checkpoint(step, view));
     engines.push_back(std::move(engine));
   }
@@ -84,34 +66,74 @@ Status ProtectorImpl::WriteFiles(uint64_t step, int world,
   return Status::Ok();
 }
 
-StatusOr<uint64_t> ProtectorImpl::RestoreL3(uint64_t epoch) {
-  if (!l3_->enabled())
+}  // namespace
+
+// `--on-spares-exhausted checkpoint-and-exit`: the survivors agree on the newest step whose state
+// is complete and write one L3 version of it, each its own file and the holder of each lost rank's
+// replica that rank's file too, so the version is complete even when rank 0 is the one lost.
+Status WriteFinalCheckpoint(const Parts& p, const Epoch& ep, const FailureEvent& e) {
+  const Held& held = *p.held;
+  const int world = ep.train->world_size(), me = ep.train->rank();
+  std::vector<bool> lost(world, false);
+  for (int f : e.failed_ranks)
+    if (f >= 0 && f < world) lost[f] = true;
+  RTFT_ASSIGN_OR_RETURN(const RecoveryPlan plan, AgreeFinal(p, ep.grid, e.epoch, me, lost));
+  if (!plan.ok) return Status::DataLoss("checkpoint-and-exit: " + plan.why);
+  const uint64_t step = plan.step;
+  auto latest = LatestVersion(p.l3->dir());
+  if (latest.ok() && *latest >= step) return Status::Ok();  // written already
+  // Each file by its rank; the rows of the replicated tensors by the position in the
+  // data-parallel group, and a replica's owner is a position there too.
+  std::vector<std::pair<int, AreaView>> files;
+  const char* area = held.l1->payload(step);
+  const GridPlace at = ep.grid.of(me);
+  files.emplace_back(
+      me, OwnAreaView(held.layout, area, held.l1->header(step)->object_bytes, at.d, at.data));
+  for (size_t i = 0; i < plan.needy.size(); ++i) {
+    if (plan.holder[i] != me) continue;
+    const int lost = ep.grid.of(plan.needy[i]).d;
+    const auto replica = held.l2->Find(lost, step);
+    if (!replica) return Status::DataLoss("checkpoint-and-exit: the replica went missing");
+    RTFT_ASSIGN_OR_RETURN(
+        AreaView view,
+        ReplicaAreaView(held.layout, held.table, area, held.l2->Data(step), replica->bytes, lost));
+    files.emplace_back(plan.needy[i], std::move(view));
+  }
+  RTFT_RETURN_IF_ERROR(WriteFiles(p, step, world, files));
+  RTFT_LOG(kWarn, kLogRuntime) << "checkpoint-and-exit: step " << step << " written to "
+                               << p.l3->dir() << " (" << files.size() << " file(s) by this rank)";
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryInfo* info) {
+  Held& held = *p.held;
+  if (!p.l3->enabled())
     return Status::DataLoss(
         "no step can be restored from memory and there is no L3 checkpoint directory to fall "
         "back to");
-  auto latest = LatestVersion(l3_->dir());
+  auto latest = LatestVersion(p.l3->dir());
   if (!latest.ok())
-    return Status::DataLoss("no step can be restored from memory and " + l3_->dir() +
+    return Status::DataLoss("no step can be restored from memory and " + p.l3->dir() +
                             " holds no complete L3 checkpoint: " + latest.status().ToString());
-  if (!train_ || train_->epoch() != epoch) RTFT_RETURN_IF_ERROR(BuildComms(epoch));
-  RTFT_RETURN_IF_ERROR(PlaceShards());
+  if (!e->train || e->train->epoch() != epoch) RTFT_RETURN_IF_ERROR(e->Build(p, epoch));
+  RTFT_RETURN_IF_ERROR(held.PlaceShards(*e));
   std::string objects;
-  LiveView view(layout_, &objects);
+  LiveView view(held.layout, &objects);
   RestoreOptions r;
   r.version = *latest;
   // Objects are per rank (an RNG's state): this rank's own, where the version has its file.
-  r.rank = train_->rank();
+  r.rank = e->train->rank();
   const std::string what = "restoring L3 step " + std::to_string(*latest);
-  RTFT_RETURN_IF_ERROR(Restore(l3_->dir(), r, view).Annotate(what));
-  RTFT_RETURN_IF_ERROR(DeserializeObjects(layout_.objects, objects.data(), objects.size()));
-  RTFT_RETURN_IF_ERROR(state_->Restored().Annotate(what));
-  RTFT_RETURN_IF_ERROR(OpenL3());
+  RTFT_RETURN_IF_ERROR(Restore(p.l3->dir(), r, view).Annotate(what));
+  RTFT_RETURN_IF_ERROR(DeserializeObjects(held.layout.objects, objects.data(), objects.size()));
+  RTFT_RETURN_IF_ERROR(held.state->Restored().Annotate(what));
+  RTFT_RETURN_IF_ERROR(e->OpenL3(p));
   RTFT_LOG(kWarn, kLogRuntime) << "restored step " << *latest << " from the L3 checkpoint in "
-                               << l3_->dir() << " (epoch " << epoch << ")";
-  info_.epoch = epoch;
-  info_.step = step_ = *latest;
-  info_.source = "l3";
-  info_.world_size = train_->world_size();
+                               << p.l3->dir() << " (epoch " << epoch << ")";
+  info->epoch = epoch;
+  info->step = *latest;
+  info->source = "l3";
+  info->world_size = e->train->world_size();
   return *latest;
 }
 

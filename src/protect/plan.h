@@ -1,6 +1,7 @@
 // The recovery plan (docs/protect.md, "Recovery"): what every rank publishes when a recovery
 // starts, and the pure functions that every rank runs on what all published, so that all decide
-// the same rollback step and who feeds whom without another round of messages.
+// the same rollback step and who feeds whom without another round of messages (the planner in
+// plan.cc, the wire form in plan_codec.cc).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,10 @@
 #include "rtft/status.h"
 
 namespace rtft::protect {
+
+// The most ranks a world may have for the planner: what came over the network is checked against
+// it before anything is sized by it.
+constexpr int64_t kMaxWorld = int64_t{1} << 24;
 
 struct RankState {
   int rank = -1;

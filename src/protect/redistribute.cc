@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "protect/protector.h"
+#include "protect/recovery.h"
 
 namespace rtft::protect {
 namespace {
@@ -55,15 +55,20 @@ Status MoveTensor(Communicator* c, const Moves& m, size_t i, uint64_t* moved) {
 
 }  // namespace
 
-Status ProtectorImpl::Redistribute(const RecoveryPlan& plan, const std::vector<int>& new_of_old,
-                                   const Layout& resized) {
+Status Shrink::Redistribute(const Layout& resized) {
+  const RecoveryPlan& plan = plan_;
+  const std::vector<int>& new_of_old = new_of_old_;
+  const Layout& layout = p_.held->layout;
+  const ShardTable& table = p_.held->table;
+  Snapshot* l1 = p_.held->l1.get();
+  ReplicaStore* l2 = p_.held->l2.get();
   const int old_world = static_cast<int>(new_of_old.size());
-  if (table_.world() != old_world)
-    return Status::Internal("a shard table of " + std::to_string(table_.world()) +
+  if (table.world() != old_world)
+    return Status::Internal("a shard table of " + std::to_string(table.world()) +
                             " ranks for an old world of " + std::to_string(old_world));
   // Positions in the data-parallel group: the ranks on a flat layout.
-  const GridPlace at = grid_.of(train_->rank());
-  Moves m{resized, table_, std::vector<int>(old_world, -1), {}, at.d, at.data};
+  const GridPlace at = epoch_.grid.of(epoch_.train->rank());
+  Moves m{resized, table, std::vector<int>(old_world, -1), {}, at.d, at.data};
   std::vector<int> holder_of(old_world, -1);
   for (size_t k = 0; k < plan.needy.size(); ++k) holder_of[plan.needy[k]] = plan.holder[k];
   for (int q = 0; q < old_world; ++q) {
@@ -75,19 +80,19 @@ Status ProtectorImpl::Redistribute(const RecoveryPlan& plan, const std::vector<i
   }
   // On this rank: its own old shards in its L1, and each lost rank's whose replica it holds (its
   // shards 4 KiB aligned in declaration order, as that rank laid them out).
-  m.at.assign(old_world, std::vector<const char*>(layout_.sharded.size(), nullptr));
+  m.at.assign(old_world, std::vector<const char*>(layout.sharded.size(), nullptr));
   for (int q = 0; q < old_world; ++q) {
     if (m.source[q] != m.me) continue;
     if (new_of_old[q] == m.me) {
-      for (size_t i = 0; i < layout_.sharded.size(); ++i)
-        m.at[q][i] = l1_->payload(plan.step) + layout_.sharded[i].offset;
+      for (size_t i = 0; i < layout.sharded.size(); ++i)
+        m.at[q][i] = l1->payload(plan.step) + layout.sharded[i].offset;
       continue;
     }
-    const auto held = l2_->Find(q, plan.step);
+    const auto held = l2->Find(q, plan.step);
     size_t off = 0;
-    for (size_t i = 0; i < layout_.sharded.size(); ++i) {
-      m.at[q][i] = l2_->Data(plan.step) + off;
-      off = AlignUp(off + table_.at(q, i).elements() * DTypeSize(layout_.sharded[i].tensor.dtype));
+    for (size_t i = 0; i < layout.sharded.size(); ++i) {
+      m.at[q][i] = l2->Data(plan.step) + off;
+      off = AlignUp(off + table.at(q, i).elements() * DTypeSize(layout.sharded[i].tensor.dtype));
     }
     if (!held || off > held->bytes)
       return Status::DataLoss("this rank's replica of rank " + std::to_string(q) + "'s step " +
@@ -99,8 +104,8 @@ Status ProtectorImpl::Redistribute(const RecoveryPlan& plan, const std::vector<i
     return Status::Ok();
   };
   if (m.world == 1) return move_all(nullptr);  // every byte is this rank's own
-  if (!replicator_) return Status::Internal("a shrink without a replication communicator");
-  return replicator_->Call(move_all);
+  if (!epoch_.replicator) return Status::Internal("a shrink without a replication communicator");
+  return epoch_.replicator->Call(move_all);
 }
 
 }  // namespace rtft::protect

@@ -11,7 +11,7 @@
 
 #include "core/fault_point.h"
 #include "core/logging.h"
-#include "protect/protector.h"
+#include "protect/recovery.h"
 
 namespace rtft::protect {
 namespace {
@@ -26,17 +26,18 @@ bool SameTensor(const TensorDesc& a, const TensorDesc& b) {
 
 }  // namespace
 
-Status ProtectorImpl::CanShrinkGrid(const RuntimeInfo& now) const {
-  const int64_t unit = int64_t{o_.grid.tensor} * o_.grid.pipeline;
-  const std::string grid = std::to_string(o_.grid.tensor) + "x" + std::to_string(o_.grid.pipeline);
-  if (!o_.grid.ranks.empty())
+Status Shrink::CanShrinkGrid(int world) const {
+  const Grid& wanted = p_.settings->options.grid;
+  const int64_t unit = int64_t{wanted.tensor} * wanted.pipeline;
+  const std::string grid = std::to_string(wanted.tensor) + "x" + std::to_string(wanted.pipeline);
+  if (!wanted.ranks.empty())
     return Status::Unimplemented(
         "the job shrank, and a shrink of a grid with an explicit rank "
         "map (Grid::ranks) is not built: run with --on-spares-exhausted "
         "checkpoint-and-exit");
-  if (now.world_size % unit != 0)
+  if (world % unit != 0)
     return Status::FailedPrecondition(
-        "the job shrank to " + std::to_string(now.world_size) + " ranks, which no " + grid +
+        "the job shrank to " + std::to_string(world) + " ranks, which no " + grid +
         " layout fills: dp-launch must drop whole data-parallel replicas (run it with --grid " +
         grid + ")");
   return Status::Ok();
@@ -45,81 +46,89 @@ Status ProtectorImpl::CanShrinkGrid(const RuntimeInfo& now) const {
 // On a grid the plan is the world's (one step for every group); this rank moves its own
 // data-parallel group's part, in positions of its ring (docs/protect.md, "3D layouts"). The
 // decision is the agreement leader's (DecideShrink), the same on every rank.
-StatusOr<uint64_t> ProtectorImpl::Shrink(uint64_t epoch, const ShrinkDecision& decision, int world,
-                                         Clock::time_point t0) {
-  const bool on_grid = o_.grid.tensor > 1 || o_.grid.pipeline > 1;
-  RecoveryPlan plan;
-  if (!on_grid) plan = decision.plan;
-  info_.epoch = epoch;
-  info_.agree_s = Since(t0);
-  RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << decision.old_size << " to " << world
-                               << " ranks (this rank was " << held_rank_ << ", is now "
-                               << rt_->current().rank << ")";
-  RTFT_RETURN_IF_ERROR(BuildComms(epoch));
-  if (train_->world_size() != world)
-    return Status::Aborted("the job moved on from epoch " + std::to_string(epoch));
-  std::vector<int> new_of_old = decision.new_of_old;
-  if (on_grid && decision.grid.ok) {
-    if (decision.grid.tensor != o_.grid.tensor || decision.grid.pipeline != o_.grid.pipeline)
-      return Status::Internal("the shrink was decided for another tensor x pipeline layout");
-    const GridPlace me = grid_.of(train_->rank());
-    plan = GroupShrinkPart(decision.grid, me.t, me.p, &new_of_old);
-  } else if (on_grid) {
-    plan.why = decision.grid.why;
-  }
-  RTFT_ASSIGN_OR_RETURN(ResizedState resized, Resize(NewPlace(world, train_->rank())));
-  if (plan.ok) return ShrinkFromMemory(epoch, plan, new_of_old, std::move(resized), t0);
-  RTFT_LOG(kError, kLogRuntime) << "shrink into epoch " << epoch << ": " << plan.why
-                                << "; falling back to the newest L3 checkpoint";
-  if (!l3_->enabled())
-    return Status::DataLoss("the job shrank and " + plan.why +
-                            "; there is no L3 checkpoint directory to fall back to");
-  RTFT_RETURN_IF_ERROR(Relayout(std::move(resized)));
-  return RestoreL3(epoch);
+Recovered Shrink::Run(uint64_t epoch, const ShrinkDecision& decision, int world,
+                      Clock::time_point t0) {
+  t0_ = t0;
+  StatusOr<uint64_t> step = Into(epoch, decision, world);
+  return Recovered{std::move(epoch_), std::move(info_), std::move(step), in_memory_};
 }
 
-StatusOr<uint64_t> ProtectorImpl::ShrinkFromMemory(uint64_t epoch, const RecoveryPlan& plan,
-                                                   const std::vector<int>& new_of_old,
-                                                   ResizedState resized, Clock::time_point t0) {
+StatusOr<uint64_t> Shrink::Into(uint64_t epoch, const ShrinkDecision& decision, int world) {
+  const Grid& wanted = p_.settings->options.grid;
+  const bool on_grid = wanted.tensor > 1 || wanted.pipeline > 1;
+  if (on_grid) RTFT_RETURN_IF_ERROR(CanShrinkGrid(world));
+  if (!on_grid) plan_ = decision.plan;
+  info_.epoch = epoch;
+  info_.agree_s = Since(t0_);
+  RTFT_LOG(kWarn, kLogRuntime) << "the job shrank from " << decision.old_size << " to " << world
+                               << " ranks (this rank was " << p_.held->rank << ", is now "
+                               << p_.rt->current().rank << ")";
+  RTFT_RETURN_IF_ERROR(epoch_.Build(p_, epoch));
+  if (epoch_.train->world_size() != world)
+    return Status::Aborted("the job moved on from epoch " + std::to_string(epoch));
+  new_of_old_ = decision.new_of_old;
+  if (on_grid && decision.grid.ok) {
+    if (decision.grid.tensor != wanted.tensor || decision.grid.pipeline != wanted.pipeline)
+      return Status::Internal("the shrink was decided for another tensor x pipeline layout");
+    const GridPlace me = epoch_.grid.of(epoch_.train->rank());
+    plan_ = GroupShrinkPart(decision.grid, me.t, me.p, &new_of_old_);
+  } else if (on_grid) {
+    plan_.why = decision.grid.why;
+  }
+  RTFT_ASSIGN_OR_RETURN(Resized resized, Resize(NewPlace(world, epoch_.train->rank())));
+  if (plan_.ok) return FromMemory(epoch, std::move(resized));
+  RTFT_LOG(kError, kLogRuntime) << "shrink into epoch " << epoch << ": " << plan_.why
+                                << "; falling back to the newest L3 checkpoint";
+  if (!p_.l3->enabled())
+    return Status::DataLoss("the job shrank and " + plan_.why +
+                            "; there is no L3 checkpoint directory to fall back to");
+  RTFT_RETURN_IF_ERROR(Relayout(std::move(resized)));
+  return RestoreL3(p_, &epoch_, epoch, &info_);
+}
+
+StatusOr<uint64_t> Shrink::FromMemory(uint64_t epoch, Resized resized) {
+  const RecoveryPlan& plan = plan_;
+  Held* held = p_.held;
   // The rows move straight into the new shards' memory, which must be the host's.
   for (const Entry& e : resized.layout.sharded)
     if (e.tensor.memory == MemoryKind::kDevice)
       return Status::Unimplemented("a shrink of shards in device memory ('" + e.tensor.name +
                                    "'): run with --on-spares-exhausted checkpoint-and-exit");
   // Replicated tensors and objects from this survivor's own snapshot, then the shards.
-  RTFT_RETURN_IF_ERROR(l1_->RestoreShared(plan.step, resized.layout));
+  RTFT_RETURN_IF_ERROR(held->l1->RestoreShared(plan.step, resized.layout));
   FaultPoint("protect.transfer");
-  RTFT_RETURN_IF_ERROR(ShareOldTable(static_cast<int>(new_of_old.size())));
+  RTFT_RETURN_IF_ERROR(held->ShareOldTable(epoch_, static_cast<int>(new_of_old_.size())));
   RTFT_RETURN_IF_ERROR(CheckRowSplit());
-  info_.rebuild_s = Since(t0);
-  RTFT_RETURN_IF_ERROR(Redistribute(plan, new_of_old, resized.layout));
-  info_.transfer_s = Since(t0);
+  info_.rebuild_s = Since(t0_);
+  RTFT_RETURN_IF_ERROR(Redistribute(resized.layout));
+  info_.transfer_s = Since(t0_);
   RTFT_RETURN_IF_ERROR(Relayout(std::move(resized)));
-  RTFT_RETURN_IF_ERROR(state_->Restored().Annotate("after the shrink's restore"));
+  RTFT_RETURN_IF_ERROR(held->state->Restored().Annotate("after the shrink's restore"));
   // The restored step, captured again in the new layout: the first step's capture is skipped and
   // the snapshot replicated to the new ring neighbour.
-  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
-  RTFT_RETURN_IF_ERROR(
-      l1_->Capture(plan.step, epoch, train_->rank(), train_->world_size(), objects, o_.stream));
-  info_.step = step_ = plan.step;
+  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(held->layout.objects));
+  RTFT_RETURN_IF_ERROR(held->l1->Capture(plan.step, epoch, epoch_.train->rank(),
+                                         epoch_.train->world_size(), objects,
+                                         p_.settings->options.stream));
+  info_.step = plan.step;
   info_.source = "l1";
   info_.ranks_fed = static_cast<int>(plan.needy.size());
-  restored_step_ = plan.step;
+  in_memory_ = true;
   RTFT_LOG(kWarn, kLogRuntime) << "recovered into epoch " << epoch << " at step " << plan.step
-                               << " with " << train_->world_size() << " ranks: the shards "
-                               << "redistributed over " << grid_.data() << " of "
-                               << new_of_old.size() << " data-parallel ranks";
+                               << " with " << epoch_.train->world_size() << " ranks: the shards "
+                               << "redistributed over " << epoch_.grid.data() << " of "
+                               << new_of_old_.size() << " data-parallel ranks";
   return plan.step;
 }
 
-ShrinkPlace ProtectorImpl::NewPlace(int world, int rank) const {
+ShrinkPlace Shrink::NewPlace(int world, int rank) const {
   ShrinkPlace place;
   place.rank = rank;
   place.world_size = world;
-  // Over the data-parallel group (the whole world when the layout is flat); grid_ is the new
-  // epoch's.
-  const GridPlace at = grid_.of(rank);
-  for (const Entry& e : layout_.sharded)
+  // Over the data-parallel group (the whole world when the layout is flat), in the new epoch's
+  // grid.
+  const GridPlace at = epoch_.grid.of(rank);
+  for (const Entry& e : p_.held->layout.sharded)
     place.shards.push_back(
         EvenShard(e.tensor.name, e.tensor.dtype, e.tensor.shard.global_shape, at.data, at.d));
   return place;
@@ -127,47 +136,50 @@ ShrinkPlace ProtectorImpl::NewPlace(int world, int rank) const {
 
 // The application's state described again for `place`: the same tensors and objects, the shards
 // where `place` puts them.
-StatusOr<ProtectorImpl::ResizedState> ProtectorImpl::Resize(const ShrinkPlace& place) const {
-  const std::string shrank = "the job shrank from " + std::to_string(held_world_) + " to " +
+StatusOr<Shrink::Resized> Shrink::Resize(const ShrinkPlace& place) const {
+  const Layout& layout = p_.held->layout;
+  const std::string shrank = "the job shrank from " + std::to_string(p_.held->world) + " to " +
                              std::to_string(place.world_size) + " ranks";
-  if (!resize_)
+  if (!p_.held->resize)
     return Status::FailedPrecondition(
         shrank + ", and the application gave Protector::Protect no ResizeState to lay its " +
         "state out again (or run with --on-spares-exhausted checkpoint-and-exit)");
-  StatusOr<std::shared_ptr<StateProvider>> state = resize_(place);
+  StatusOr<std::shared_ptr<StateProvider>> state = p_.held->resize(place);
   if (!state.ok()) return state.status().Annotate(shrank + ": ResizeState");
   if (!*state) return Status::InvalidArgument(shrank + ": ResizeState returned no state");
   StateDescription d;
   RTFT_RETURN_IF_ERROR((*state)->Describe(&d).Annotate(shrank));
-  RTFT_ASSIGN_OR_RETURN(Layout l, Layout::Build(d, ObjectRoom()));
-  bool same = l.replicated.size() == layout_.replicated.size() &&
-              l.sharded.size() == place.shards.size() && l.objects.size() == layout_.objects.size();
+  RTFT_ASSIGN_OR_RETURN(Layout l, Layout::Build(d, p_.settings->ObjectRoom()));
+  bool same = l.replicated.size() == layout.replicated.size() &&
+              l.sharded.size() == place.shards.size() && l.objects.size() == layout.objects.size();
   for (size_t i = 0; same && i < l.replicated.size(); ++i)
-    same = SameTensor(l.replicated[i].tensor, layout_.replicated[i].tensor) &&
-           l.replicated[i].tensor.shape == layout_.replicated[i].tensor.shape;
+    same = SameTensor(l.replicated[i].tensor, layout.replicated[i].tensor) &&
+           l.replicated[i].tensor.shape == layout.replicated[i].tensor.shape;
   for (size_t i = 0; same && i < l.sharded.size(); ++i) {
     const TensorDesc &t = l.sharded[i].tensor, &want = place.shards[i];
     same = SameTensor(t, want) && t.shape == want.shape && t.shard.offset == want.shard.offset &&
            t.shard.global_shape == want.shard.global_shape;
   }
   for (size_t i = 0; same && i < l.objects.size(); ++i)
-    same = l.objects[i].name == layout_.objects[i].name;
+    same = l.objects[i].name == layout.objects[i].name;
   if (!same)
     return Status::InvalidArgument(shrank +
                                    ": ResizeState described other tensors or objects than "
                                    "before, or shards other than those of its ShrinkPlace");
-  return ResizedState{std::move(l), std::move(*state)};
+  return Resized{std::move(l), std::move(*state)};
 }
 
 // The old shards must split each tensor's first dimension (whole in every other) for their rows to
 // move to the new shards; the old world's table says where each was.
-Status ProtectorImpl::CheckRowSplit() const {
-  for (size_t i = 0; i < layout_.sharded.size(); ++i) {
-    const std::vector<int64_t>& global = layout_.sharded[i].tensor.shard.global_shape;
+Status Shrink::CheckRowSplit() const {
+  const Layout& layout = p_.held->layout;
+  const ShardTable& table = p_.held->table;
+  for (size_t i = 0; i < layout.sharded.size(); ++i) {
+    const std::vector<int64_t>& global = layout.sharded[i].tensor.shard.global_shape;
     std::vector<std::pair<int64_t, int64_t>> rows;
     bool whole = true;
-    for (int q = 0; q < table_.world(); ++q) {
-      const Box& b = table_.at(q, i);
+    for (int q = 0; q < table.world(); ++q) {
+      const Box& b = table.at(q, i);
       for (size_t d = 1; d < global.size(); ++d)
         whole = whole && b.offset[d] == 0 && b.shape[d] == global[d];
       if (b.shape[0] > 0) rows.emplace_back(b.offset[0], b.shape[0]);
@@ -180,22 +192,17 @@ Status ProtectorImpl::CheckRowSplit() const {
     }
     if (!whole || next != global[0])
       return Status::FailedPrecondition(
-          "the shards of '" + layout_.sharded[i].tensor.name +
+          "the shards of '" + layout.sharded[i].tensor.name +
           "' do not split its first dimension between the ranks, so a shrink cannot lay them "
           "out again (run with --on-spares-exhausted checkpoint-and-exit)");
   }
   return Status::Ok();
 }
 
-Status ProtectorImpl::Relayout(ResizedState resized) {
-  layout_ = std::move(resized.layout);
-  stats_.state_bytes = layout_.objects_begin;
-  state_ = std::move(resized.state);
-  shards_ = Shards::kApplication;
-  RTFT_RETURN_IF_ERROR(l1_->Relayout(dir_, layout_));
-  l2_->Clear();
-  RTFT_RETURN_IF_ERROR(PlaceShards());
-  return OpenL3();
+Status Shrink::Relayout(Resized resized) {
+  RTFT_RETURN_IF_ERROR(p_.held->Relayout(std::move(resized.layout), std::move(resized.state)));
+  RTFT_RETURN_IF_ERROR(p_.held->PlaceShards(epoch_));
+  return epoch_.OpenL3(p_);
 }
 
 }  // namespace rtft::protect

@@ -1,7 +1,7 @@
 // The step bracket: BeginStep hands the L1 capture to the capture worker, which hands the step to
 // the L2 replicator once the state is copied (its checksum follows when the capture is sealed);
 // BeforeUpdate waits for the capture's copy; EndStep reports progress, writes L3 when it is due,
-// and says whether a failure event came.
+// and says whether a failure event came; CheckpointNow writes L3 between steps.
 #include "core/fault_point.h"
 #include "protect/l3_views.h"
 #include "protect/protector.h"
@@ -20,7 +20,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   if (phase_ != Phase::kReady)
     return Status::FailedPrecondition("BeginStep(" + std::to_string(step) + ") inside step " +
                                       std::to_string(step_) + ": EndStep() or Recover() first");
-  if (shards_ != Shards::kApplication)
+  if (held_.shards != Held::Shards::kApplication)
     return Status::Internal("the protected state is still laid out for the old world");
   RTFT_RETURN_IF_ERROR(Aborted());
   // This capture drops step - 2 from the snapshot: only once every rank's replica of step - 1 is
@@ -33,7 +33,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   // step to the replicator before the fence learns it was copied, so that step is never one the
   // replicator was not yet given.
   RTFT_RETURN_IF_ERROR(capture_->Wait());
-  if (replicator_ && step >= 1) RTFT_RETURN_IF_ERROR(replicator_->Wait(step - 1));
+  if (epoch_.replicator && step >= 1) RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step - 1));
   const double replica_wait = Seconds(std::chrono::steady_clock::now() - begin);
   step_ = step;
   phase_ = Phase::kInStep;
@@ -45,32 +45,32 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   FaultPoint("protect.capture");
   // Right after a recovery the snapshot of this step is the state itself: capturing it again
   // would only open a window in which it is incomplete.
-  const bool restored = restored_step_ == step && l1_->Verify(step);
+  const bool restored = restored_step_ == step && held_.l1->Verify(step);
   restored_step_.reset();
   if (restored) {
-    if (replicator_) replicator_->Submit(step);
+    if (epoch_.replicator) epoch_.replicator->Submit(step);
     return Status::Ok();
   }
   return StartCapture(step);
 }
 
 Status ProtectorImpl::StartCapture(uint64_t step) {
-  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(layout_.objects));
+  RTFT_ASSIGN_OR_RETURN(std::string objects, SerializeObjects(held_.layout.objects));
   // The capture worker is idle here (the last capture was waited for): the tensors that compute
   // changes go into the area now, on this thread.
-  RTFT_RETURN_IF_ERROR(l1_->CaptureEarly(step, o_.stream));
+  RTFT_RETURN_IF_ERROR(held_.l1->CaptureEarly(step, settings_.options.stream));
   Capturer::Job job;
   job.step = step;
-  job.epoch = train_->epoch();
-  job.rank = train_->rank();
-  job.world = train_->world_size();
+  job.epoch = epoch_.train->epoch();
+  job.rank = epoch_.train->rank();
+  job.world = epoch_.train->world_size();
   const uint64_t object_bytes = objects.size();
   job.objects = std::move(objects);
-  job.stream = o_.stream;
+  job.stream = settings_.options.stream;
   // Runs on the capture worker once the state is copied; the replicator outlives the capture
   // (recovery waits for it).
   job.copied = [this, object_bytes](uint64_t s, Capturer::Sealed sealed) {
-    if (replicator_) replicator_->Submit(s, object_bytes, std::move(sealed));
+    if (epoch_.replicator) epoch_.replicator->Submit(s, object_bytes, std::move(sealed));
   };
   return capture_->Begin(std::move(job));
 }
@@ -100,13 +100,25 @@ Status ProtectorImpl::EndStep() {
 
 Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
-  RTFT_RETURN_IF_ERROR(capture_->Wait());       // its checksums
-  if (!l1_->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
+  RTFT_RETURN_IF_ERROR(capture_->Wait());            // its checksums
+  if (!held_.l1->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
   // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
-  const GridPlace me = grid_.of(train_->rank());
-  const AreaView view =
-      OwnAreaView(layout_, l1_->payload(step), l1_->header(step)->object_bytes, me.d, me.data);
+  const GridPlace me = epoch_.grid.of(epoch_.train->rank());
+  const AreaView view = OwnAreaView(held_.layout, held_.l1->payload(step),
+                                    held_.l1->header(step)->object_bytes, me.d, me.data);
   return l3_->Write(step, view);
+}
+
+Status ProtectorImpl::CheckpointNow() {
+  if (phase_ == Phase::kDescribing) return Status::FailedPrecondition("Protector::Start() first");
+  if (!l3_->enabled())
+    return Status::FailedPrecondition(
+        "no checkpoint directory (ProtectOptions::ckpt_dir or RTFT_PROTECT_CKPT_DIR)");
+  RTFT_RETURN_IF_ERROR(capture_->Wait());
+  if (!l3_->open()) RTFT_RETURN_IF_ERROR(epoch_.OpenL3(parts()));
+  RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/true));
+  if (l3_->pending() != step_) return Status::FailedPrecondition("no complete snapshot to write");
+  return l3_->WaitPersisted(step_);
 }
 
 }  // namespace rtft::protect

@@ -1,0 +1,116 @@
+// One epoch's communicators (docs/protect.md, "Recovery", step 4), made at the start, by every
+// recovery and shrink, and by the L3 fallback; dropped as a whole.
+#include <cstdint>
+#include <functional>
+
+#include "core/thread.h"
+#include "protect/parts.h"
+
+namespace rtft::protect {
+
+// The communicators of `epoch`: the training one over every rank, one per group of the grid
+// (tensor, pipeline, data parallel) when the grid has more than one dimension, and the
+// replication one over this rank's data-parallel group. Every group's name carries its
+// coordinates, so that the groups of one epoch meet apart. They are made at once, each on a
+// thread of its own (each meets its peers through the store and connects its pairs: about 30 ms
+// each, one after the other, of a crash's recovery on two cores).
+Status Epoch::Build(const Parts& parts, uint64_t epoch) {
+  Drop();
+  Runtime* rt = parts.rt;
+  const ProtectOptions& o = parts.settings->options;
+  const RuntimeInfo now = rt->current();
+  if (now.epoch != epoch)
+    return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
+  RTFT_ASSIGN_OR_RETURN(GridMap map, GridMap::Make(o.grid, now.world_size));
+  const GridPlace me = map.of(now.rank);
+  CommOptions train_options;
+  train_options.backend = o.backend;
+  train_options.device = parts.settings->device;
+  train_options.create_timeout = parts.settings->recovery_timeout;
+  struct Made {
+    std::unique_ptr<Communicator> comm;
+    Status status;
+  };
+  std::vector<std::function<StatusOr<std::unique_ptr<Communicator>>()>> makers;
+  makers.push_back([&] { return rt->CreateCommunicator(o.comm_name, train_options); });
+  auto group = [&](const std::string& name, int rank, int size, CommBackend backend) {
+    CommOptions c = train_options;
+    c.backend = backend;
+    makers.push_back([rt, name = o.comm_name + name, rank, size, c] {
+      return rt->CreateGroupCommunicator(name, rank, size, c);
+    });
+    return makers.size() - 1;
+  };
+  constexpr size_t kNone = SIZE_MAX;
+  size_t at_tensor = kNone, at_pipeline = kNone, at_data = kNone;
+  const std::string at = ".t" + std::to_string(me.t) + ".p" + std::to_string(me.p);
+  if (!map.flat()) {
+    const std::string d = ".d" + std::to_string(me.d);
+    if (me.tensor > 1)
+      at_tensor = group(".tensor.p" + std::to_string(me.p) + d, me.t, me.tensor, o.backend);
+    if (me.pipeline > 1)
+      at_pipeline = group(".pipeline.t" + std::to_string(me.t) + d, me.p, me.pipeline, o.backend);
+    if (me.data > 1) at_data = group(".data" + at, me.d, me.data, o.backend);
+  }
+  std::vector<size_t> streams;
+  if (me.data > 1 && o.enabled) {
+    const std::string name = map.flat() ? ".replica" : ".replica" + at;
+    for (int j = 0; j < parts.settings->l2_streams; ++j)
+      streams.push_back(group(j == 0 ? name : name + ".s" + std::to_string(j), me.d, me.data,
+                              CommBackend::kGloo));
+  }
+  std::vector<Made> made(makers.size());
+  auto make = [&](size_t i) {
+    auto c = makers[i]();
+    if (c.ok()) {
+      made[i].comm = std::move(*c);
+    } else {
+      made[i].status = c.status();
+    }
+  };
+  std::vector<Thread> threads;
+  for (size_t i = 1; i < makers.size(); ++i) {
+    auto t = Thread::Start("rtft-comm-make", [&make, i] { make(i); });
+    if (t.ok()) {
+      threads.push_back(std::move(*t));
+    } else {
+      make(i);  // no thread to give: made here
+    }
+  }
+  make(0);
+  for (Thread& t : threads) t.Join();
+  for (const Made& m : made) {
+    RTFT_RETURN_IF_ERROR(m.status);
+    if (m.comm->epoch() != epoch)
+      return Status::Aborted("the job moved on to epoch " + std::to_string(m.comm->epoch()));
+  }
+  train = std::move(made[0].comm);
+  if (train->rank() != now.rank || train->world_size() != now.world_size)
+    return Status::Aborted("the job's layout changed while its communicators were made");
+  grid = map;
+  if (at_tensor != kNone) tensor = std::move(made[at_tensor].comm);
+  if (at_pipeline != kNone) pipeline = std::move(made[at_pipeline].comm);
+  if (at_data != kNone) data = std::move(made[at_data].comm);
+  if (!streams.empty()) {
+    std::vector<std::unique_ptr<Communicator>> replication;
+    for (size_t i : streams) replication.push_back(std::move(made[i].comm));
+    RTFT_ASSIGN_OR_RETURN(replicator,
+                          Replicator::Start(std::move(replication), parts.held->l1.get(),
+                                            parts.held->l2.get(), parts.counters));
+  }
+  return Status::Ok();
+}
+
+void Epoch::Drop() {
+  replicator.reset();
+  tensor.reset();
+  pipeline.reset();
+  data.reset();
+  train.reset();
+}
+
+Status Epoch::OpenL3(const Parts& parts, L3Writer::When when) const {
+  return parts.l3->Open(train->rank(), train->world_size(), parts.held->layout.payload_bytes, when);
+}
+
+}  // namespace rtft::protect

@@ -1,0 +1,94 @@
+// Recovery and shrink (docs/protect.md, "Recovery" and "Shrink"), one object per attempt: it
+// borrows the lasting parts (parts.h), owns the epoch it makes, the plan it follows and the
+// transfer it runs, and returns what the facade installs (Recovered). recover.cc holds the
+// agreement and the transfer, shrink.cc and redistribute.cc the shrink, l3.cc the fallback to L3.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "protect/parts.h"
+#include "protect/plan.h"
+
+namespace rtft::protect {
+
+// What a recovery leaves for the facade to install.
+struct Recovered {
+  // The communicators as the attempt left them: the new epoch's, or (it failed before it made
+  // them) the ones it was given.
+  Epoch epoch;
+  RecoveryInfo info;  // what it measured, added to what it was given
+  StatusOr<uint64_t> step = Status::Internal("no recovery ran");
+  bool in_memory = false;  // `step` restored from L1: its snapshot is the state itself
+};
+
+class Recovery {
+ public:
+  // `epoch`: the facade's communicators (dropped once this makes the new epoch's); `info`: what
+  // the recovery measured so far.
+  Recovery(const Parts& parts, Epoch epoch, RecoveryInfo info)
+      : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)) {}
+
+  // Into `epoch`: every rank sends what it holds to one gather, whose leader plans (restore from
+  // memory, shrink, or fall back to L3) and sends the plan to all.
+  Recovered Run(uint64_t epoch);
+
+ private:
+  StatusOr<uint64_t> Into(uint64_t epoch);
+  StatusOr<AgreedPlan> Agree(uint64_t epoch, const RankState& mine, int world);
+  // The needy ranks' state from their replica holders and sources (agreed_.plan).
+  Status Transfer(uint64_t epoch);
+
+  const Parts p_;
+  Epoch epoch_;
+  RecoveryInfo info_;
+  AgreedPlan agreed_;
+  bool in_memory_ = false;
+};
+
+class Shrink {
+ public:
+  Shrink(const Parts& parts, Epoch epoch, RecoveryInfo info)
+      : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)) {}
+
+  // Into `epoch` of `world` ranks as the agreement's leader decided; `t0`: when the recovery began.
+  Recovered Run(uint64_t epoch, const ShrinkDecision& decision, int world, Clock::time_point t0);
+
+ private:
+  // The application's state described again for this rank's new place.
+  struct Resized {
+    Layout layout;
+    std::shared_ptr<StateProvider> state;
+  };
+
+  StatusOr<uint64_t> Into(uint64_t epoch, const ShrinkDecision& decision, int world);
+  // Whether the job's new world can hold the grid: whole replicas of the default order.
+  Status CanShrinkGrid(int world) const;
+  StatusOr<uint64_t> FromMemory(uint64_t epoch, Resized resized);
+  ShrinkPlace NewPlace(int world, int rank) const;
+  StatusOr<Resized> Resize(const ShrinkPlace& place) const;
+  Status CheckRowSplit() const;
+  // redistribute.cc: every old shard's rows to the new shards that cover them.
+  Status Redistribute(const Layout& resized);
+  Status Relayout(Resized resized);
+
+  const Parts p_;
+  Epoch epoch_;
+  RecoveryInfo info_;
+  Clock::time_point t0_;
+  RecoveryPlan plan_;            // this rank's data-parallel group's part, in its old positions
+  std::vector<int> new_of_old_;  // per old position: its new one (-1: it left)
+  bool in_memory_ = false;
+};
+
+// l3.cc. The newest L3 version restored in `epoch` (its communicators made in `e` when they are
+// another epoch's): where memory holds no step every rank can resume from, and where a job started
+// again with its checkpoint directory begins.
+StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, RecoveryInfo* info);
+// Checkpoint-and-exit (docs/protect.md, "Spares exhausted"), once the survivors' replication
+// stopped: they agree on a step and write one L3 version of it, lost ranks' files included.
+Status WriteFinalCheckpoint(const Parts& parts, const Epoch& e, const FailureEvent& event);
+
+}  // namespace rtft::protect
