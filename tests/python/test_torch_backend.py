@@ -4,6 +4,11 @@ new_group, DeviceMesh, DTensors described as their local shard: torch 2.x; refus
 1.13), the store over the job's key-value store, and CUDA tensors staged through host buffers
 (skipped without a GPU)."""
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -59,6 +64,39 @@ class ListedRanksTest(unittest.TestCase):
         with self.assertRaises(rtft.InvalidArgumentError):
             rtft.torch.ProcessGroup(rank=0, size=1, ranks=[0], name="x")  # no protector
         protector.close()
+
+
+_BIN = os.environ.get("RTFT_TEST_BIN_DIR", "")
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(_BIN, "dp-launch")) and shutil.which("mpirun"),
+                     "needs dp-launch (RTFT_TEST_BIN_DIR) and mpirun")
+class JobTest(unittest.TestCase):
+    def test_listed_ranks_and_point_to_point_in_a_job(self):
+        # jobs/groups_job.py on 3 ranks: each group's communicator made through the job's
+        # store, the world group's lanes too; every step sees the right sums and messages.
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs",
+                              "groups_job.py")
+        env = dict(os.environ, RTFT_COMM_GLOO_HOST="127.0.0.1")
+        run = subprocess.run(["mpirun", "-np", "3", os.path.join(_BIN, "dp-launch"), "--spares",
+                              "0", "--", sys.executable, script], env=env, capture_output=True,
+                             text=True, timeout=300, check=False)
+        out = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, out[-4000:])
+        lines = [json.loads(line.split("GROUPS_JOB ", 1)[1]) for line in run.stdout.splitlines()
+                 if "GROUPS_JOB " in line]
+        self.assertEqual(sorted(line["rank"] for line in lines), [0, 1, 2], out[-4000:])
+        for line in lines:
+            r = line["rank"]
+            self.assertIn("DONE", line["outcome"])
+            self.assertEqual([s["step"] for s in line["seen"]], [0, 1, 2])
+            for s in line["seen"]:
+                self.assertEqual(s["world"], 6.0)
+                if r in (0, 1):
+                    self.assertEqual(s["sub01"], 3.0)
+                if r in (1, 2):
+                    self.assertEqual(s["sub12"], 5.0)
+                self.assertEqual(s["received"], 100 * s["step"] + (r - 1) % 3)
 
 
 class StoreTest(unittest.TestCase):

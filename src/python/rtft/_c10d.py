@@ -87,9 +87,10 @@ def _create(opts, backend_options=None):
                                       "torch.distributed.init_process_group")
     world = protector._runtime.current().world_size
     ranks = list(opts.global_ranks_in_group) or list(range(world))
+    name = _group_name(opts.group_id, ranks)
     if ranks == list(range(world)) and opts.group_size == world:
-        return ProcessGroup(protector)
-    return ProcessGroup(protector, ranks=ranks, name=_group_name(opts.group_id, ranks))
+        return ProcessGroup(protector, name=name)
+    return ProcessGroup(protector, ranks=ranks, name=name)
 
 
 def init_process_group(protector, timeout=None):

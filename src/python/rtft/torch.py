@@ -82,7 +82,8 @@ class ProcessGroup(dist.ProcessGroup):
     of a data-parallel job); ``Protector.run`` binds it at every step.  Make it before ``run``.
     ``ProcessGroup(protector, ranks=[...], name=...)``: the listed ranks of that communicator
     (``new_group`` and DeviceMesh make these through ``init_process_group``); every member gives
-    the same ``name``, and the group's communicator is made afresh in each recovery epoch.
+    the same ``name``, and the group's communicator is made afresh in each recovery epoch.  A
+    group of every rank may have a name too: its point-to-point lanes are named from it.
     ``ProcessGroup(rank=r, size=n)``: a group that is bound by hand, ``with group.bound(comm):``
     (the bracket's ``protector.comm``, or any rt-ft communicator of that rank and size).
     """
@@ -97,9 +98,14 @@ class ProcessGroup(dist.ProcessGroup):
                 raise InvalidArgumentError("ProcessGroup: a protector or rank and size, not both")
             now = protector._runtime.current()
             rank, size = now.rank, now.world_size
+            self._runtime = protector._runtime
             if ranks is not None:
                 rank, size = self._members(ranks, name, now)
-                self._runtime, self._ranks, self._name = protector._runtime, tuple(ranks), name
+                self._ranks = tuple(int(r) for r in ranks)
+            if name is not None:
+                if not isinstance(name, str) or not name:
+                    raise InvalidArgumentError(f"ProcessGroup: name {name!r}")
+                self._name = name
         elif ranks is not None or name is not None:
             raise InvalidArgumentError("ProcessGroup: ranks and name need a protector")
         elif rank is None or size is None:
