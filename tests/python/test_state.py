@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 import rtft
+import rtft.torch
 
 
 def entry(info, name):
@@ -42,6 +43,24 @@ class DtypeTest(unittest.TestCase):
                 rtft.State({"t": tensor})
             self.assertIn("is not one rt-ft saves", str(caught.exception))
             self.assertIn("tensor 't'", str(caught.exception))
+
+    def test_wrapped_and_compiled_models_have_the_plain_names(self):
+        # DDP's "module." and torch.compile's "_orig_mod." are left out: a state saved from a
+        # wrapped model restores into a plain one and back.
+        def names(value):
+            return [i["name"] for i in rtft.State({"model": value}, rng=False).tensor_info()]
+        plain = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
+        group = rtft.torch.ProcessGroup(rank=0, size=1)  # unbound: DDP's construction only
+        ddp = torch.nn.parallel.DistributedDataParallel(plain, process_group=group)
+        self.assertEqual(names(ddp), names(plain))
+        self.assertIn("model/0.weight", names(plain))
+        info = rtft.State({"m": ddp}, rng=False).tensor_info()
+        self.assertEqual(info[0]["data_ptr"], plain[0].weight.data_ptr())  # the live memory
+        if hasattr(torch, "compile"):
+            compiled = torch.compile(plain)
+            self.assertEqual(names(compiled), names(plain))
+            outer = torch.nn.Sequential(torch.compile(torch.nn.Linear(2, 2)))
+            self.assertEqual(names(outer), ["model/0.weight", "model/0.bias"])
 
     def test_tensor_subclasses_are_refused_by_name(self):
         # A subclass's DLPack need not be its memory (a real DTensor is described as its local

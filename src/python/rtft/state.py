@@ -159,6 +159,31 @@ def _holds_tensor(value):
     return False
 
 
+# Wrappers whose state_dict() puts a prefix before the wrapped module's names: DDP's and
+# DataParallel's "module.", torch.compile's "_orig_mod.".
+_WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module",
+             "OptimizedModule": "_orig_mod"}
+
+
+def _plain_state_dict(module, prefix):
+    """``module``'s state_dict() under the names of the plain model: wrappers around it are
+    looked through, and "_orig_mod." (a compiled submodule) is left out of every key, so a
+    state saved from a DDP-wrapped or compiled model restores into a plain one and back."""
+    while type(module).__name__ in _WRAPPERS:
+        inner = getattr(module, _WRAPPERS[type(module).__name__], None)
+        if inner is None or not _is_module(inner):
+            break
+        module = inner
+    plain = {}
+    for key, value in module.state_dict().items():
+        name = ".".join(part for part in key.split(".") if part != "_orig_mod")
+        if name in plain:
+            raise ValueError(f"rtft.State: {prefix or 'the module'} has two entries named "
+                             f"'{name}' once torch.compile's '_orig_mod.' is left out")
+        plain[name] = value
+    return plain
+
+
 def _is_module(value):
     return hasattr(value, "state_dict") and hasattr(value, "named_parameters")
 
@@ -207,7 +232,7 @@ class State(_core.State):
             buffers = self._buffers
             self._buffers = {b.data_ptr() for b in value.buffers() if b.numel() > 0}
             try:
-                self.add(value.state_dict(), prefix)
+                self.add(_plain_state_dict(value, prefix), prefix)
             finally:
                 self._buffers = buffers
         elif _is_optimizer(value):
