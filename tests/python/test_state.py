@@ -3,6 +3,8 @@ the dtypes rt-ft saves and clear errors for the rest, hostile input refused, nam
 init_optimizer_state leaving Adam, AdamW, SGD, RMSprop and Adadelta exactly as their first step
 would, and refusing what it cannot make exactly."""
 
+import shutil
+import tempfile
 import unittest
 
 import numpy as np
@@ -61,6 +63,35 @@ class DtypeTest(unittest.TestCase):
             self.assertEqual(names(compiled), names(plain))
             outer = torch.nn.Sequential(torch.compile(torch.nn.Linear(2, 2)))
             self.assertEqual(names(outer), ["model/0.weight", "model/0.bias"])
+
+    def test_channels_last_in_its_storage_order(self):
+        # The same memory, described in the order it lies in (N, H, W, C), without a copy; a
+        # restore writes it back in place.
+        conv = torch.nn.Conv2d(3, 4, 2).to(memory_format=torch.channels_last)
+        w = conv.weight
+        self.assertFalse(w.is_contiguous())
+        info = {i["name"]: i for i in rtft.State({"m": conv}, rng=False).tensor_info()}
+        self.assertEqual(info["m/weight"]["shape"], [4, 2, 2, 3])
+        self.assertEqual(info["m/weight"]["data_ptr"], w.data_ptr())
+        v = torch.zeros(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d)
+        self.assertEqual(rtft.State({"v": v}, rng=False).tensor_info()[0]["shape"],
+                         [2, 4, 5, 6, 3])
+        d = tempfile.mkdtemp(prefix="rtft-py-cl-")
+        try:
+            before = w.detach().clone()
+            engine = rtft.CheckpointEngine(d)
+            engine.checkpoint(1, rtft.State({"m": conv}, rng=False))
+            engine.wait_persisted(1)
+            engine.close()
+            with torch.no_grad():
+                w.zero_()
+            rtft.restore(d, rtft.State({"m": conv}, rng=False))
+            self.assertTrue(torch.equal(w, before))
+            self.assertFalse(w.is_contiguous())  # in place: still channels_last
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        with self.assertRaises(rtft.InvalidArgumentError):  # other strides stay refused
+            rtft.State({"t": torch.zeros(4, 2).t()}, rng=False)
 
     def test_tensor_subclasses_are_refused_by_name(self):
         # A subclass's DLPack need not be its memory (a real DTensor is described as its local

@@ -112,6 +112,21 @@ def _refuse_subclass(name, tensor):
                                f"subclass: {why}")
 
 
+def _storage_order(tensor, global_shape):
+    """A channels_last (or channels_last_3d) tensor as the same memory in its storage order
+    (N, H, W, C), contiguous, so that it is described without a copy; the saved shape is then
+    the storage order's (docs/format.md).  Any other tensor as it is."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor) or global_shape is not None or \
+            tensor.is_contiguous():
+        return tensor
+    for fmt, order in ((torch.channels_last, (0, 2, 3, 1)),
+                       (torch.channels_last_3d, (0, 2, 3, 4, 1))):
+        if tensor.dim() == len(order) and tensor.is_contiguous(memory_format=fmt):
+            return tensor.permute(*order)
+    return tensor
+
+
 def _dtensor_type():
     """torch's DTensor class where this torch has one (2.x), else None."""
     torch = sys.modules.get("torch")
@@ -271,6 +286,7 @@ class State(_core.State):
                 raise TypeError(f"rtft.State: DTensor '{name}' describes its own shard")
             tensor, global_shape, offset = _local_shard(name, tensor)
         _refuse_subclass(name, tensor)
+        tensor = _storage_order(tensor, global_shape)
         changed = _is_tensor(tensor) and hasattr(tensor, "data_ptr") and \
             tensor.data_ptr() in self._buffers
         logical = self.add_tensor(name, tensor, global_shape, offset, changed_in_compute=changed)
