@@ -26,7 +26,7 @@ struct LaunchEnv {
 
 LaunchEnv DetectLaunchEnv();
 
-// The recovery features per launcher, for --help and the README.
+// The recovery features per launcher, for --help and docs/launcher.md.
 const char* LauncherSupportText();
 
 }  // namespace rtft::launch

@@ -16,7 +16,8 @@ constexpr double kDay = 86400;
 constexpr double kLlama3RatePerNodeH = 419.0 / (2048.0 * 54.0 * 24.0);
 
 const char* const kRecoveryRow =
-    "README, On the GPU, recovery: 3 ranks + a spare sharing one H200 over Gloo, the "
+    "docs/benchmarks.md, Measured: on the GPU, recovery: "
+    "3 ranks + a spare sharing one H200 over Gloo, the "
     "calibration's batch, 2026-12-02";
 
 // The job and its failures.
@@ -49,7 +50,8 @@ std::vector<Input> JobInputs() {
 std::vector<Input> RtftInputs() {
   return {
       {"protect_overhead_pct", 2.5, "%", 0, 100, false,
-       "README, Measured: protection overhead: median of 9 runs, 2-core CPU machine, host "
+       "docs/benchmarks.md, Measured: protection overhead: "
+       "median of 9 runs, 2-core CPU machine, host "
        "state, 2026-11-30 (not measured on GPUs)",
        "step time added by L1 + L2 protection"},
       {"rtft_detect_crash_s", 0.066, "s", 0, 3600, false,
@@ -71,7 +73,8 @@ std::vector<Input> RtftInputs() {
            "after its activation included)",
        "rt-ft: detection to the step started again on a spare, before the state transfer"},
       {"rtft_protocol_s", 0.925, "s", 0, 3600, false,
-       "README, Control plane: rtft-bench recovery --sim, 4096 simulated agents "
+       "docs/benchmarks.md, Measured: control plane: "
+       "rtft-bench recovery --sim, 4096 simulated agents "
        "through the real coordinator, protocol_s with the L2 rings' rendezvous (median of 3, "
        "2-core CPU machine, 2026-12-02)",
        "rt-ft: the recovery protocol at the job's scale (event to every rank holding the plan "
@@ -85,15 +88,18 @@ std::vector<Input> RtftInputs() {
        "Llama 3: 400 Gb/s per GPU (RoCE and InfiniBand)",
        "network bandwidth that moves a lost rank's state to its spare"},
       {"l3_write_gbps_per_gpu", 2.37, "GB/s", 1e-3, 1e4, false,
-       "README, Measured: checkpoint engine: rt-ft persist, 16 GiB of GPU state in 64 tensors, "
+       "docs/benchmarks.md, Measured: checkpoint engine: "
+       "rt-ft persist, 16 GiB of GPU state in 64 tensors, "
        "1x H200, local disk, 2026-12-02 (1.85 GB/s for 18 GiB on 2026-11-29)",
        "L3 write bandwidth per GPU"},
       {"l3_load_gbps_per_gpu", 2.11, "GB/s", 1e-3, 1e4, false,
-       "README, Measured: checkpoint engine: restore into GPU memory, the same 16 GiB run "
+       "docs/benchmarks.md, Measured: checkpoint engine: "
+       "restore into GPU memory, the same 16 GiB run "
        "(0.974 of the raw read)",
        "L3 load bandwidth per GPU"},
       {"ckpt_blocking_s_per_gb", 0.33 / (16.0 * 1.073741824), "s/GB", 0, 100, false,
-       "README, Measured: checkpoint engine: rt-ft held training 0.33 s for 16 GiB of GPU state, "
+       "docs/benchmarks.md, Measured: checkpoint engine: "
+       "rt-ft held training 0.33 s for 16 GiB of GPU state, "
        "the same run",
        "training held per checkpoint, per GB of state"},
       {"rtft_l3_interval_h", 1, "h", 0.01, 8760, false,

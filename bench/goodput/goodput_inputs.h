@@ -26,7 +26,8 @@ struct Input {
 
 class GoodputInputs {
  public:
-  // Llama 3's failure model and the figures of the README's "Measured" sections, each labelled.
+  // Llama 3's failure model and the figures of docs/benchmarks.md's "Measured" sections, each
+  // labelled.
   static GoodputInputs Defaults();
 
   const std::vector<Input>& all() const { return inputs_; }

@@ -1,4 +1,4 @@
-// 01_checkpoint: the checkpoint engine alone (docs/format.md, README "Checkpoints"). A
+// 01_checkpoint: the checkpoint engine alone (docs/format.md, docs/checkpoint.md). A
 // training-like state (per layer bf16 weights, fp32 master weights and AdamW moments; step, RNG
 // and learning-rate schedule as objects) is trained and checkpointed lazily every few steps:
 // Checkpoint() right after the update, WaitCaptured() only before the next update, so the copies
