@@ -79,7 +79,7 @@ class DtypeTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="rtft-py-cl-")
         try:
             before = w.detach().clone()
-            engine = rtft.CheckpointEngine(d)
+            engine = rtft.CheckpointEngine(d, pool_bytes=16 << 20, chunk_bytes=1 << 20)
             engine.checkpoint(1, rtft.State({"m": conv}, rng=False))
             engine.wait_persisted(1)
             engine.close()
