@@ -85,6 +85,9 @@ class CoordinatorImpl final : public Coordinator {
 
   // A malformed or misdirected message: counted, logged (ten lines a second at most).
   void Reject(const std::string& why);
+  // Whether `peer`'s connection belongs to another slot than `slot` (then rejected, naming
+  // `what`: a hello or a vote).
+  bool OnAnotherSlotsConnection(const char* what, SlotId slot, const std::string& peer);
   // membership(), the heartbeat ack and the stats' role fields.
   void Publish(const Membership& m);
   void FinishJob(int code);

@@ -104,13 +104,17 @@ SlotId CoordinatorImpl::CheckHello(const std::string& peer, const json& b) {
     Reject("hello from slot " + std::to_string(slot) + ", which runs only the coordinator");
     return -1;
   }
-  const SlotId known = state_.SlotOf(peer);
-  if (known >= 0 && known != slot) {
-    Reject("hello for slot " + std::to_string(slot) + " on slot " + std::to_string(known) +
-           "'s connection");
-    return -1;
-  }
+  if (OnAnotherSlotsConnection("hello", slot, peer)) return -1;
   return slot;
+}
+
+bool CoordinatorImpl::OnAnotherSlotsConnection(const char* what, SlotId slot,
+                                               const std::string& peer) {
+  const SlotId known = state_.SlotOf(peer);
+  if (known < 0 || known == slot) return false;
+  Reject(std::string(what) + " for slot " + std::to_string(slot) + " on slot " +
+         std::to_string(known) + "'s connection");
+  return true;
 }
 
 void CoordinatorImpl::Greet(SlotId slot, const std::string& peer) {
@@ -127,13 +131,8 @@ SlotId CoordinatorImpl::AcceptVote(const std::string& peer, const Message& msg) 
     Reject("vote from slot " + std::to_string(slot));
     return -1;
   }
-  const SlotId known = state_.SlotOf(peer);
-  if (known >= 0 && known != slot) {
-    Reject("vote for slot " + std::to_string(slot) + " on slot " + std::to_string(known) +
-           "'s connection");
-    return -1;
-  }
-  if (known < 0) state_.Connect(slot, peer);
+  if (OnAnotherSlotsConnection("vote", slot, peer)) return -1;
+  if (state_.SlotOf(peer) < 0) state_.Connect(slot, peer);
   return slot;
 }
 
