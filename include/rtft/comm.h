@@ -20,14 +20,23 @@
 
 namespace rtft {
 
-enum class CommBackend : uint8_t { kGloo = 0, kNccl = 1 };
+// The backends and the reductions: rtft/enum_list.h.
+enum class CommBackend : uint8_t {
+#define RTFT_COMM_BACKEND(id, name, value, text) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_COMM_BACKEND
+};
 // "gloo", "nccl".
 RTFT_EXPORT const char* CommBackendName(CommBackend backend);
 RTFT_EXPORT bool ParseCommBackend(const std::string& name, CommBackend* backend);
 // Whether this build of librt-ft has the backend (RTFT_WITH_GLOO, RTFT_WITH_NCCL).
 RTFT_EXPORT bool CommBackendAvailable(CommBackend backend);
 
-enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kMax = 2, kMin = 3 };
+enum class ReduceOp : uint8_t {
+#define RTFT_REDUCE_OP(id, name, value, text) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_REDUCE_OP
+};
 // "sum", "avg", "max", "min".
 RTFT_EXPORT const char* ReduceOpName(ReduceOp op);
 

@@ -156,9 +156,12 @@ struct StepFns {
   StepFn update;
 };
 
+// kDone (every step up to the end ran) or kShutdown (the job is ending: no spare was left, or
+// dp-launch was told to stop; exit 0): rtft/enum_list.h.
 enum class RunOutcome : uint8_t {
-  kDone,      // every step up to the end ran
-  kShutdown,  // the job is ending (no spare was left, or dp-launch was told to stop): exit 0
+#define RTFT_RUN_OUTCOME(id, name, value, meaning) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_RUN_OUTCOME
 };
 RTFT_EXPORT const char* RunOutcomeName(RunOutcome outcome);
 

@@ -29,25 +29,30 @@ extern "C" {
  * says how far to roll back (RTFT_ABORTED: a peer failed, recover; RTFT_SHUTDOWN: the job is
  * ending, exit 0). */
 typedef int rtft_status_t;
+/* The values: rtft/enum_list.h, the one list of them. */
+/* BEGIN generated: status (scripts/gen-enums.sh) */
+/* clang-format off */
 enum {
-  RTFT_OK = 0,
-  RTFT_INVALID_ARGUMENT = -1,
-  RTFT_NOT_FOUND = -2,
-  RTFT_ALREADY_EXISTS = -3,
-  RTFT_FAILED_PRECONDITION = -4,
-  RTFT_OUT_OF_RANGE = -5,
-  RTFT_RESOURCE_EXHAUSTED = -6,
-  RTFT_PERMISSION_DENIED = -7,
-  RTFT_DEADLINE_EXCEEDED = -8,
-  RTFT_UNAVAILABLE = -9,
-  RTFT_ABORTED = -10,
-  RTFT_DATA_LOSS = -11,
-  RTFT_IO_ERROR = -12,
-  RTFT_UNIMPLEMENTED = -13,
-  RTFT_INTERNAL = -14,
-  RTFT_DEVICE_LOST = -15,
-  RTFT_SHUTDOWN = -16
+  RTFT_OK = 0, /* success */
+  RTFT_INVALID_ARGUMENT = -1, /* bad input from the caller: fix the call */
+  RTFT_NOT_FOUND = -2, /* a file, version, tensor or key does not exist */
+  RTFT_ALREADY_EXISTS = -3, /* refusing to overwrite */
+  RTFT_FAILED_PRECONDITION = -4, /* the system is not in a state for this call (a call out of order) */
+  RTFT_OUT_OF_RANGE = -5, /* an index or region outside the valid bounds */
+  RTFT_RESOURCE_EXHAUSTED = -6, /* disk full, memory pool exhausted, quota */
+  RTFT_PERMISSION_DENIED = -7, /* read-only file system, access refused */
+  RTFT_DEADLINE_EXCEEDED = -8, /* a blocking call ran past its timeout */
+  RTFT_UNAVAILABLE = -9, /* transient: retry may succeed */
+  RTFT_ABORTED = -10, /* a peer failed: rebuild communicators (recover), then retry */
+  RTFT_DATA_LOSS = -11, /* corrupt or missing data: restore state from elsewhere */
+  RTFT_IO_ERROR = -12, /* an operating-system I/O error not covered above */
+  RTFT_UNIMPLEMENTED = -13, /* not supported by this build or backend */
+  RTFT_INTERNAL = -14, /* a bug in rt-ft */
+  RTFT_DEVICE_LOST = -15, /* the GPU is unusable for the rest of this process: exit, a spare takes the rank */
+  RTFT_SHUTDOWN = -16, /* the job is ending (not a failure): exit 0 */
 };
+/* clang-format on */
+/* END generated: status */
 
 /* The message of the last call on this thread that failed ("CODE: message"); "" if none did.
  * Valid until this thread's next failing call. */
@@ -57,31 +62,51 @@ RTFT_CAPI const char* rtft_version(void);
 
 /* ---- Types ----------------------------------------------------------------------------- */
 
-/* The numeric values are rtft::DType's (they travel in frames and files). */
+/* Generated from rtft/enum_list.h (rtft::DType, ReduceOp, CommBackend, RuntimeRole), values
+ * and all: the numeric values travel in frames and files. */
+/* BEGIN generated: dtype (scripts/gen-enums.sh) */
+/* clang-format off */
 typedef enum rtft_dtype {
-  RTFT_FLOAT32 = 0,
-  RTFT_FLOAT16 = 1,
-  RTFT_BFLOAT16 = 2,
-  RTFT_INT8 = 3,
-  RTFT_INT32 = 4,
-  RTFT_INT64 = 5,
-  RTFT_UINT8 = 6,
-  RTFT_FLOAT64 = 7
+  RTFT_FLOAT32 = 0, /* float32 */
+  RTFT_FLOAT16 = 1, /* float16 */
+  RTFT_BFLOAT16 = 2, /* bfloat16 */
+  RTFT_INT8 = 3, /* int8 */
+  RTFT_INT32 = 4, /* int32 */
+  RTFT_INT64 = 5, /* int64 */
+  RTFT_UINT8 = 6, /* uint8 */
+  RTFT_FLOAT64 = 7, /* float64 */
 } rtft_dtype_t;
-
+/* clang-format on */
+/* END generated: dtype */
+/* BEGIN generated: reduce_op (scripts/gen-enums.sh) */
+/* clang-format off */
 typedef enum rtft_reduce_op {
-  RTFT_SUM = 0,
-  RTFT_AVG = 1,
-  RTFT_MAX = 2,
-  RTFT_MIN = 3
+  RTFT_SUM = 0, /* sum */
+  RTFT_AVG = 1, /* avg */
+  RTFT_MAX = 2, /* max */
+  RTFT_MIN = 3, /* min */
 } rtft_reduce_op_t;
-typedef enum rtft_backend { RTFT_BACKEND_GLOO = 0, RTFT_BACKEND_NCCL = 1 } rtft_backend_t;
+/* clang-format on */
+/* END generated: reduce_op */
+/* BEGIN generated: backend (scripts/gen-enums.sh) */
+/* clang-format off */
+typedef enum rtft_backend {
+  RTFT_BACKEND_GLOO = 0, /* gloo */
+  RTFT_BACKEND_NCCL = 1, /* nccl */
+} rtft_backend_t;
+/* clang-format on */
+/* END generated: backend */
+/* How a process started (rtft_runtime_role). */
+/* BEGIN generated: role (scripts/gen-enums.sh) */
+/* clang-format off */
 typedef enum rtft_role {
-  RTFT_ROLE_INITIAL = 0,         /* started with its logical rank */
-  RTFT_ROLE_SPARE_ACTIVATED = 1, /* a warm spare that took a failed slot's rank */
-  RTFT_ROLE_RESTARTED = 2,       /* restarted on its slot after a crash */
-  RTFT_ROLE_STANDALONE = 3       /* not under dp-launch: rank 0 of 1 */
+  RTFT_ROLE_INITIAL = 0, /* started with its logical rank */
+  RTFT_ROLE_SPARE_ACTIVATED = 1, /* a warm spare that took over a failed slot's logical rank */
+  RTFT_ROLE_RESTARTED = 2, /* restarted on the same slot after a transient failure */
+  RTFT_ROLE_STANDALONE = 3, /* not started by dp-launch: rank 0 of 1, no failure handling */
 } rtft_role_t;
+/* clang-format on */
+/* END generated: role */
 
 typedef struct rtft_runtime rtft_runtime_t;
 typedef struct rtft_state rtft_state_t;
@@ -275,7 +300,14 @@ typedef struct rtft_step_context {
 /* compute: reads the state, never changes it; update: changes it (after the snapshot). Return
  * RTFT_OK, or the status of the call that failed (RTFT_ABORTED recovers). */
 typedef rtft_status_t (*rtft_step_fn)(void* user, const rtft_step_context_t* context);
-enum { RTFT_RUN_DONE = 0, RTFT_RUN_SHUTDOWN = 1 };
+/* BEGIN generated: run_outcome (scripts/gen-enums.sh) */
+/* clang-format off */
+typedef enum rtft_run_outcome {
+  RTFT_RUN_DONE = 0, /* every step up to the end ran */
+  RTFT_RUN_SHUTDOWN = 1, /* the job is ending (no spare was left, or dp-launch was told to stop): exit 0 */
+} rtft_run_outcome_t;
+/* clang-format on */
+/* END generated: run_outcome */
 typedef struct rtft_run_result {
   int32_t outcome;      /* RTFT_RUN_DONE, or RTFT_RUN_SHUTDOWN (the job is ending: exit 0) */
   int32_t checkpointed; /* shutdown: the checkpoint the job asked for is written */

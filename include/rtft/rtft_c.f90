@@ -5,18 +5,51 @@ module rtft_c
   use, intrinsic :: iso_c_binding
   implicit none
 
-  integer(c_int), parameter :: RTFT_OK = 0, RTFT_INVALID_ARGUMENT = -1, RTFT_NOT_FOUND = -2, &
-    RTFT_ALREADY_EXISTS = -3, RTFT_FAILED_PRECONDITION = -4, RTFT_OUT_OF_RANGE = -5, &
-    RTFT_RESOURCE_EXHAUSTED = -6, RTFT_PERMISSION_DENIED = -7, RTFT_DEADLINE_EXCEEDED = -8, &
-    RTFT_UNAVAILABLE = -9, RTFT_ABORTED = -10, RTFT_DATA_LOSS = -11, RTFT_IO_ERROR = -12, &
-    RTFT_UNIMPLEMENTED = -13, RTFT_INTERNAL = -14, RTFT_DEVICE_LOST = -15, RTFT_SHUTDOWN = -16
-  integer(c_int), parameter :: RTFT_FLOAT32 = 0, RTFT_FLOAT16 = 1, RTFT_BFLOAT16 = 2, &
-    RTFT_INT8 = 3, RTFT_INT32 = 4, RTFT_INT64 = 5, RTFT_UINT8 = 6, RTFT_FLOAT64 = 7
-  integer(c_int), parameter :: RTFT_SUM = 0, RTFT_AVG = 1, RTFT_MAX = 2, RTFT_MIN = 3
-  integer(c_int), parameter :: RTFT_BACKEND_GLOO = 0, RTFT_BACKEND_NCCL = 1
-  integer(c_int), parameter :: RTFT_ROLE_INITIAL = 0, RTFT_ROLE_SPARE_ACTIVATED = 1, &
-    RTFT_ROLE_RESTARTED = 2, RTFT_ROLE_STANDALONE = 3
-  integer(c_int), parameter :: RTFT_RUN_DONE = 0, RTFT_RUN_SHUTDOWN = 1
+  ! BEGIN generated: the enumerations (scripts/gen-enums.sh)
+  ! rtft_status_t
+  integer(c_int), parameter :: RTFT_OK = 0
+  integer(c_int), parameter :: RTFT_INVALID_ARGUMENT = -1
+  integer(c_int), parameter :: RTFT_NOT_FOUND = -2
+  integer(c_int), parameter :: RTFT_ALREADY_EXISTS = -3
+  integer(c_int), parameter :: RTFT_FAILED_PRECONDITION = -4
+  integer(c_int), parameter :: RTFT_OUT_OF_RANGE = -5
+  integer(c_int), parameter :: RTFT_RESOURCE_EXHAUSTED = -6
+  integer(c_int), parameter :: RTFT_PERMISSION_DENIED = -7
+  integer(c_int), parameter :: RTFT_DEADLINE_EXCEEDED = -8
+  integer(c_int), parameter :: RTFT_UNAVAILABLE = -9
+  integer(c_int), parameter :: RTFT_ABORTED = -10
+  integer(c_int), parameter :: RTFT_DATA_LOSS = -11
+  integer(c_int), parameter :: RTFT_IO_ERROR = -12
+  integer(c_int), parameter :: RTFT_UNIMPLEMENTED = -13
+  integer(c_int), parameter :: RTFT_INTERNAL = -14
+  integer(c_int), parameter :: RTFT_DEVICE_LOST = -15
+  integer(c_int), parameter :: RTFT_SHUTDOWN = -16
+  ! rtft_dtype_t
+  integer(c_int), parameter :: RTFT_FLOAT32 = 0
+  integer(c_int), parameter :: RTFT_FLOAT16 = 1
+  integer(c_int), parameter :: RTFT_BFLOAT16 = 2
+  integer(c_int), parameter :: RTFT_INT8 = 3
+  integer(c_int), parameter :: RTFT_INT32 = 4
+  integer(c_int), parameter :: RTFT_INT64 = 5
+  integer(c_int), parameter :: RTFT_UINT8 = 6
+  integer(c_int), parameter :: RTFT_FLOAT64 = 7
+  ! rtft_reduce_op_t
+  integer(c_int), parameter :: RTFT_SUM = 0
+  integer(c_int), parameter :: RTFT_AVG = 1
+  integer(c_int), parameter :: RTFT_MAX = 2
+  integer(c_int), parameter :: RTFT_MIN = 3
+  ! rtft_backend_t
+  integer(c_int), parameter :: RTFT_BACKEND_GLOO = 0
+  integer(c_int), parameter :: RTFT_BACKEND_NCCL = 1
+  ! rtft_role_t
+  integer(c_int), parameter :: RTFT_ROLE_INITIAL = 0
+  integer(c_int), parameter :: RTFT_ROLE_SPARE_ACTIVATED = 1
+  integer(c_int), parameter :: RTFT_ROLE_RESTARTED = 2
+  integer(c_int), parameter :: RTFT_ROLE_STANDALONE = 3
+  ! rtft_run_outcome_t
+  integer(c_int), parameter :: RTFT_RUN_DONE = 0
+  integer(c_int), parameter :: RTFT_RUN_SHUTDOWN = 1
+  ! END generated
   ! RTFT_CKPT_LATEST of rtft.h (UINT64_MAX); Fortran names ignore case, and rtft_ckpt_latest is
   ! a function.
   integer(c_int64_t), parameter :: RTFT_LATEST_VERSION = -1_c_int64_t

@@ -20,11 +20,11 @@
 
 namespace rtft {
 
+// How the process started: rtft/enum_list.h.
 enum class RuntimeRole : uint8_t {
-  kInitial = 0,         // started with its logical rank
-  kSpareActivated = 1,  // a warm spare that took over a failed slot's logical rank
-  kRestarted = 2,       // restarted on the same slot after a transient failure
-  kStandalone = 3,      // not started by dp-launch: rank 0 of 1, no failure handling
+#define RTFT_RUNTIME_ROLE(id, name, value, meaning) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_RUNTIME_ROLE
 };
 RTFT_EXPORT const char* RuntimeRoleName(RuntimeRole role);
 

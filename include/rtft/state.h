@@ -16,16 +16,12 @@
 
 namespace rtft {
 
-// New types go at the end: the numeric values travel in communicator frames and snapshot hashes.
+// rtft/enum_list.h lists them with their sizes and names; new types go at the end (the numeric
+// values travel in communicator frames and snapshot hashes).
 enum class DType : uint8_t {
-  kFloat32,
-  kFloat16,
-  kBFloat16,
-  kInt8,
-  kInt32,
-  kInt64,
-  kUInt8,
-  kFloat64
+#define RTFT_DTYPE(id, name, value, bytes, text) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_DTYPE
 };
 
 RTFT_EXPORT size_t DTypeSize(DType dtype);

@@ -16,32 +16,12 @@
 
 namespace rtft {
 
+// The codes, what each tells the caller and their names: rtft/enum_list.h, the one list that the
+// C, Fortran and Python copies are made from.
 enum class StatusCode : int {
-  kOk = 0,
-  kInvalidArgument = 1,     // bad input from the caller; fix the call
-  kNotFound = 2,            // a file, version, tensor or key does not exist
-  kAlreadyExists = 3,       // refusing to overwrite
-  kFailedPrecondition = 4,  // the system is not in a state for this call
-  kOutOfRange = 5,          // an index or region outside the valid bounds
-  kResourceExhausted = 6,   // disk full, memory pool exhausted, quota
-  kPermissionDenied = 7,    // read-only file system, access refused
-  kDeadlineExceeded = 8,    // a blocking call ran past its timeout
-  kUnavailable = 9,         // transient: retry may succeed
-  kAborted = 10,            // a peer failed: rebuild communicators, then retry
-  kDataLoss = 11,           // corrupt or missing data: restore state from elsewhere
-  kIoError = 12,            // an operating-system I/O error not covered above
-  kUnimplemented = 13,      // not supported by this build or backend
-  kInternal = 14,           // a bug in rt-ft
-  // The GPU is unusable for the rest of this process (a sticky CUDA error: illegal address,
-  // kernel fault, uncorrectable ECC, a device that fell off the bus). Nothing on this device can
-  // be retried: the application calls Runtime::ReportDeviceError() (or lets the step API do it),
-  // which retires the slot and lets a spare take its rank, and then exits.
-  kDeviceLost = 15,
-  // Not a failure of this process: the job is ending (no spare was left under
-  // `--on-spares-exhausted checkpoint-and-exit`, or dp-launch was told to stop). Recover() returns
-  // it once the checkpoint the job asked for is written; the application exits 0. Protector::Run()
-  // returns it as RunOutcome::kShutdown instead.
-  kShutdown = 16,
+#define RTFT_STATUS_CODE(id, name, value, what) id = value,
+#include "rtft/enum_list.h"
+#undef RTFT_STATUS_CODE
 };
 // The highest code: whoever decodes a code sent by another process accepts 0..kLastStatusCode
 // (a test fails when a code is added after it).

@@ -9,6 +9,28 @@
 namespace rtft::capi {
 namespace {
 
+// The C constants are generated into rtft.h from rtft/enum_list.h (scripts/gen-enums.sh, checked
+// by a test); the compiler checks them against the list too.
+#define RTFT_STATUS_CODE(id, name, value, what) \
+  static_assert(RTFT_##name == -(value) && static_cast<int>(StatusCode::id) == (value));
+#define RTFT_DTYPE(id, name, value, bytes, text) \
+  static_assert(RTFT_##name == (value) && static_cast<int>(DType::id) == (value));
+#define RTFT_REDUCE_OP(id, name, value, text) \
+  static_assert(RTFT_##name == (value) && static_cast<int>(ReduceOp::id) == (value));
+#define RTFT_COMM_BACKEND(id, name, value, text) \
+  static_assert(RTFT_BACKEND_##name == (value) && static_cast<int>(CommBackend::id) == (value));
+#define RTFT_RUNTIME_ROLE(id, name, value, meaning) \
+  static_assert(RTFT_ROLE_##name == (value) && static_cast<int>(RuntimeRole::id) == (value));
+#define RTFT_RUN_OUTCOME(id, name, value, meaning) \
+  static_assert(RTFT_RUN_##name == (value) && static_cast<int>(RunOutcome::id) == (value));
+#include "rtft/enum_list.h"
+#undef RTFT_STATUS_CODE
+#undef RTFT_DTYPE
+#undef RTFT_REDUCE_OP
+#undef RTFT_COMM_BACKEND
+#undef RTFT_RUNTIME_ROLE
+#undef RTFT_RUN_OUTCOME
+
 thread_local std::string last_error;
 
 }  // namespace

@@ -9,40 +9,11 @@ namespace rtft {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound:
-      return "NOT_FOUND";
-    case StatusCode::kAlreadyExists:
-      return "ALREADY_EXISTS";
-    case StatusCode::kFailedPrecondition:
-      return "FAILED_PRECONDITION";
-    case StatusCode::kOutOfRange:
-      return "OUT_OF_RANGE";
-    case StatusCode::kResourceExhausted:
-      return "RESOURCE_EXHAUSTED";
-    case StatusCode::kPermissionDenied:
-      return "PERMISSION_DENIED";
-    case StatusCode::kDeadlineExceeded:
-      return "DEADLINE_EXCEEDED";
-    case StatusCode::kUnavailable:
-      return "UNAVAILABLE";
-    case StatusCode::kAborted:
-      return "ABORTED";
-    case StatusCode::kDataLoss:
-      return "DATA_LOSS";
-    case StatusCode::kIoError:
-      return "IO_ERROR";
-    case StatusCode::kUnimplemented:
-      return "UNIMPLEMENTED";
-    case StatusCode::kInternal:
-      return "INTERNAL";
-    case StatusCode::kDeviceLost:
-      return "DEVICE_LOST";
-    case StatusCode::kShutdown:
-      return "SHUTDOWN";
+#define RTFT_STATUS_CODE(id, name, value, what) \
+  case StatusCode::id:                          \
+    return #name;
+#include "rtft/enum_list.h"
+#undef RTFT_STATUS_CODE
   }
   return "UNKNOWN";
 }

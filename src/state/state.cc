@@ -10,33 +10,24 @@
 
 namespace rtft {
 
+// Sizes and names from rtft/enum_list.h, the one list of the types.
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat16:
-      return 2;
-    case DType::kBFloat16:
-      return 2;
-    case DType::kInt8:
-      return 1;
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    case DType::kUInt8:
-      return 1;
-    case DType::kFloat64:
-      return 8;
+#define RTFT_DTYPE(id, name, value, bytes, text) \
+  case DType::id:                                \
+    return bytes;
+#include "rtft/enum_list.h"
+#undef RTFT_DTYPE
   }
   return 0;
 }
 
 namespace {
 const std::pair<DType, const char*> kDTypeNames[] = {
-    {DType::kFloat32, "float32"}, {DType::kFloat16, "float16"}, {DType::kBFloat16, "bfloat16"},
-    {DType::kInt8, "int8"},       {DType::kInt32, "int32"},     {DType::kInt64, "int64"},
-    {DType::kUInt8, "uint8"},     {DType::kFloat64, "float64"}};
+#define RTFT_DTYPE(id, name, value, bytes, text) {DType::id, text},
+#include "rtft/enum_list.h"
+#undef RTFT_DTYPE
+};
 }  // namespace
 
 const char* DTypeName(DType dtype) {
