@@ -159,6 +159,17 @@ contains
     rtft_comm_create = c_comm_create(runtime, rtft_c_string(name), backend, comm)
   end function
 
+  ! The defaults, with options%size set (rtft.h, "Options that grow").
+  integer(c_int) function rtft_ckpt_options_init(options)
+    type(rtft_ckpt_options), intent(out) :: options
+    rtft_ckpt_options_init = rtft_ckpt_options_init_size(options, c_sizeof(options))
+  end function
+
+  integer(c_int) function rtft_protect_options_init(options)
+    type(rtft_protect_options), intent(out) :: options
+    rtft_protect_options_init = rtft_protect_options_init_size(options, c_sizeof(options))
+  end function
+
   integer(c_int) function rtft_fault_point(name)
     character(*), intent(in) :: name
     rtft_fault_point = c_fault_point(rtft_c_string(name))

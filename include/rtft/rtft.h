@@ -114,6 +114,17 @@ typedef struct rtft_ckpt rtft_ckpt_t;
 typedef struct rtft_comm rtft_comm_t;
 typedef struct rtft_protector rtft_protector_t;
 
+/* Options that grow. An options struct (rtft_ckpt_options_t, rtft_protect_options_t) starts with
+ * its size, which its _init function sets to the size of the struct as the caller was compiled
+ * (the inline rtft_*_options_init passes sizeof), with every field at its default. The library
+ * reads only the fields that size covers and gives the others their defaults, so a program built
+ * with an older rtft.h keeps working as fields are added at the end. Refused: a size smaller than
+ * the struct's first version or larger than RTFT_OPTIONS_MAX_SIZE (RTFT_INVALID_ARGUMENT: the
+ * struct was not initialised), and a size larger than this library's struct whose extra bytes
+ * are not zero (RTFT_UNIMPLEMENTED: fields of a newer rt-ft; run with the library the header came
+ * from). */
+#define RTFT_OPTIONS_MAX_SIZE 4096
+
 /* ---- Runtime: the application's side of its dp-launch agent ----------------------------- */
 
 /* Under dp-launch, attaches to the slot's agent and returns once this process has a logical
@@ -182,18 +193,34 @@ RTFT_CAPI rtft_status_t rtft_even_split(int64_t n, int parts, int index, int64_t
 
 /* ---- Checkpoint engine: lazy asynchronous checkpoints on disk --------------------------- */
 
-/* Zero fields take their defaults from the RTFT_CKPT_* settings (README, "Settings"). */
+/* rtft::CheckpointOptions. Zero fields take their defaults from the RTFT_CKPT_* settings
+ * (README, "Settings"). */
 typedef struct rtft_ckpt_options {
+  size_t size;     /* set by rtft_ckpt_options_init ("Options that grow") */
   const char* dir; /* checkpoint root, shared by every rank (required) */
   int32_t rank;
   int32_t world_size;     /* 0: 1 */
   uint64_t pool_bytes;    /* host pool (RTFT_CKPT_POOL_BYTES) */
   int32_t keep_versions;  /* -1: RTFT_CKPT_KEEP_VERSIONS; 0 keeps all */
-  int32_t pin_pool;       /* 0: never register the pool with CUDA (host state) */
+  int32_t pin_pool;       /* 1: register the pool with CUDA; 0 for a state all in host memory,
+                           * which then never creates a CUDA context */
   const char* io_backend; /* NULL: RTFT_CKPT_IO_BACKEND (auto, uring, posix) */
+  /* ---- from here, fields a caller's size may not cover (added in rt-ft 0.2) ---- */
+  uint64_t chunk_bytes;      /* capture and write unit (RTFT_CKPT_CHUNK_BYTES) */
+  int32_t capture_threads;   /* RTFT_CKPT_CAPTURE_THREADS */
+  int32_t flush_threads;     /* RTFT_CKPT_FLUSH_THREADS */
+  int32_t io_depth;          /* RTFT_CKPT_IO_DEPTH */
+  int32_t direct_io;         /* -1: RTFT_CKPT_DIRECT_IO; 0 off; 1 where the file system allows */
+  int64_t commit_timeout_ms; /* RTFT_CKPT_COMMIT_TIMEOUT_MS */
+  int64_t wait_timeout_ms;   /* RTFT_CKPT_WAIT_TIMEOUT_MS */
 } rtft_ckpt_options_t;
-/* The defaults: dir NULL, rank 0, world_size 1, keep_versions -1, pin_pool 0. */
-RTFT_CAPI rtft_status_t rtft_ckpt_options_init(rtft_ckpt_options_t* options);
+/* Fills the first `size` bytes at `options` with the defaults (dir NULL, rank 0, world_size 1,
+ * keep_versions -1, pin_pool 1 as in C++, direct_io -1, every other field 0) and sets
+ * options->size to `size`. Call it through rtft_ckpt_options_init. */
+RTFT_CAPI rtft_status_t rtft_ckpt_options_init_size(rtft_ckpt_options_t* options, size_t size);
+static inline rtft_status_t rtft_ckpt_options_init(rtft_ckpt_options_t* options) {
+  return rtft_ckpt_options_init_size(options, sizeof(*options));
+}
 RTFT_CAPI rtft_status_t rtft_ckpt_create(const rtft_ckpt_options_t* options, rtft_ckpt_t** ckpt);
 /* Waits for the versions in flight. */
 RTFT_CAPI rtft_status_t rtft_ckpt_destroy(rtft_ckpt_t* ckpt);
@@ -247,14 +274,42 @@ RTFT_CAPI rtft_status_t rtft_comm_abort(rtft_comm_t* comm);
 
 /* ---- Per-step protection: L1 snapshot, L2 replica, L3 checkpoint, recovery --------------- */
 
+/* Decides whether `step` takes a snapshot (nonzero: it does). A failure rolls back to the last
+ * step that took one. Called on the thread that runs the steps, as each step begins. */
+typedef int (*rtft_protect_step_fn)(void* user, uint64_t step);
+
+/* rtft::ProtectOptions (include/rtft/protect.h says more of each). */
 typedef struct rtft_protect_options {
+  size_t size;           /* set by rtft_protect_options_init ("Options that grow") */
   int32_t enabled;       /* 0: no snapshot and no replica (to measure what protection costs) */
   int64_t l3_every;      /* L3 every this many steps (0: RTFT_PROTECT_L3_EVERY; <0: none) */
   const char* ckpt_dir;  /* L3's directory (NULL: RTFT_PROTECT_CKPT_DIR) */
   const char* comm_name; /* the training communicator's name (NULL: "train") */
+  /* ---- from here, fields a caller's size may not cover (added in rt-ft 0.2) ---- */
+  int32_t backend;     /* the training communicator's rtft_backend_t (RTFT_BACKEND_GLOO) */
+  int32_t device;      /* its CUDA device and the step's (-1: the runtime's, RTFT_DEVICE) */
+  void* stream;        /* the cudaStream_t the application computes on (NULL: the default stream) */
+  const char* shm_dir; /* where L1 and L2 live (NULL: dp-launch's, RTFT_SHM_DIR, or a private
+                        * directory under /dev/shm for a standalone run); must exist */
+  uint64_t max_object_bytes;   /* room for one version's serialized objects (0: 1 MiB) */
+  int64_t recovery_timeout_ms; /* recovery's wait at each stage (0: RTFT_COMM_CREATE_TIMEOUT_MS) */
+  /* The grid (rtft::Grid): tensor x pipeline degrees (1 x 1: data parallel only) and, optionally,
+   * grid_rank_count ranks (the world size) mapping (t, p, d) to a rank, as in C++. */
+  int32_t grid_tensor;
+  int32_t grid_pipeline;
+  const int32_t* grid_ranks; /* NULL: rank = t + T * (d + D * p) */
+  size_t grid_rank_count;
+  rtft_protect_step_fn protect_step; /* NULL: every step takes a snapshot */
+  void* protect_step_user;           /* protect_step's first argument */
 } rtft_protect_options_t;
-/* The defaults: enabled 1, l3_every 0, ckpt_dir NULL, comm_name NULL. */
-RTFT_CAPI rtft_status_t rtft_protect_options_init(rtft_protect_options_t* options);
+/* Fills the first `size` bytes at `options` with the defaults (enabled 1, backend
+ * RTFT_BACKEND_GLOO, device -1, grid 1 x 1, every other field 0 or NULL) and sets options->size
+ * to `size`. Call it through rtft_protect_options_init. */
+RTFT_CAPI rtft_status_t rtft_protect_options_init_size(rtft_protect_options_t* options,
+                                                       size_t size);
+static inline rtft_status_t rtft_protect_options_init(rtft_protect_options_t* options) {
+  return rtft_protect_options_init_size(options, sizeof(*options));
+}
 /* `options` may be NULL (the defaults). The runtime must outlive the protector. */
 RTFT_CAPI rtft_status_t rtft_protector_create(rtft_runtime_t* runtime,
                                               const rtft_protect_options_t* options,
@@ -296,6 +351,8 @@ typedef struct rtft_step_context {
   int32_t world_size;
   rtft_comm_t* comm; /* the epoch's training communicator (the protector's) */
   int32_t recovered; /* 1 on the first step after a recovery */
+  int32_t device;    /* the step's CUDA device and stream (the options' device and stream) */
+  void* stream;
 } rtft_step_context_t;
 /* compute: reads the state, never changes it; update: changes it (after the snapshot). Return
  * RTFT_OK, or the status of the call that failed (RTFT_ABORTED recovers). */

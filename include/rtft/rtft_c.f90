@@ -61,25 +61,44 @@ module rtft_c
     integer(c_int32_t) :: failed_ranks(RTFT_EVENT_MAX_FAILED)
     character(kind=c_char) :: reason(256)
   end type
-  ! String fields (dir, io_backend, ckpt_dir, comm_name) are c_loc of a NUL-terminated TARGET
-  ! string (rtft_c_string), or c_null_ptr.
+  ! The options structs, field for field as rtft.h's (the capi_option_fields test compares them).
+  ! Initialise them with rtft_ckpt_options_init / rtft_protect_options_init of module rtft, which
+  ! set `size` to c_sizeof of the type. String fields (dir, io_backend, ckpt_dir, comm_name,
+  ! shm_dir) are c_loc of a NUL-terminated TARGET string (rtft_c_string), or c_null_ptr.
   type, bind(c) :: rtft_ckpt_options
+    integer(c_size_t) :: size
     type(c_ptr) :: dir
     integer(c_int32_t) :: rank, world_size
     integer(c_int64_t) :: pool_bytes
     integer(c_int32_t) :: keep_versions, pin_pool
     type(c_ptr) :: io_backend
+    integer(c_int64_t) :: chunk_bytes
+    integer(c_int32_t) :: capture_threads, flush_threads, io_depth, direct_io
+    integer(c_int64_t) :: commit_timeout_ms, wait_timeout_ms
   end type
+  ! grid_ranks: c_loc of a TARGET integer(c_int32_t) array. protect_step: c_funloc of a bind(c)
+  ! function returning integer(c_int) (nonzero: the step takes a snapshot), with arguments
+  ! (user, step) by value: type(c_ptr) and integer(c_int64_t).
   type, bind(c) :: rtft_protect_options
+    integer(c_size_t) :: size
     integer(c_int32_t) :: enabled
     integer(c_int64_t) :: l3_every
     type(c_ptr) :: ckpt_dir, comm_name
+    integer(c_int32_t) :: backend, device
+    type(c_ptr) :: stream, shm_dir
+    integer(c_int64_t) :: max_object_bytes, recovery_timeout_ms
+    integer(c_int32_t) :: grid_tensor, grid_pipeline
+    type(c_ptr) :: grid_ranks
+    integer(c_size_t) :: grid_rank_count
+    type(c_funptr) :: protect_step
+    type(c_ptr) :: protect_step_user
   end type
   type, bind(c) :: rtft_step_context
     integer(c_int64_t) :: step, epoch
     integer(c_int32_t) :: rank, world_size
     type(c_ptr) :: comm
-    integer(c_int32_t) :: recovered
+    integer(c_int32_t) :: recovered, device
+    type(c_ptr) :: stream
   end type
   type, bind(c) :: rtft_run_result
     integer(c_int32_t) :: outcome, checkpointed
@@ -151,9 +170,10 @@ module rtft_c
       integer(c_int), value :: parts, index
       integer(c_int64_t), intent(out) :: offset, count
     end function
-    integer(c_int) function rtft_ckpt_options_init(options) bind(c)
-      import :: c_int, rtft_ckpt_options
+    integer(c_int) function rtft_ckpt_options_init_size(options, size) bind(c)
+      import :: c_int, c_size_t, rtft_ckpt_options
       type(rtft_ckpt_options), intent(out) :: options
+      integer(c_size_t), value :: size
     end function
     integer(c_int) function rtft_ckpt_create(options, ckpt) bind(c)
       import :: c_int, c_ptr, rtft_ckpt_options
@@ -248,9 +268,10 @@ module rtft_c
       import :: c_int, c_ptr
       type(c_ptr), value :: comm
     end function
-    integer(c_int) function rtft_protect_options_init(options) bind(c)
-      import :: c_int, rtft_protect_options
+    integer(c_int) function rtft_protect_options_init_size(options, size) bind(c)
+      import :: c_int, c_size_t, rtft_protect_options
       type(rtft_protect_options), intent(out) :: options
+      integer(c_size_t), value :: size
     end function
     ! options: c_loc of an rtft_protect_options, or c_null_ptr for the defaults.
     integer(c_int) function rtft_protector_create(runtime, options, protector) bind(c)

@@ -41,11 +41,8 @@ rtft_status_t rtft_comm_create(rtft_runtime_t* runtime, const char* name, int ba
     RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(name, 64, "rtft_comm_create: name"));
     RTFT_RETURN_IF_ERROR(NotNull(comm, "rtft_comm_create: comm"));
     *comm = nullptr;
-    if (backend != RTFT_BACKEND_GLOO && backend != RTFT_BACKEND_NCCL)
-      return Status::InvalidArgument("backend " + std::to_string(backend) +
-                                     " is not an rtft_backend_t");
     rtft::CommOptions o;
-    o.backend = static_cast<rtft::CommBackend>(backend);
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckBackend(backend, &o.backend));
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<rtft::Communicator> c,
                           runtime->runtime->CreateCommunicator(name, o));
     auto handle = std::make_unique<rtft_comm>();

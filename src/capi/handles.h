@@ -3,6 +3,8 @@
 // the C callbacks' statuses turned back into rtft::Status. Only src/capi/ includes it.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,8 +55,40 @@ Status FromC(rtft_status_t code, const std::string& what);
 Status NotNull(const void* p, const char* what);
 Status CheckDType(int dtype, DType* out);
 Status CheckReduceOp(int op, ReduceOp* out);
+Status CheckBackend(int backend, CommBackend* out);
 // A NUL-terminated name of at most `max` bytes.
 Status CheckName(const char* name, size_t max, const char* what);
+
+// ---- Options that grow (rtft.h): a struct whose first field is its size ----
+// `size` for a struct of `type` whose first version was `first` bytes and whose version here is
+// `known` bytes: InvalidArgument when it is below `first` or above RTFT_OPTIONS_MAX_SIZE.
+Status CheckOptionsSize(size_t size, size_t first, size_t known, const char* type);
+// The extra bytes of a newer caller's struct: Unimplemented unless all are zero.
+Status CheckUnknownFieldsZero(const void* options, size_t size, size_t known, const char* type);
+
+// Fills `size` bytes at `options` with `defaults` (zeros past this library's struct), size set.
+template <typename T>
+Status InitOptions(T* options, size_t size, size_t first, T defaults, const char* type) {
+  RTFT_RETURN_IF_ERROR(NotNull(options, type));
+  RTFT_RETURN_IF_ERROR(CheckOptionsSize(size, first, sizeof(T), type));
+  defaults.size = size;
+  std::memcpy(options, &defaults, std::min(size, sizeof(T)));
+  if (size > sizeof(T))
+    std::memset(reinterpret_cast<char*>(options) + sizeof(T), 0, size - sizeof(T));
+  return Status::Ok();
+}
+
+// `defaults` with the fields that the caller's `options` covers copied over it; only
+// options->size bytes of `options` are read.
+template <typename T>
+Status ReadOptions(const T* options, size_t first, T* defaults, const char* type) {
+  const size_t size = options->size;  // the first field: every version has it
+  RTFT_RETURN_IF_ERROR(CheckOptionsSize(size, first, sizeof(T), type));
+  RTFT_RETURN_IF_ERROR(CheckUnknownFieldsZero(options, size, sizeof(T), type));
+  std::memcpy(defaults, options, std::min(size, sizeof(T)));
+  defaults->size = sizeof(T);
+  return Status::Ok();
+}
 
 }  // namespace rtft::capi
 

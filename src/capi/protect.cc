@@ -1,6 +1,8 @@
 // Per-step protection through the C API (include/rtft/rtft.h, "Per-step protection"): the
 // Protector's bracket, its driver with C step functions, and a shrink's new description through
 // a C callback.
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "capi/handles.h"
@@ -14,6 +16,77 @@ using rtft::capi::NotNull;
 namespace {
 
 Status Check(rtft_protector_t* p) { return NotNull(p, "protector"); }
+
+constexpr const char* kType = "rtft_protect_options";
+// The struct's first version with a size (rt-ft 0.2): the fields up to comm_name. Callers whose
+// size ends there get the later fields' defaults; the number is the ABI and never changes.
+constexpr size_t kFirstSize = offsetof(rtft_protect_options_t, comm_name) + sizeof(const char*);
+static_assert(kFirstSize == 40, "rtft_protect_options_t's first version is 40 bytes (ABI)");
+static_assert(offsetof(rtft_protect_options_t, protect_step_user) + sizeof(void*) ==
+                  sizeof(rtft_protect_options_t),
+              "no padding at the end: a field added later would land in an older caller's");
+// More ranks than a grid of any job has: a bound on what is copied from the caller.
+constexpr size_t kMaxGridRanks = 1u << 20;
+
+rtft_protect_options_t Defaults() {
+  const rtft::ProtectOptions cc;
+  rtft_protect_options_t o;
+  std::memset(&o, 0, sizeof(o));
+  o.size = sizeof(o);
+  o.enabled = cc.enabled ? 1 : 0;
+  o.backend = static_cast<int32_t>(cc.backend);
+  o.device = cc.device;
+  o.grid_tensor = cc.grid.tensor;
+  o.grid_pipeline = cc.grid.pipeline;
+  return o;
+}
+
+Status ConvertGrid(const rtft_protect_options_t& c, rtft::Grid* grid) {
+  if (c.grid_tensor < 1 || c.grid_pipeline < 1)
+    return Status::InvalidArgument("options.grid_tensor and grid_pipeline: 1 or more");
+  grid->tensor = c.grid_tensor;
+  grid->pipeline = c.grid_pipeline;
+  if (c.grid_rank_count == 0) return Status::Ok();
+  if (!c.grid_ranks || c.grid_rank_count > kMaxGridRanks)
+    return Status::InvalidArgument("options.grid_ranks: " + std::to_string(c.grid_rank_count) +
+                                   " ranks expected at a non-NULL address (at most " +
+                                   std::to_string(kMaxGridRanks) + ")");
+  grid->ranks.assign(c.grid_ranks, c.grid_ranks + c.grid_rank_count);
+  return Status::Ok();
+}
+
+// The C options as the C++ ones; `c` holds this library's version of the struct.
+Status Convert(const rtft_protect_options_t& c, rtft::ProtectOptions* o) {
+  o->enabled = c.enabled != 0;
+  o->l3_every = c.l3_every;
+  if (c.ckpt_dir) {
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(c.ckpt_dir, 4096, "options.ckpt_dir"));
+    o->ckpt_dir = c.ckpt_dir;
+  }
+  if (c.comm_name) {
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(c.comm_name, 64, "options.comm_name"));
+    o->comm_name = c.comm_name;
+  }
+  RTFT_RETURN_IF_ERROR(rtft::capi::CheckBackend(c.backend, &o->backend));
+  if (c.device < -1) return Status::InvalidArgument("options.device: -1 (the runtime's) or more");
+  o->device = c.device;
+  o->stream = c.stream;
+  if (c.shm_dir) {
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(c.shm_dir, 4096, "options.shm_dir"));
+    o->shm_dir = c.shm_dir;
+  }
+  o->max_object_bytes = c.max_object_bytes;
+  if (c.recovery_timeout_ms < 0)
+    return Status::InvalidArgument("options.recovery_timeout_ms: 0 (the setting) or more");
+  o->recovery_timeout = std::chrono::milliseconds(c.recovery_timeout_ms);
+  RTFT_RETURN_IF_ERROR(ConvertGrid(c, &o->grid));
+  if (c.protect_step) {
+    o->protect_step = [fn = c.protect_step, user = c.protect_step_user](uint64_t step) {
+      return fn(user, step) != 0;
+    };
+  }
+  return Status::Ok();
+}
 
 // The application's resize callback as the Protector's ResizeState: it describes the new state
 // into a handle that rt-ft owns.
@@ -38,6 +111,8 @@ rtft::StepFn Step(rtft_protector_t* p, rtft_step_fn fn, void* user, const char* 
     ctx.world_size = c.world_size;
     ctx.comm = &p->comm;
     ctx.recovered = c.recovered ? 1 : 0;
+    ctx.device = c.device;
+    ctx.stream = c.stream;
     return FromC(fn(user, &ctx), what);
   };
 }
@@ -46,13 +121,9 @@ rtft::StepFn Step(rtft_protector_t* p, rtft_step_fn fn, void* user, const char* 
 
 extern "C" {
 
-rtft_status_t rtft_protect_options_init(rtft_protect_options_t* options) {
-  return Call([&] {
-    RTFT_RETURN_IF_ERROR(NotNull(options, "rtft_protect_options_init: options"));
-    std::memset(options, 0, sizeof(*options));
-    options->enabled = 1;
-    return Status::Ok();
-  });
+rtft_status_t rtft_protect_options_init_size(rtft_protect_options_t* options, size_t size) {
+  return Call(
+      [&] { return rtft::capi::InitOptions(options, size, kFirstSize, Defaults(), kType); });
 }
 
 rtft_status_t rtft_protector_create(rtft_runtime_t* runtime, const rtft_protect_options_t* options,
@@ -61,19 +132,10 @@ rtft_status_t rtft_protector_create(rtft_runtime_t* runtime, const rtft_protect_
     RTFT_RETURN_IF_ERROR(NotNull(runtime, "rtft_protector_create: runtime"));
     RTFT_RETURN_IF_ERROR(NotNull(protector, "rtft_protector_create: protector"));
     *protector = nullptr;
+    rtft_protect_options_t c = Defaults();
+    if (options) RTFT_RETURN_IF_ERROR(rtft::capi::ReadOptions(options, kFirstSize, &c, kType));
     rtft::ProtectOptions o;
-    if (options) {
-      o.enabled = options->enabled != 0;
-      o.l3_every = options->l3_every;
-      if (options->ckpt_dir) {
-        RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(options->ckpt_dir, 4096, "options.ckpt_dir"));
-        o.ckpt_dir = options->ckpt_dir;
-      }
-      if (options->comm_name) {
-        RTFT_RETURN_IF_ERROR(rtft::capi::CheckName(options->comm_name, 64, "options.comm_name"));
-        o.comm_name = options->comm_name;
-      }
-    }
+    RTFT_RETURN_IF_ERROR(Convert(c, &o));
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<rtft::Protector> made,
                           rtft::Protector::Create(runtime->runtime.get(), o));
     auto handle = std::make_unique<rtft_protector>();

@@ -57,18 +57,42 @@ Status NotNull(const void* p, const char* what) {
   return p ? Status::Ok() : Status::InvalidArgument(std::string(what) + " is NULL");
 }
 
+// The values a C caller may pass: those of the lists.
 Status CheckDType(int dtype, DType* out) {
-  if (dtype < 0 || dtype > static_cast<int>(DType::kFloat64))
-    return Status::InvalidArgument("dtype " + std::to_string(dtype) + " is not an rtft_dtype_t");
-  *out = static_cast<DType>(dtype);
-  return Status::Ok();
+  switch (dtype) {
+#define RTFT_DTYPE(id, name, value, bytes, text) \
+  case value:                                    \
+    *out = DType::id;                            \
+    return Status::Ok();
+#include "rtft/enum_list.h"
+#undef RTFT_DTYPE
+  }
+  return Status::InvalidArgument("dtype " + std::to_string(dtype) + " is not an rtft_dtype_t");
 }
 
 Status CheckReduceOp(int op, ReduceOp* out) {
-  if (op < 0 || op > static_cast<int>(ReduceOp::kMin))
-    return Status::InvalidArgument("op " + std::to_string(op) + " is not an rtft_reduce_op_t");
-  *out = static_cast<ReduceOp>(op);
-  return Status::Ok();
+  switch (op) {
+#define RTFT_REDUCE_OP(id, name, value, text) \
+  case value:                                 \
+    *out = ReduceOp::id;                      \
+    return Status::Ok();
+#include "rtft/enum_list.h"
+#undef RTFT_REDUCE_OP
+  }
+  return Status::InvalidArgument("op " + std::to_string(op) + " is not an rtft_reduce_op_t");
+}
+
+Status CheckBackend(int backend, CommBackend* out) {
+  switch (backend) {
+#define RTFT_COMM_BACKEND(id, name, value, text) \
+  case value:                                    \
+    *out = CommBackend::id;                      \
+    return Status::Ok();
+#include "rtft/enum_list.h"
+#undef RTFT_COMM_BACKEND
+  }
+  return Status::InvalidArgument("backend " + std::to_string(backend) +
+                                 " is not an rtft_backend_t");
 }
 
 Status CheckName(const char* name, size_t max, const char* what) {
@@ -77,6 +101,28 @@ Status CheckName(const char* name, size_t max, const char* what) {
   if (n == 0 || n > max)
     return Status::InvalidArgument(std::string(what) + ": 1 to " + std::to_string(max) +
                                    " bytes expected");
+  return Status::Ok();
+}
+
+Status CheckOptionsSize(size_t size, size_t first, size_t known, const char* type) {
+  if (size >= first && size <= RTFT_OPTIONS_MAX_SIZE) return Status::Ok();
+  return Status::InvalidArgument(
+      std::string(type) + ".size is " + std::to_string(size) + ": " +
+      (size < first ? "smaller than any version of it (" + std::to_string(first) + " bytes)"
+                    : "larger than any options struct (RTFT_OPTIONS_MAX_SIZE)") +
+      "; set it with " + type + "_init (this library's is " + std::to_string(known) + " bytes)");
+}
+
+Status CheckUnknownFieldsZero(const void* options, size_t size, size_t known, const char* type) {
+  const auto* bytes = static_cast<const unsigned char*>(options);
+  for (size_t i = known; i < size; ++i) {
+    if (bytes[i] != 0)
+      return Status::Unimplemented(
+          std::string(type) + " sets a field that librt-ft " + RTFT_VERSION_STRING +
+          " does not know (byte " + std::to_string(i) + " of " + std::to_string(size) +
+          "; its struct has " + std::to_string(known) +
+          "): run with the librt-ft whose rtft.h the program was built with");
+  }
   return Status::Ok();
 }
 

@@ -4,9 +4,12 @@
  * protector's bracket and driver. capi_job.c runs the same API in a real job with a lost slot.
  *
  *   capi_test SCRATCH_DIR EXPECTED_VERSION */
+#define _POSIX_C_SOURCE 200809L /* mkdir, opendir */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rtft/rtft.h"
 
@@ -267,6 +270,223 @@ static void test_protector(rtft_runtime_t* rt, const char* l3) {
   EXPECT_OK(rtft_protector_destroy(p));
 }
 
+/* ---- options that grow (rtft.h), and the fields C gained in rt-ft 0.2 ----------------- */
+
+/* rtft_protect_options_t's first version with a size: a program built with that header. */
+typedef struct {
+  size_t size;
+  int32_t enabled;
+  int64_t l3_every;
+  const char* ckpt_dir;
+  const char* comm_name;
+} protect_options_first_t;
+
+static void test_option_sizes(rtft_runtime_t* rt, const char* dir) {
+  rtft_ckpt_options_t c;
+  rtft_protect_options_t o;
+  rtft_ckpt_t* ckpt = NULL;
+  rtft_protector_t* p = NULL;
+  struct {
+    rtft_protect_options_t known;
+    int64_t newer[2]; /* a later rt-ft's fields */
+  } big;
+  struct {
+    protect_options_first_t old;
+    unsigned char after[sizeof(rtft_protect_options_t)]; /* not the caller's: never read */
+  } first;
+  EXPECT_OK(rtft_ckpt_options_init(&c));
+  EXPECT(c.size == sizeof(c) && c.dir == NULL && c.world_size == 1 && c.keep_versions == -1);
+  EXPECT(c.pin_pool == 1 && c.direct_io == -1 && c.chunk_bytes == 0 && c.wait_timeout_ms == 0);
+  c.dir = dir;
+  c.size = 0; /* not initialised */
+  EXPECT(rtft_ckpt_create(&c, &ckpt) == RTFT_INVALID_ARGUMENT && ckpt == NULL);
+  EXPECT(contains(rtft_last_error(), "rtft_ckpt_options.size is 0: smaller than any version"));
+  EXPECT(contains(rtft_last_error(), "set it with rtft_ckpt_options_init"));
+  c.size = RTFT_OPTIONS_MAX_SIZE + 1;
+  EXPECT(rtft_ckpt_create(&c, &ckpt) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "larger than any options struct"));
+  EXPECT(rtft_ckpt_options_init_size(&c, 8) == RTFT_INVALID_ARGUMENT);
+  EXPECT(rtft_ckpt_options_init_size(NULL, sizeof(c)) == RTFT_INVALID_ARGUMENT);
+  EXPECT_OK(rtft_ckpt_options_init(&c));
+  c.dir = dir;
+  c.direct_io = 2;
+  EXPECT(rtft_ckpt_create(&c, &ckpt) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "direct_io"));
+  c.direct_io = -1;
+  c.flush_threads = -2;
+  EXPECT(rtft_ckpt_create(&c, &ckpt) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "rtft_ckpt_options.flush_threads is -2"));
+
+  /* A newer caller: a larger struct is fine while its unknown fields are zero. */
+  memset(&big, 0xff, sizeof(big));
+  EXPECT_OK(rtft_protect_options_init_size(&big.known, sizeof(big)));
+  EXPECT(big.known.size == sizeof(big) && big.newer[0] == 0 && big.newer[1] == 0);
+  EXPECT(big.known.enabled == 1 && big.known.backend == RTFT_BACKEND_GLOO);
+  EXPECT(big.known.device == -1 && big.known.grid_tensor == 1 && big.known.grid_pipeline == 1);
+  EXPECT(big.known.stream == NULL && big.known.shm_dir == NULL && big.known.grid_ranks == NULL);
+  EXPECT(big.known.protect_step == NULL && big.known.max_object_bytes == 0);
+  EXPECT_OK(rtft_protector_create(rt, &big.known, &p));
+  EXPECT_OK(rtft_protector_destroy(p));
+  p = NULL;
+  big.newer[1] = 5;
+  EXPECT(rtft_protector_create(rt, &big.known, &p) == RTFT_UNIMPLEMENTED && p == NULL);
+  EXPECT(contains(rtft_last_error(), "rtft_protect_options sets a field that librt-ft"));
+
+  /* An older caller: init writes only its bytes, create reads only them and defaults the rest
+   * (the bytes after it, all ones, would be backend -1 and a protect_step that crashes). */
+  memset(&first, 0xff, sizeof(first));
+  EXPECT_OK(rtft_protect_options_init_size((rtft_protect_options_t*)&first.old, sizeof(first.old)));
+  EXPECT(first.old.size == sizeof(first.old) && first.old.enabled == 1);
+  EXPECT(first.old.ckpt_dir == NULL && first.old.comm_name == NULL && first.after[0] == 0xff);
+  first.old.comm_name = "first";
+  EXPECT_OK(rtft_protector_create(rt, (const rtft_protect_options_t*)&first.old, &p));
+  EXPECT_OK(rtft_protector_destroy(p));
+  first.old.size = sizeof(first.old) - 8;
+  EXPECT(rtft_protector_create(rt, (const rtft_protect_options_t*)&first.old, &p) ==
+         RTFT_INVALID_ARGUMENT);
+
+  EXPECT_OK(rtft_protect_options_init(&o));
+  o.backend = 9;
+  EXPECT(rtft_protector_create(rt, &o, &p) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "backend 9 is not an rtft_backend_t"));
+  o.backend = RTFT_BACKEND_GLOO;
+  o.recovery_timeout_ms = -1;
+  EXPECT(rtft_protector_create(rt, &o, &p) == RTFT_INVALID_ARGUMENT);
+  o.recovery_timeout_ms = 0;
+  o.grid_rank_count = 1; /* and no ranks */
+  EXPECT(rtft_protector_create(rt, &o, &p) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "options.grid_ranks"));
+}
+
+typedef struct {
+  double value[4];
+  char meta[5000]; /* serialized as an object */
+  int asked[8];    /* the steps protect_step was asked about */
+  int device;
+  void* stream;
+} fields_t;
+
+static int protect_step(void* user, uint64_t step) {
+  fields_t* f = (fields_t*)user;
+  if (step < 8) ++f->asked[step];
+  return step != 3; /* step 3 takes no snapshot */
+}
+
+static rtft_status_t fields_compute(void* user, const rtft_step_context_t* ctx) {
+  fields_t* f = (fields_t*)user;
+  f->device = ctx->device;
+  f->stream = ctx->stream;
+  return RTFT_OK;
+}
+
+static rtft_status_t fields_update(void* user, const rtft_step_context_t* ctx) {
+  ((fields_t*)user)->value[0] += (double)ctx->step;
+  return RTFT_OK;
+}
+
+static rtft_status_t save_meta(void* user, rtft_bytes_t* bytes) {
+  fields_t* f = (fields_t*)user;
+  return rtft_bytes_set(bytes, f->meta, strlen(f->meta));
+}
+
+static rtft_status_t load_meta(void* user, const void* data, size_t size) {
+  (void)user;
+  (void)data;
+  (void)size;
+  return RTFT_OK;
+}
+
+static int dir_has_entries(const char* path) {
+  DIR* d = opendir(path);
+  struct dirent* e;
+  int n = 0;
+  if (!d) return 0;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) ++n;
+  closedir(d);
+  return n;
+}
+
+/* A protector with one of `options` changed from the defaults: the state is `f`'s. */
+static rtft_protector_t* fields_protector(rtft_runtime_t* rt, const rtft_protect_options_t* o,
+                                          fields_t* f) {
+  rtft_state_t* state = NULL;
+  rtft_protector_t* p = NULL;
+  const int64_t shape[1] = {4};
+  EXPECT_OK(rtft_state_create(&state));
+  EXPECT_OK(rtft_state_add_tensor(state, "value", RTFT_FLOAT64, 1, shape, f->value));
+  EXPECT_OK(rtft_state_add_object(state, "meta", save_meta, load_meta, f));
+  EXPECT_OK(rtft_protector_create(rt, o, &p));
+  if (p) EXPECT_OK(rtft_protector_protect(p, state, NULL, NULL));
+  EXPECT_OK(rtft_state_destroy(state));
+  return p;
+}
+
+/* Each field that C gained reaches the C++ options: seen in what the protector does. */
+static void test_new_protect_fields(rtft_runtime_t* rt, const char* scratch) {
+  fields_t f;
+  rtft_protect_options_t o;
+  rtft_protector_t* p;
+  rtft_run_result_t result;
+  char shm[4096], l3[4096];
+  int marker = 0;
+  const int32_t ranks[1] = {0}, bad_ranks[1] = {5};
+  uint64_t step = 99;
+  memset(&f, 0, sizeof(f));
+  memset(f.meta, 'x', sizeof(f.meta) - 1); /* 4999 bytes: more than a page */
+  snprintf(shm, sizeof(shm), "%s/shm", scratch);
+  snprintf(l3, sizeof(l3), "%s/l3-fields", scratch);
+  EXPECT(mkdir(shm, 0700) == 0);
+
+  /* shm_dir, device, stream, protect_step and a grid with its ranks given. */
+  EXPECT_OK(rtft_protect_options_init(&o));
+  o.shm_dir = shm;
+  o.device = 3;
+  o.stream = &marker;
+  o.protect_step = protect_step;
+  o.protect_step_user = &f;
+  o.grid_ranks = ranks;
+  o.grid_rank_count = 1;
+  o.ckpt_dir = l3;
+  o.l3_every = -1;
+  p = fields_protector(rt, &o, &f);
+  EXPECT(dir_has_entries(shm) == 0);
+  EXPECT_OK(rtft_protector_start(p, &step));
+  EXPECT(dir_has_entries(shm) > 0); /* L1 and L2 live there */
+  EXPECT_OK(rtft_protector_run(p, 4, fields_compute, fields_update, &f, &result));
+  EXPECT(result.outcome == RTFT_RUN_DONE && result.next_step == 4);
+  EXPECT(f.device == 3 && f.stream == &marker);
+  EXPECT(f.asked[0] == 1 && f.asked[1] == 1 && f.asked[2] == 1 && f.asked[3] == 1);
+  EXPECT(rtft_protector_checkpoint_now(p) == RTFT_FAILED_PRECONDITION); /* step 3: none */
+  EXPECT_OK(rtft_protector_run(p, 5, fields_compute, fields_update, &f, &result));
+  EXPECT_OK(rtft_protector_checkpoint_now(p)); /* step 4 took one */
+  EXPECT_OK(rtft_protector_destroy(p));
+
+  /* max_object_bytes: 4999 bytes of objects do not fit in 16 (a page, once aligned). */
+  EXPECT_OK(rtft_protect_options_init(&o));
+  o.max_object_bytes = 16;
+  p = fields_protector(rt, &o, &f);
+  EXPECT_OK(rtft_protector_start(p, &step));
+  /* The capture runs in the background: its error comes at the next step's wait for it. */
+  EXPECT(rtft_protector_run(p, 3, fields_compute, fields_update, &f, &result) ==
+         RTFT_RESOURCE_EXHAUSTED);
+  EXPECT(contains(rtft_last_error(), "(ProtectOptions::max_object_bytes)"));
+  EXPECT_OK(rtft_protector_destroy(p));
+
+  /* The grid: 2 x 1 needs an even world, and the ranks a permutation of it. */
+  EXPECT_OK(rtft_protect_options_init(&o));
+  o.grid_tensor = 2;
+  p = fields_protector(rt, &o, &f);
+  EXPECT(rtft_protector_start(p, &step) == RTFT_INVALID_ARGUMENT);
+  EXPECT_OK(rtft_protector_destroy(p));
+  EXPECT_OK(rtft_protect_options_init(&o));
+  o.grid_ranks = bad_ranks;
+  o.grid_rank_count = 1;
+  p = fields_protector(rt, &o, &f);
+  EXPECT(rtft_protector_start(p, &step) == RTFT_INVALID_ARGUMENT);
+  EXPECT_OK(rtft_protector_destroy(p));
+}
+
 int main(int argc, char** argv) {
   rtft_runtime_t* rt = NULL;
   char dir[4096], l3[4096];
@@ -282,6 +502,8 @@ int main(int argc, char** argv) {
   if (rt) {
     test_runtime_and_comm(rt);
     test_protector(rt, l3);
+    test_option_sizes(rt, dir);
+    test_new_protect_fields(rt, argv[1]);
   }
   EXPECT_OK(rtft_runtime_destroy(rt));
   if (failures) {
