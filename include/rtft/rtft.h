@@ -13,6 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The ABI of this header: raised with every change that breaks a program built with an older one
+ * (a struct's layout, a signature). It is librt-ft's soname (librt-ft.so.1); CMake reads it from
+ * this line. 1: rt-ft 0.2, whose option structs carry their size. */
+#define RTFT_ABI_VERSION 1
+
 #if defined(RTFT_BUILDING_LIBRARY)
 #define RTFT_CAPI __attribute__((visibility("default")))
 #else

@@ -35,6 +35,7 @@ static void test_statuses(const char* version) {
   int64_t shape[1] = {4};
   int64_t offset = -1, count = -1;
   EXPECT(strcmp(rtft_version(), version) == 0);
+  EXPECT(RTFT_ABI_VERSION == 1);
   EXPECT(RTFT_SHUTDOWN == -16 && RTFT_DEVICE_LOST == -15 && RTFT_FLOAT64 == 7);
   EXPECT(rtft_state_create(NULL) == RTFT_INVALID_ARGUMENT);
   EXPECT(contains(rtft_last_error(), "INVALID_ARGUMENT: rtft_state_create: state is NULL"));
