@@ -300,6 +300,7 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
   ScheduleFencing(event.membership);
   if (event.type == control::ControlEvent::Type::kShutdown) return HandleShutdown(event);
   const bool was_spare = is_spare();
+  const control::LogicalRank had = assignment_.rank;
   assignment_ = event.assignment;
   if (assignment_.role == control::Role::kRetired) {
     if (app_.child) app_.child->Kill();
@@ -322,6 +323,12 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
     }
     return;
   }
+  // The coordinator found this running application hung (docs/protect.md, "Hangs"): its rank
+  // is among the failed and the slot keeps it, so the application is killed and started again.
+  const auto& failed = event.failed_ranks;
+  if (state_ == AppState::kRunning && !was_spare && had != control::kNoRank &&
+      assignment_.rank == had && std::find(failed.begin(), failed.end(), had) != failed.end())
+    return RestartHung(event.reason);
   if (state_ != AppState::kRunning || !app_.attached) return;
   if (was_spare && !is_spare()) {
     // This spare was activated: release its runtime from standby.
@@ -355,6 +362,20 @@ void Agent::Demote(const std::string& why) {
     RTFT_LOG(kError, kLogLaunch) << s;
     (void)client_->ReportExit(kExitNoStart);
     Finish(kExitNoStart, "cannot start the application again as a spare");
+  }
+}
+
+void Agent::RestartHung(const std::string& why) {
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": the coordinator found application "
+                              << "pid " << (app_.child ? app_.child->pid() : -1)
+                              << " hung: killing it and starting it again (" << why << ")";
+  SetForwardedChild(0);
+  ForgetRequests();
+  Status s = StartApp();  // ends and reaps the hung tree first
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogLaunch) << s;
+    (void)client_->ReportExit(kExitNoStart);
+    Finish(kExitNoStart, "cannot restart the hung application");
   }
 }
 

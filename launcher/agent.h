@@ -115,6 +115,8 @@ class Agent {
   void HandleEvent(const control::ControlEvent& event);
   void HandleShutdown(const control::ControlEvent& event);
   void Demote(const std::string& why);
+  // The coordinator declared the running application hung: killed and started again.
+  void RestartHung(const std::string& why);
   void ScheduleFencing(const control::Membership& m);
   void Fence();
   // SIGKILLs `slot`'s dp-launch when it runs on this host (fencing).

@@ -87,6 +87,7 @@ Status Agent::StartApp() {
   }
   ChildSpec spec = AppSpec();
   ++starts_;
+  client_->SetCallProgress(std::nullopt);  // the last application's sample is not this one's
   {
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.expect_attach = true;
@@ -143,6 +144,9 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
       if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting a device error: " << s;
       break;
     }
+    case Type::kSample:
+      client_->SetCallProgress(r.progress);
+      break;
     case Type::kDetach:
       break;
     case Type::kKvPut: {

@@ -33,6 +33,7 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
   c.dedicated_slot = options.dedicated_coordinator;
   c.heartbeat_timeout = options.heartbeat_timeout;
   c.join_timeout = options.join_timeout;
+  c.hang = options.hang;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
   c.grid_tensor = options.grid_tensor;

@@ -95,6 +95,14 @@ void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
   app->add_option(
       "--watchdog-s", f->watchdog_s,
       Help("kill an application without step progress this long, 0: off", Param::kWatchdogS));
+  app->add_option(
+      "--hang-k", f->hang_k,
+      Help("a rank its peers wait for past k x the median step is hung, 0: off", Param::kHangK));
+  app->add_option("--hang-min-ms", f->hang_min_ms,
+                  Help("the least wait that makes a rank hung", Param::kHangMinMs));
+  app->add_option(
+      "--hang-first-step-s", f->hang_first_step_s,
+      Help("the wait while no step time is known or in a long phase", Param::kHangFirstStepS));
   app->add_option("--log-level", f->log_level,
                   Help("error | warn | info | debug | trace", Param::kLogLevel));
   app->add_option("--job-key-file", f->job_key_file,
@@ -150,6 +158,16 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
   RTFT_ASSIGN_OR_RETURN(int64_t wd, IntSetting(f.watchdog_s, Param::kWatchdogS, "watchdog-s"));
   RTFT_RETURN_IF_ERROR(CheckRange(wd, 0, 7 * 24 * 3600, "--watchdog-s"));
   o.watchdog = std::chrono::seconds(wd);
+  RTFT_ASSIGN_OR_RETURN(int64_t hk, IntSetting(f.hang_k, Param::kHangK, "hang-k"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hk, 0, 1000000, "--hang-k"));
+  o.hang.k = static_cast<int32_t>(hk);
+  RTFT_ASSIGN_OR_RETURN(int64_t hmin, IntSetting(f.hang_min_ms, Param::kHangMinMs, "hang-min-ms"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hmin, 100, 24 * 3600 * 1000, "--hang-min-ms"));
+  o.hang.min = std::chrono::milliseconds(hmin);
+  RTFT_ASSIGN_OR_RETURN(
+      int64_t hfirst, IntSetting(f.hang_first_step_s, Param::kHangFirstStepS, "hang-first-step-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hfirst, 1, 7 * 24 * 3600, "--hang-first-step-s"));
+  o.hang.first_step = std::chrono::seconds(hfirst);
   o.log_level = StringSetting(f.log_level, Param::kLogLevel);
   o.job_key_file = PathSetting(f.job_key_file, Param::kJobKeyFile);
   RTFT_ASSIGN_OR_RETURN(int64_t jt,

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "control/coordinator/hang_detector.h"
 #include "control/wire/types.h"
 #include "launcher/child_process.h"
 #include "rtft/status.h"
@@ -35,6 +36,7 @@ struct LaunchOptions {
   // --grid TxP: the job's tensor and pipeline degrees, for a shrink of whole replicas.
   int32_t grid_tensor = 1, grid_pipeline = 1;
   std::chrono::seconds watchdog{300};  // 0: off
+  control::HangOptions hang;           // the coordinator's hang detector (k 0: off)
   std::string log_level;
   std::string job_key_file;
   std::chrono::seconds join_timeout{60};
@@ -51,6 +53,7 @@ struct LaunchFlags {
   std::string max_restarts_per_slot;
   std::string on_spares_exhausted, grid, watchdog_s, log_level, job_key_file, join_timeout_s;
   std::string shutdown_grace_s, exit_code_file, app_isolation, gpus_per_node;
+  std::string hang_k, hang_min_ms, hang_first_step_s;
   bool print_config = false;
   std::vector<std::string> command;
 };

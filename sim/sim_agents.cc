@@ -152,7 +152,7 @@ void SimAgents::Run() {
       }
       if (now >= a.next_beat) {
         control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
-                        control::HeartbeatBody(a.slot, a.seq, a.seq));
+                        control::HeartbeatBody(a.slot, a.seq, a.seq, false, SampleOf(a.seq)));
         ++a.seq;
         a.next_beat = NextBeat(a.next_beat, now, period_);
         // A send may consume the ZMQ_FD's signal of a message that arrived meanwhile.

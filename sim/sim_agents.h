@@ -17,6 +17,16 @@
 
 namespace rtft::bench {
 
+// The progress sample a simulated agent's heartbeat carries (docs/control-protocol.md,
+// "Heartbeat"): an application that begins a call per beat and is never inside one, so the
+// primary's hang detector sees steady progress and the heartbeat its full size.
+inline control::CallProgress SampleOf(uint64_t seq) {
+  control::CallProgress p;
+  p.calls = seq;
+  p.age_ms = 0;
+  return p;
+}
+
 // When an agent's next heartbeat is due after one sent at `now` that was due at `due`: on its
 // own schedule (`due` plus whole periods, the first after `now`), so that agents a busy driver
 // delayed together do not all fall due again in one scan.

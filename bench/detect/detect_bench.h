@@ -31,6 +31,20 @@ void AddDetectRealFlags(CLI::App* cmd, DetectRealOptions* options, std::string* 
 // One JSON line per slot count and failure kind.
 Status RunDetectReal(DetectRealOptions options, const std::string& slots_text, JsonLines* out);
 
+// --hang (hang_bench.cc): a rank hung in its update of a 3-rank rtft-train job, the time from
+// the hang to the survivors' recovery event with the coordinator's hang detector (default
+// settings) and without it (the watchdog at `watchdog_s`).
+struct DetectHangOptions {
+  bool hang = false;
+  int64_t watchdog_s = 5;
+  int steps = 400;
+  int hidden = 192;
+  int batch = 8;
+};
+void AddDetectHangFlags(CLI::App* cmd, DetectHangOptions* options);
+// One JSON line per repeat.
+Status RunDetectHang(const DetectHangOptions& options, int repeats, JsonLines* out);
+
 // The `detect` subcommand: real processes, or with --sim the simulation (detect_command.cc).
 std::unique_ptr<BenchCommand> NewDetectCommand();
 

@@ -34,10 +34,24 @@ class DetectCommand : public BenchCommand {
     cmd->add_option("--window-s", window_s_, "steady-state measurement per agent count")
         ->capture_default_str();
     AddDetectRealFlags(cmd, &real_, &real_slots_);  // detect_bench.cc: real processes
+    AddDetectHangFlags(cmd, &hang_);                // hang_bench.cc
     cmd->add_option("--driver-threads", threads_, "threads that drive the simulated agents")
         ->capture_default_str();
   }
   int Run() override {
+    if (hang_.hang) {
+      if (sim_) {
+        std::cerr << "rtft-bench detect: --hang runs real jobs, not --sim\n";
+        return kExitUsage;
+      }
+      JsonLines out;
+      Status s = RunDetectHang(hang_, real_.repeats, &out);
+      if (!s.ok()) std::cerr << "rtft-bench detect --hang: " << s << "\n";
+      return s.ok()                                     ? kExitOk
+             : s.code() == StatusCode::kInvalidArgument ? kExitUsage
+             : s.code() == StatusCode::kNotFound        ? kExitUsage
+                                                        : kExitFailed;
+    }
     if (!sim_) {
       real_.heartbeat_ms = heartbeat_ms_;
       real_.heartbeat_timeout_ms = timeout_ms_;
@@ -76,6 +90,7 @@ class DetectCommand : public BenchCommand {
  private:
   bool sim_ = false;
   DetectRealOptions real_;
+  DetectHangOptions hang_;
   std::string real_slots_;
   std::string agents_ = "64,256,1024,4096";
   int64_t heartbeat_ms_ = 100;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "comm/watch.h"
 #include "core/thread.h"
 #include "protect/parts.h"
 
@@ -91,6 +92,18 @@ Status Epoch::Build(const Parts& parts, uint64_t epoch) {
   if (at_tensor != kNone) tensor = std::move(made[at_tensor].comm);
   if (at_pipeline != kNone) pipeline = std::move(made[at_pipeline].comm);
   if (at_data != kNone) data = std::move(made[at_data].comm);
+  // The step's communicators are watched for the hang detector (comm/watch.h), each member
+  // named by its job rank; the replication streams are not.
+  auto watch = [](Communicator* c, int n, const std::function<int(int)>& job_rank) {
+    if (c == nullptr) return;
+    std::vector<int> ranks(n);
+    for (int i = 0; i < n; ++i) ranks[i] = job_rank(i);
+    comm::WatchCalls(c, std::move(ranks));
+  };
+  watch(train.get(), now.world_size, [](int r) { return r; });
+  watch(tensor.get(), me.tensor, [&](int t) { return map.At(t, me.p, me.d); });
+  watch(pipeline.get(), me.pipeline, [&](int p) { return map.At(me.t, p, me.d); });
+  watch(data.get(), me.data, [&](int d) { return map.At(me.t, me.p, d); });
   if (!streams.empty()) {
     std::vector<std::unique_ptr<Communicator>> replication;
     for (size_t i : streams) replication.push_back(std::move(made[i].comm));

@@ -4,6 +4,7 @@
 
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/progress.h"
 
 namespace rtft::protect {
 
@@ -67,7 +68,10 @@ Status L3Writer::Open(int rank, int world, uint64_t state_bytes, When when) {
 
 Status L3Writer::Ready() {
   if (!opener_.running()) return Status::Ok();
-  opener_.Join();
+  {
+    const LongPhase long_phase;  // the engine's pool may still be being pinned
+    opener_.Join();
+  }
   Status s = opener_.status().ok() ? open_status_ : opener_.status();
   open_status_ = Status::Ok();
   if (s.ok()) {
@@ -99,6 +103,7 @@ Status L3Writer::Write(uint64_t step, const StateProvider& view) {
   // An engine that could not be opened writes nothing; its error was logged.
   if (const Status ready = Ready(); !ready.ok()) return Status::Ok();
   if (!engine_) return Status::Ok();
+  const LongPhase long_phase;  // the wait for the last version's copy, and this one's start
   RTFT_RETURN_IF_ERROR(WaitCopied());
   const Status s = engine_->Checkpoint(step, view);
   if (!s.ok()) {
@@ -113,6 +118,7 @@ Status L3Writer::Write(uint64_t step, const StateProvider& view) {
 void L3Writer::BeforeCapture(uint64_t step) {
   // Nothing is pending on an engine still being opened.
   if (!engine_ || !pending_ || *pending_ + 2 != step) return;
+  const LongPhase long_phase;
   const Status s = engine_->WaitCaptured(*pending_);
   if (!s.ok()) RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << *pending_ << ": " << s;
   pending_.reset();

@@ -18,6 +18,7 @@
 #include "core/host_env.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/progress.h"
 #include "core/thread.h"
 #include "runtime/gather.h"
 
@@ -270,11 +271,24 @@ class AgentRuntime final : public RuntimeBase, public GatherService {
   }
 
  private:
-  // The link is thread-safe and wakes PollEvent as soon as an event arrives; the timeout only
-  // bounds how long the destructor waits for this thread.
+  // The link is thread-safe and wakes PollEvent as soon as an event arrives; the timeout bounds
+  // how long the destructor waits for this thread. Once per heartbeat period the thread also
+  // samples what the process is doing (core/progress.h) for its agent's heartbeats: one local
+  // message per period, never one per call (docs/protect.md, "Hangs").
   void Loop() {
+    const auto heartbeat = ParamInt(Param::kHeartbeatMs);
+    const auto period =
+        milliseconds(std::clamp<int64_t>(heartbeat.ok() ? *heartbeat : 100, 10, 1000));
+    auto next_sample = std::chrono::steady_clock::now();
     while (!stop_) {
-      auto ev = client_->PollEvent(milliseconds(100));
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_sample) {
+        Sample();
+        next_sample = now + period;
+      }
+      auto ev = client_->PollEvent(
+          std::min(milliseconds(100),
+                   std::chrono::duration_cast<milliseconds>(next_sample - now) + milliseconds(1)));
       if (!ev.ok()) {
         std::this_thread::sleep_for(milliseconds(100));
         continue;
@@ -282,6 +296,16 @@ class AgentRuntime final : public RuntimeBase, public GatherService {
       if (!ev->has_value()) continue;
       Deliver(EventFrom(**ev));
     }
+  }
+  void Sample() {
+    const ProgressSample now = ProgressMonitor::Get().Sample();
+    control::RuntimeReport r;
+    r.type = control::RuntimeReport::Type::kSample;
+    r.progress.calls = now.calls;
+    r.progress.in_call = now.in_call;
+    r.progress.peer = now.peer;
+    r.progress.long_phase = now.long_phase;
+    (void)client_->Report(r);  // a link that failed is the agent's to notice
   }
 
   std::unique_ptr<control::LocalClient> client_;

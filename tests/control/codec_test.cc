@@ -68,7 +68,17 @@ TEST(Codec, EveryMessageTypeRoundTrips) {
   r.timeout_ms = 50;
   RoundTrip(MsgType::kReport, ReportBody(r));
   RoundTrip(MsgType::kLocalKvReply, LocalKvReplyBody("k", std::string("v")));
-
+  // The hang detector's progress sample: in the runtime's report and in the heartbeat.
+  RuntimeReport sample;
+  sample.type = RuntimeReport::Type::kSample;
+  sample.progress.calls = uint64_t{1} << 50;
+  sample.progress.in_call = true;
+  sample.progress.peer = 3;
+  sample.progress.long_phase = true;
+  RoundTrip(MsgType::kReport, ReportBody(sample));
+  CallProgress p = sample.progress;
+  p.age_ms = 250;
+  RoundTrip(MsgType::kHeartbeat, HeartbeatBody(7, 12, 99, true, p));
   Message ev = RoundTrip(MsgType::kEvent, EventBody(SampleEvent()));
   ControlEvent back = EventFrom(ev.body, 4);
   EXPECT_EQ(back.membership.rank_to_slot, SampleEvent().membership.rank_to_slot);
@@ -252,6 +262,44 @@ TEST(Codec, RejectsHostileMessagePack) {
   EXPECT_NE(Decode(Frame(MsgType::kAttach, {0x81, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'})), "OK");
   // Non-string map keys.
   EXPECT_NE(Decode(Frame(MsgType::kAttach, {0x81, 0x01, 0x02})), "OK");
+}
+
+TEST(Codec, AProgressSampleSurvivesTheWireAndComesWholeOrNotAtAll) {
+  CallProgress p;
+  p.calls = 41;
+  p.in_call = true;
+  p.peer = 2;
+  p.long_phase = false;
+  p.age_ms = 120;
+  const std::string bytes = Encoded(MsgType::kHeartbeat, HeartbeatBody(1, 5, 6, false, p));
+  auto m = DecodeMessage(bytes.data(), bytes.size());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const CallProgress back = CallProgressFrom(m->body);
+  EXPECT_EQ(back.calls, 41u);
+  EXPECT_TRUE(back.in_call);
+  EXPECT_EQ(back.peer, 2);
+  EXPECT_FALSE(back.long_phase);
+  EXPECT_EQ(back.age_ms, 120);
+  // No sample yet: none of its fields, and the reader says so.
+  json none = HeartbeatBody(1, 5, 6);
+  EXPECT_FALSE(none.contains("age"));
+  EXPECT_FALSE(none.contains("calls"));
+  EXPECT_EQ(CallProgressFrom(none).age_ms, -1);
+  // Part of a sample, a peer out of range, a negative age: refused.
+  json part = HeartbeatBody(1, 5, 6, false, p);
+  part.erase("lp");
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, part)).find("all together"), std::string::npos);
+  json far = HeartbeatBody(1, 5, 6, false, p);
+  far["peer"] = kMaxSlots;
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, far)).find("field 'peer'"), std::string::npos);
+  json old = HeartbeatBody(1, 5, 6, false, p);
+  old["age"] = -5;
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, old)).find("field 'age'"), std::string::npos);
+  // A sample report without its sample.
+  EXPECT_NE(Decode(FrameJson(MsgType::kReport,
+                             json{{"rt", static_cast<int>(RuntimeReport::Type::kSample)}}))
+                .find("without its sample"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -199,6 +199,11 @@ void Job::Start(const JobSpec& spec) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const std::string out = dir_ + "/mpirun.out";
+  // A job test fails a node by hanging its rank at a named point and SIGKILLing its slot: the
+  // coordinator's hang detector (docs/protect.md, "Hangs") would find the hang first and restart
+  // the rank instead. Such a job runs without it unless the test sets RTFT_HANG_K itself.
+  std::map<std::string, std::string> env = spec.env;
+  if (env.count("RTFT_HANG_K") == 0 && HangsARank(spec)) env["RTFT_HANG_K"] = "0";
   pid_ = fork();
   if (pid_ == 0) {
     setpgid(0, 0);
@@ -206,7 +211,7 @@ void Job::Start(const JobSpec& spec) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     setenv("RTFT_TEST_DIR", dir_.c_str(), 1);
-    for (const auto& [k, v] : spec.env) setenv(k.c_str(), v.c_str(), 1);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (spec.nofile_soft > 0) {
       rlimit rl{static_cast<rlim_t>(spec.nofile_soft), static_cast<rlim_t>(spec.nofile_hard)};
       if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
@@ -220,6 +225,18 @@ void Job::Start(const JobSpec& spec) {
     _exit(127);
   }
   setpgid(pid_, pid_);
+}
+
+bool HangsARank(const JobSpec& spec) {
+  auto hangs = [](const std::string& text) { return text.find(":hang") != std::string::npos; };
+  for (const auto& [k, v] : spec.env)
+    if (hangs(v)) return true;
+  for (const auto& a : spec.app)
+    if (hangs(a)) return true;
+  for (const auto& app : spec.per_slot_app)
+    for (const auto& a : app)
+      if (hangs(a)) return true;
+  return false;
 }
 
 void Job::SignalLauncher(int sig) const {

@@ -88,6 +88,10 @@ struct JobSpec {
   long nofile_soft = 0, nofile_hard = 0;
 };
 
+// Whether the job's faults (RTFT_FAULT, the application's arguments) hang a rank: Job::Start
+// then runs it with the hang detector off (RTFT_HANG_K=0) unless the spec sets RTFT_HANG_K.
+bool HangsARank(const JobSpec& spec);
+
 // The test application behind a shell that stays its parent (bash forks it and waits), as in
 // `bash run.sh`.
 std::vector<std::string> BehindShell();

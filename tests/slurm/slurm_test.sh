@@ -331,7 +331,9 @@ if [[ -x "$trainer" ]]; then
     rtft_cluster_crash_node n2
   ) &
   killer=$!
-  RTFT_FAULT_LOG=$faults run_job train 120 "$repo/scripts/slurm/dp-srun.sbatch" "${dp_opts[@]}" \
+  # The hang only marks the moment to crash the node: the hang detector stays out of it
+  # (docs/testing.md).
+  RTFT_HANG_K=0 RTFT_FAULT_LOG=$faults run_job train 120 "$repo/scripts/slurm/dp-srun.sbatch" "${dp_opts[@]}" \
     -- "$trainer" "${train_args[@]}" --fault 1:protect.update@20:hang
   wait "$killer"
   if ((job_rc != 0)); then fail "trainer, node crash: job exited $job_rc"; fi
@@ -365,7 +367,7 @@ if [[ -x "$trainer" ]]; then
     rtft_cluster_crash_node n2
   ) &
   killer=$!
-  RTFT_FAULT_LOG=$faults run_job dedicated 150 --nodes=4 "$repo/scripts/slurm/dp-srun.sbatch" \
+  RTFT_HANG_K=0 RTFT_FAULT_LOG=$faults run_job dedicated 150 --nodes=4 "$repo/scripts/slurm/dp-srun.sbatch" \
     --coordinator-slot dedicated "${dp_opts[@]}" \
     -- "$trainer" "${train_args[@]}" --fault 0:protect.update@20:hang
   wait "$killer"

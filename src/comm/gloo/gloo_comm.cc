@@ -3,6 +3,7 @@
 #include "comm/gloo/gloo_comm.h"
 
 #include "comm/gloo/sigpipe_guard.h"
+#include "comm/watch.h"
 
 #include <netinet/in.h>
 #include <sys/random.h>
@@ -26,6 +27,12 @@ namespace rtft::comm {
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const ResolvedOptions& options) {
   return gloo_backend::GlooComm::Create(options);
+}
+
+void WatchCalls(Communicator* comm, std::vector<int> job_ranks) {
+  auto* gloo = dynamic_cast<gloo_backend::GlooComm*>(comm);
+  if (gloo == nullptr || job_ranks.size() != static_cast<size_t>(comm->world_size())) return;
+  gloo->WatchCalls(std::move(job_ranks));
 }
 
 namespace gloo_backend {

@@ -111,6 +111,16 @@ class GlooComm final : public Communicator {
   Status Break(const Status& why, const std::set<int>& peers);
   // The number of the next collective (1, 2, ...).
   uint64_t BeginCall() { return ++calls_; }
+  // Watched (comm/watch.h): its calls count in the process's ProgressMonitor. `job_ranks[i]` is
+  // the job rank of this communicator's rank i. Before the first call.
+  void WatchCalls(std::vector<int> job_ranks) { job_ranks_ = std::move(job_ranks); }
+  bool watched() const { return !job_ranks_.empty(); }
+  // The job rank of `peer` where the communicator is watched, else -1.
+  int32_t JobRankOf(int peer) const {
+    return watched() && peer >= 0 && static_cast<size_t>(peer) < job_ranks_.size()
+               ? job_ranks_[peer]
+               : -1;
+  }
   Clock::time_point CallDeadline(const CallOptions& call) const {
     return DeadlineFrom(call.timeout, opts_.timeout);
   }
@@ -149,6 +159,7 @@ class GlooComm final : public Communicator {
   std::vector<Peer> peers_;
   std::vector<char> connected_;  // per peer: greeted, and listened to (calling thread only)
   uint64_t calls_ = 0;
+  std::vector<int> job_ranks_;  // WatchCalls'
 
   // Abort state: the live buffers and why the communicator stopped. Abort() holds mu_ only to
   // flag buffers; it never waits for a peer.

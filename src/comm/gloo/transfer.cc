@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/progress.h"
+
 namespace rtft::comm::gloo_backend {
 
 Call::Call(GlooComm* comm, OpKind op, DType dtype, ReduceOp reduce, int root,
@@ -15,9 +17,14 @@ Call::Call(GlooComm* comm, OpKind op, DType dtype, ReduceOp reduce, int root,
       // calls differ between ranks by nature and carry 0 (the per-pair sequence still orders
       // them).
       number_(op == OpKind::kSendRecv ? 0 : comm->BeginCall()),
-      deadline_(comm->CallDeadline(options)) {}
+      deadline_(comm->CallDeadline(options)),
+      watched_(comm->watched()) {
+  if (watched_) ProgressMonitor::Get().BeginCall();
+}
 
-Call::~Call() = default;
+Call::~Call() {
+  if (watched_) ProgressMonitor::Get().EndCall();
+}
 
 FrameExpect Call::Expect(int src, uint64_t bytes) {
   FrameExpect e;
@@ -38,6 +45,7 @@ StatusOr<size_t> Call::Send(int peer, const void* data, size_t bytes) {
   used_.insert(peer);
   RTFT_RETURN_IF_ERROR(comm_->Reach(peer, deadline_));
   auto msg = std::make_unique<OutMsg>();
+  msg->peer = peer;
   Frame& f = msg->frame;
   f.op = static_cast<uint16_t>(op_);
   f.comm_id = comm_->comm_id();
@@ -68,6 +76,7 @@ StatusOr<size_t> Call::Send(int peer, const void* data, size_t bytes) {
 Status Call::WaitSent(size_t id) {
   while (sends_done_ <= id && !sends_.empty()) {
     OutMsg& m = *sends_.front();
+    const WaitingOn waiting(comm_->JobRankOf(m.peer));
     RTFT_RETURN_IF_ERROR(comm_->WaitSend(m.head.get(), deadline_));
     if (m.payload) RTFT_RETURN_IF_ERROR(comm_->WaitSend(m.payload.get(), deadline_));
     sends_.pop_front();
@@ -145,6 +154,7 @@ Status Receiver::Next() {
     ++payloads_posted_;
   }
   const size_t slot = next_ % frames_.size();
+  const WaitingOn waiting(call_->comm()->JobRankOf(peer_));
   RTFT_RETURN_IF_ERROR(call_->comm()->WaitRecv(frame_bufs_[slot].get(), call_->deadline()));
   RTFT_RETURN_IF_ERROR(CheckFrame(frames_[slot], call_->Expect(peer_, plan_[next_].bytes)));
   std::unique_ptr<Buf> payload = std::move(payloads_.front());

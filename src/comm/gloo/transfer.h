@@ -41,6 +41,7 @@ class Call {
  private:
   SigpipeGuard sigpipe_;  // for the call's whole length: any Gloo call may write
   struct OutMsg {
+    int peer = -1;
     Frame frame;
     std::unique_ptr<Buf> head, payload;
   };
@@ -54,6 +55,7 @@ class Call {
   std::deque<std::unique_ptr<OutMsg>> sends_;  // not yet known to have left
   size_t sends_posted_ = 0, sends_done_ = 0;
   std::set<int> used_;
+  const bool watched_;  // counted in the process's ProgressMonitor (comm/watch.h)
 };
 
 // Receives a planned sequence of messages from one peer, in order, with up to `window` payload

@@ -61,6 +61,10 @@ class AgentClient {
   virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;
   // Latest step the application reported; sent with the next heartbeat.
   virtual void SetProgress(uint64_t step) = 0;
+  // The application's latest progress sample (its age_ms is ignored: the client measures it from
+  // this call), sent with every heartbeat from now on; nullopt: the application running now has
+  // sent none (it was just started).
+  virtual void SetCallProgress(std::optional<CallProgress> progress) = 0;
   // The application exited for good with `code` (0: finished its work).
   virtual Status ReportExit(int32_t code) = 0;
   // The next event for this slot, or nullopt after `timeout`. kUnavailable once the coordinator

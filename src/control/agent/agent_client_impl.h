@@ -32,6 +32,11 @@ class AgentClientImpl final : public AgentClient {
   StatusOr<Assignment> Join(std::chrono::milliseconds timeout) override;
   Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) override;
   void SetProgress(uint64_t step) override { step_ = step; }
+  void SetCallProgress(std::optional<CallProgress> progress) override {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    progress_ = progress;
+    progress_at_ = SteadyClock::now();
+  }
   Status ReportExit(int32_t code) override;
   StatusOr<std::optional<ControlEvent>> WaitEvent(std::chrono::milliseconds timeout) override;
   void SetDeadline(SteadyClock::time_point deadline) override;
@@ -91,6 +96,9 @@ class AgentClientImpl final : public AgentClient {
   const std::chrono::milliseconds primary_timeout_;
   zmq::context_t ctx_;
   std::atomic<uint64_t> step_{0};
+  std::mutex progress_mu_;  // SetCallProgress's, read by Beat
+  std::optional<CallProgress> progress_;
+  SteadyClock::time_point progress_at_{};
   std::atomic<uint64_t> next_req_{1};
   std::atomic<SlotId> primary_slot_seen_{0};
   std::atomic<Generation> gen_seen_{0};

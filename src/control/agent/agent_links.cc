@@ -3,6 +3,8 @@
 // send to the standby, and the switch to the standby when a message of a newer generation comes
 // from it (docs/control-protocol.md "Standby coordinator"). Messages of an older generation
 // (a primary that was replaced) are dropped.
+#include <algorithm>
+
 #include "control/agent/agent_client_impl.h"
 #include "control/wire/delta.h"
 #include "core/logging.h"
@@ -213,8 +215,17 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
   // Ask for an ack four times per primary timeout: the primary's silence is noticed in time.
   const bool want_ack = now - last_ack_request_ >= primary_timeout_ / 4;
   if (want_ack) last_ack_request_ = now;
+  CallProgress progress;
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    if (progress_) {
+      progress = *progress_;
+      progress.age_ms = std::max<int64_t>(
+          0, std::chrono::duration_cast<milliseconds>(now - progress_at_).count());
+    }
+  }
   loop_->SendNow(primary_.socket, "", MsgType::kHeartbeat,
-                 HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack), gen_);
+                 HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress), gen_);
   next_beat_ = now + options_.heartbeat_period;
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "control/coordinator/hang_detector.h"
 #include "control/wire/codec.h"
 #include "control/wire/keys.h"
 #include "control/wire/types.h"
@@ -31,6 +32,8 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat_timeout{1000};
   // Every slot must say hello within this; slots still missing then are treated as lost.
   std::chrono::milliseconds join_timeout{60000};
+  // The primary's hang detector (docs/protect.md, "Hangs").
+  HangOptions hang;
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
   // The job's tensor x pipeline degrees (TableOptions): a shrink drops whole replicas.

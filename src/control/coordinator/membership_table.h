@@ -63,6 +63,8 @@ class MembershipTable {
   const Member& member(SlotId slot) const { return members_[slot]; }
   int32_t slots() const { return static_cast<int32_t>(members_.size()); }
   bool retired(SlotId slot) const { return members_[slot].role == Role::kRetired; }
+  // The slot's application exited for good (its exit was reported).
+  bool exited(SlotId slot) const { return exit_codes_[slot].has_value(); }
   // A slot that runs an agent (every slot but a dedicated coordinator's).
   bool has_agent(SlotId slot) const { return slot >= options_.coordinator_slots; }
   // The job has ended (the exit code was returned in a Decision).

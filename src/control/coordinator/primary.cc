@@ -23,7 +23,10 @@ PrimaryRole::PrimaryRole(CoordinatorImpl& c, SteadyClock::time_point join_deadli
       state_(c.state()),
       replicator_(c, *this),
       current_(c.state().latest()),
-      join_deadline_(join_deadline) {}
+      join_deadline_(join_deadline),
+      hangs_(c.options().hang) {
+  hangs_.Reset(current_.membership.world_size, SteadyClock::now());
+}
 
 SlotId PrimaryRole::standby_slot() const {
   const Replicator::StandbyLink* link = replicator_.synced();
@@ -58,9 +61,31 @@ void PrimaryRole::Tick(SteadyClock::time_point now) {
       lost.failures.push_back({s, FailureKind::kSlotLost, 0});
     }
   }
-  if (lost.failures.empty()) return;
+  if (lost.failures.empty()) return CheckHangs(now);
   const Decision d = state_.Apply(lost);
   replicator_.Commit(lost, [this, d] { Apply(d, true); });
+}
+
+void PrimaryRole::CheckHangs(SteadyClock::time_point now) {
+  const MembershipTable& table = state_.table();
+  if (table.draining()) return;  // a checkpoint-and-exit's writes are no step
+  const auto verdict = hangs_.Check(now);
+  if (!verdict) return;
+  ReplChange hung(ReplOp::kFail);
+  const Membership& m = current_.membership;
+  std::string where;
+  for (LogicalRank r : verdict->ranks) {
+    if (r < 0 || static_cast<size_t>(r) >= m.rank_to_slot.size()) continue;
+    const SlotId s = m.rank_to_slot[r];
+    if (s < 0 || s >= table.slots()) continue;
+    hung.failures.push_back({s, FailureKind::kHang, 0});
+    where += (where.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on slot " +
+             std::to_string(s) + " (" + state_.slots()[s].host + ")";
+  }
+  if (hung.failures.empty()) return;
+  RTFT_LOG(kWarn, kLogCtrl) << "hang: " << where << ": " << verdict->why;
+  const Decision d = state_.Apply(hung);
+  replicator_.Commit(hung, [this, d] { Apply(d, true); });
 }
 
 SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
@@ -79,6 +104,7 @@ SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
 
 void PrimaryRole::TakeOver(SlotId old) {
   current_ = state_.latest();
+  hangs_.Reset(current_.membership.world_size, SteadyClock::now());
   c_.Publish(current_.membership);
   // The newest change decided: some agents may not have heard of it from the old primary.
   Broadcast(current_);
@@ -100,6 +126,7 @@ void PrimaryRole::Apply(const Decision& d, bool broadcast) {
                                                                                  : "")
                               << d.event->reason;
     current_ = *d.event;
+    hangs_.Reset(current_.membership.world_size, declared);
     // The gathers of the epochs before are over: their members start again in this one.
     EndGathersBefore(current_.membership.epoch);
     if (broadcast) Broadcast(*d.event);
@@ -113,6 +140,7 @@ void PrimaryRole::StartJob(const std::string& why) {
   state_.Apply(start);
   replicator_.Commit(start, [this, why] {
     current_ = state_.latest();
+    hangs_.Reset(current_.membership.world_size, SteadyClock::now());
     RTFT_LOG(kInfo, kLogCtrl) << "job starts (" << why << "), epoch " << current_.membership.epoch;
     Broadcast(current_);
     replicator_.AppointStandby();

@@ -13,6 +13,7 @@
 
 #include "control/coordinator/coordinator_impl.h"
 #include "control/coordinator/gather_table.h"
+#include "control/coordinator/hang_detector.h"
 #include "control/coordinator/replication.h"
 
 namespace rtft::control {
@@ -53,6 +54,9 @@ class PrimaryRole final : public CoordinatorRole {
   bool Send(const std::string& peer, MsgType type, const nlohmann::json& body);
   void SendCurrent(SlotId slot);
   void ReadPartition(SteadyClock::time_point now);
+  // A rank its peers wait for past the hang detector's bound is failed as hung (kHang): its
+  // agent kills and restarts it, or the slot is lost if the agent is gone too.
+  void CheckHangs(SteadyClock::time_point now);
 
   // primary_handlers.cc: the agents' messages.
   void DispatchSlot(SlotId slot, const std::string& peer, const Message& msg);
@@ -78,6 +82,7 @@ class PrimaryRole final : public CoordinatorRole {
   std::optional<Membership> sent_base_;
   SteadyClock::time_point join_deadline_;
   GatherTable gathers_;
+  HangDetector hangs_;
   std::vector<LogicalRank> rank_of_slot_;  // of current_, for CurrentRankOf
   uint64_t rank_of_slot_epoch_ = ~uint64_t{0};
   std::set<SlotId> partitioned_;  // the test hook's slots

@@ -117,6 +117,10 @@ void PrimaryRole::OnHeartbeat(SlotId slot, const std::string& peer, const json& 
     }
     return;
   }
+  // A finished application's rank waits for nothing and is waited for by none.
+  const LogicalRank rank = CurrentRankOf(slot);
+  if (rank != kNoRank && !state_.table().exited(slot))
+    hangs_.Observe(rank, st.step, CallProgressFrom(b), SteadyClock::now());
   // Acks only when asked (a few times per coordinator timeout): they are half the traffic.
   if (b.contains("ack") && b["ack"].get<bool>())
     c_.loop().SendNow(c_.router(), peer, c_.heartbeat_ack());

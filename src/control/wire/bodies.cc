@@ -43,10 +43,29 @@ json CoordinatorsBody(SlotId primary, SlotId standby, const std::string& endpoin
   return json{{"primary", primary}, {"standby", standby}, {"sbep", endpoint}};
 }
 json ReplAckBody(uint64_t seq) { return json{{"seq", seq}}; }
-json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack) {
+json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack,
+                   const CallProgress& progress) {
   json b{{"slot", slot}, {"step", step}, {"seq", seq}};
   if (want_ack) b["ack"] = true;
+  // Only once the application has sampled (docs/control-protocol.md, "Heartbeat").
+  if (progress.age_ms >= 0) {
+    b["calls"] = progress.calls;
+    b["inc"] = progress.in_call;
+    b["peer"] = progress.peer;
+    b["lp"] = progress.long_phase;
+    b["age"] = progress.age_ms;
+  }
   return b;
+}
+CallProgress CallProgressFrom(const json& b) {
+  CallProgress p;
+  if (!b.contains("age")) return p;  // the codec checked that all five come together
+  p.calls = b["calls"].get<uint64_t>();
+  p.in_call = b["inc"].get<bool>();
+  p.peer = b["peer"].get<int32_t>();
+  p.long_phase = b["lp"].get<bool>();
+  p.age_ms = b["age"].get<int64_t>();
+  return p;
 }
 json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank, int32_t detail) {
   return json{{"req", req},
@@ -133,6 +152,12 @@ json ReportBody(const RuntimeReport& r) {
       b["value"] = BytesValue(r.value);
       b["epoch"] = r.epoch;
       break;
+    case RuntimeReport::Type::kSample:
+      b["calls"] = r.progress.calls;
+      b["inc"] = r.progress.in_call;
+      b["peer"] = r.progress.peer;
+      b["lp"] = r.progress.long_phase;
+      break;
   }
   return b;
 }
@@ -198,6 +223,12 @@ RuntimeReport ReportFrom(const json& b) {
   if (b.contains("key")) r.key = b["key"].get<std::string>();
   if (b.contains("value")) r.value = BytesFrom(b["value"]);
   if (b.contains("tmo")) r.timeout_ms = b["tmo"].get<int64_t>();
+  if (r.type == RuntimeReport::Type::kSample) {
+    r.progress.calls = b["calls"].get<uint64_t>();
+    r.progress.in_call = b["inc"].get<bool>();
+    r.progress.peer = b["peer"].get<int32_t>();
+    r.progress.long_phase = b["lp"].get<bool>();
+  }
   if (b.contains("epoch")) r.epoch = b["epoch"].get<uint64_t>();
   if (b.contains("n")) r.members = b["n"].get<int32_t>();
   if (b.contains("idx")) r.index = b["idx"].get<int32_t>();

@@ -107,8 +107,16 @@ const Schema* Lookup(uint8_t type) {
                                Str("ep", kMaxEndpointBytes, false),
                                Int("dev", -1, kMaxDevice, false),
                                Int("gpus", 0, kMaxGpusPerNode, false)};
-  static const Schema heartbeat = {Slot(), Int("step", 0, kI64Max), Int("seq", 0, kI64Max),
-                                   Bool("ack", false)};
+  // The application's progress sample comes as a whole or not at all (CheckMessageSemantics).
+  static const Schema heartbeat = {Slot(),
+                                   Int("step", 0, kI64Max),
+                                   Int("seq", 0, kI64Max),
+                                   Bool("ack", false),
+                                   Int("calls", 0, kI64Max, false),
+                                   Bool("inc", false),
+                                   Int("peer", -1, kMaxSlot, false),
+                                   Bool("lp", false),
+                                   Int("age", 0, kI64Max, false)};
   static const Schema failure = {Req(), Slot(),
                                  Int("kind", 0, static_cast<int64_t>(FailureKind::kRepeated)),
                                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
@@ -143,17 +151,20 @@ const Schema* Lookup(uint8_t type) {
   static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
   static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
   static const Schema attach = {Int("pid", 0, kI32Max)};
-  static const Schema report = {
-      Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kGatherResult)),
-      Int("step", 0, kI64Max, false),
-      Str("detail", kMaxTextBytes, false),
-      Str("key", kMaxKeyBytes, false),
-      Bytes("value", kMaxValueBytes, false),
-      Int("tmo", 0, kMaxTimeoutMs, false),
-      Int("epoch", 0, kI64Max, false),
-      Int("n", 1, kMaxSlots, false),
-      Int("idx", 0, kMaxSlot, false),
-      Bool("all", false)};
+  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kSample)),
+                                Int("step", 0, kI64Max, false),
+                                Str("detail", kMaxTextBytes, false),
+                                Str("key", kMaxKeyBytes, false),
+                                Bytes("value", kMaxValueBytes, false),
+                                Int("tmo", 0, kMaxTimeoutMs, false),
+                                Int("epoch", 0, kI64Max, false),
+                                Int("n", 1, kMaxSlots, false),
+                                Int("idx", 0, kMaxSlot, false),
+                                Bool("all", false),
+                                Int("calls", 0, kI64Max, false),
+                                Bool("inc", false),
+                                Int("peer", -1, kMaxSlot, false),
+                                Bool("lp", false)};
   static const Schema assign = {Int("role", 0, static_cast<int64_t>(Role::kRetired)),
                                 Int("rank", -1, kMaxSlot), Int("epoch", 0, kI64Max),
                                 Int("ws", 0, kMaxSlots), Int("dev", -1, kMaxDevice, false)};
@@ -320,8 +331,32 @@ Status CheckDeltaSemantics(const json& body) {
 
 }  // namespace
 
+namespace {
+
+// A progress sample's fields all together or none (`with_age`: the heartbeat's carries its age).
+Status CheckProgress(const json& body, bool with_age) {
+  int present = 0;
+  for (const char* f : {"calls", "inc", "peer", "lp"}) present += body.contains(f) ? 1 : 0;
+  if (with_age) present += body.contains("age") ? 1 : 0;
+  const int all = with_age ? 5 : 4;
+  if (present != 0 && present != all)
+    return Status::InvalidArgument("a progress sample's fields come all together or not at all");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckMessageSemantics(MsgType type, const json& body) {
   if (type == MsgType::kHello) return CheckDevice(body);
+  if (type == MsgType::kHeartbeat) return CheckProgress(body, true);
+  if (type == MsgType::kReport) {
+    const bool sample =
+        body["rt"].get<int64_t>() == static_cast<int64_t>(RuntimeReport::Type::kSample);
+    RTFT_RETURN_IF_ERROR(CheckProgress(body, false));
+    if (sample && !body.contains("calls"))
+      return Status::InvalidArgument("a sample report without its sample");
+    return Status::Ok();
+  }
   if (type == MsgType::kEventDelta) return CheckDeltaSemantics(body);
   if (type == MsgType::kGather && body["idx"].get<int64_t>() >= body["n"].get<int64_t>())
     return Status::InvalidArgument("'idx' is not below 'n'");

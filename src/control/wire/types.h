@@ -113,6 +113,17 @@ struct ControlEvent {
   int32_t exit_code = 0;          // kShutdown: the job's exit code
 };
 
+// What an application is doing, for the coordinator's hang detector (docs/protect.md, "Hangs"):
+// its runtime's sample (core/progress.h, once per heartbeat period, a kSample report), carried
+// by every heartbeat of its agent with the sample's age.
+struct CallProgress {
+  uint64_t calls = 0;       // calls begun on its watched communicators
+  bool in_call = false;     // one is under way
+  int32_t peer = -1;        // the rank that call waits on (-1: none)
+  bool long_phase = false;  // a phase longer than a step is under way
+  int64_t age_ms = -1;      // since the agent heard the sample; -1: no sample from this process
+};
+
 // Runtime → agent.
 struct RuntimeReport {
   enum class Type : uint8_t {
@@ -123,6 +134,7 @@ struct RuntimeReport {
     kKvGet = 4,
     kGather = 5,        // key, value, timeout_ms and the gather's epoch, members, index, all
     kGatherResult = 6,  // key, value, epoch: the leader's result
+    kSample = 7,        // progress: what the application is doing (sampled)
   };
   Type type = Type::kProgress;
   uint64_t step = 0;
@@ -133,6 +145,7 @@ struct RuntimeReport {
   int32_t members = 0;     // kGather
   int32_t index = 0;       // kGather
   bool all = false;        // kGather
+  CallProgress progress;   // kSample (its age is the agent's to fill)
 };
 
 // Wire limits (docs/control-protocol.md).
