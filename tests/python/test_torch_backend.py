@@ -145,9 +145,20 @@ class Torch2BackendTest(unittest.TestCase):
             self.assertIsInstance(sub, rtft.torch.ProcessGroup)
             mesh = init_device_mesh("cpu", (1,))
             self.assertIsInstance(mesh.get_group(), rtft.torch.ProcessGroup)
+            # Each group keeps the name torch gave it, for Python and for torch's C++ registry
+            # (DeviceMesh finds its groups by name; a Python group registers no backend).
+            self.assertNotEqual(default.group_name, sub.group_name)
+            for g in (default, sub, mesh.get_group()):
+                self.assertIs(dist.distributed_c10d._resolve_process_group(g.group_name), g)
             full = torch.arange(12.0).reshape(4, 3)
-            sharded = distribute_tensor(full, mesh, [Shard(0)])
-            replicated = distribute_tensor(full, mesh, [Replicate()])
+            # Outside a step a scatter from a source rank is refused, naming the local split
+            # (a rank other than the source holds nothing to take its piece from).
+            with self.assertRaises(rtft.FailedPreconditionError) as caught:
+                distribute_tensor(full, mesh, [Shard(0)])
+            self.assertIn("src_data_rank=None", str(caught.exception))
+            sharded = distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None)
+            replicated = distribute_tensor(full, mesh, [Replicate()], src_data_rank=None)
+            self.assertEqual(sharded._local_tensor.tolist(), full.tolist())  # a world of one
             self.assertIsInstance(sharded, DTensor)
             # Described by their local tensors' own memory (a DTensor's __dlpack__ would be a
             # gathered copy), the shard with its global shape and offset.

@@ -273,6 +273,11 @@ class RefusedTest(unittest.TestCase):
             with self.assertRaises(rtft.FailedPreconditionError) as caught:
                 call()
             self.assertIn("outside a step", str(caught.exception))
+        # A scatter too (DTensor's distribute_tensor from a source rank): rank 1 holds no
+        # inputs; the refusal names the local split.
+        with self.assertRaises(rtft.FailedPreconditionError) as caught:
+            g.scatter([torch.zeros(2)], [], opts(dist.ScatterOptions, rootRank=0))
+        self.assertIn("src_data_rank=None", str(caught.exception))
 
     def test_bad_construction_and_binding(self):
         for kwargs in ({"rank": 3, "size": 3}, {"rank": -1, "size": 2}, {"rank": 0},

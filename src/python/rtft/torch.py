@@ -114,6 +114,7 @@ class ProcessGroup(dist.ProcessGroup):
             raise InvalidArgumentError(f"ProcessGroup: rank {rank!r} of size {size!r}")
         super().__init__(rank, size)
         self._rank, self._size, self.axis = rank, size, axis
+        self._group_name, self._group_desc = self._name, "undefined"
         # The order in which a step binds its groups: every rank makes the communicators of
         # the groups it shares with others in the same order (each making meets its members).
         self._order = (0, "") if self._ranks is None else (1, self._name)
@@ -127,6 +128,42 @@ class ProcessGroup(dist.ProcessGroup):
         self._lanes = Lanes(self)
         if protector is not None:
             protector._groups.add(self)
+
+    # -- the group's name and description ---------------------------------------------------
+    # torch's C++ ProcessGroup keeps its name in the backends registered under it, and a Python
+    # group registers none: torch 2.x's ``_set_group_name`` would drop the name and DeviceMesh
+    # would read "ProcessGroup name not set".  The group keeps them itself, for Python callers
+    # (``group_name``) and C++ ones (``getGroupName``, through torch's trampoline).
+
+    @property
+    def group_name(self):
+        if self._group_name is None:
+            raise FailedPreconditionError(
+                "this rtft.torch.ProcessGroup has no name: torch names the groups it makes "
+                "(rtft.torch.init_process_group, new_group, DeviceMesh)")
+        return self._group_name
+
+    def _set_group_name(self, name):
+        self._group_name = str(name)
+
+    def getGroupName(self):  # noqa: N802 (torch's C++ name)
+        return self.group_name
+
+    def setGroupName(self, name):  # noqa: N802
+        self._set_group_name(name)
+
+    @property
+    def group_desc(self):
+        return self._group_desc
+
+    def _set_group_desc(self, desc):
+        self._group_desc = str(desc)
+
+    def getGroupDesc(self):  # noqa: N802
+        return self._group_desc
+
+    def setGroupDesc(self, desc):  # noqa: N802
+        self._set_group_desc(desc)
 
     @staticmethod
     def _members(ranks, name, now):
@@ -468,6 +505,13 @@ class ProcessGroup(dist.ProcessGroup):
         # The root's inputs broadcast whole; each rank keeps its own piece.
         out = self._check(self._one(output_tensors, "scatter"), "scatter")
         root = self._root(opts, "scatter")
+        if self._comm is None:
+            # Unbound, a rank other than the root holds no inputs to take its piece from.
+            raise FailedPreconditionError(
+                "rtft.torch.ProcessGroup.scatter outside a step: only a bound group scatters "
+                "(a spare could never meet the others there). To shard a tensor that every "
+                "rank builds alike, split it locally: "
+                "distribute_tensor(tensor, mesh, placements, src_data_rank=None)")
         ins = []
         if self._rank == root:
             ins = self._like(self._one(input_lists, "scatter"), out, "scatter", "inputs")
