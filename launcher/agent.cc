@@ -343,42 +343,6 @@ void Agent::HandleEvent(const control::ControlEvent& event) {
   }
 }
 
-// A shrink of a tensor x pipeline layout dropped this rank's data-parallel replica: the slot is
-// a spare now (docs/protect.md, "3D layouts"). Its application holds state of a rank the job no
-// longer has, so it ends, its snapshot with it, and a new one waits in standby, warm, for a rank.
-void Agent::Demote(const std::string& why) {
-  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
-                              << ": its rank left the job, the slot joins the spare pool: " << why;
-  SetForwardedChild(0);
-  app_ = App();  // kills and reaps the application
-  ForgetRequests();
-  if (!shm_dir_.empty()) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(shm_dir_, ec))
-      std::filesystem::remove_all(entry.path(), ec);
-  }
-  Status s = StartApp();
-  if (!s.ok()) {
-    RTFT_LOG(kError, kLogLaunch) << s;
-    (void)client_->ReportExit(kExitNoStart);
-    Finish(kExitNoStart, "cannot start the application again as a spare");
-  }
-}
-
-void Agent::RestartHung(const std::string& why) {
-  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": the coordinator found application "
-                              << "pid " << (app_.child ? app_.child->pid() : -1)
-                              << " hung: killing it and starting it again (" << why << ")";
-  SetForwardedChild(0);
-  ForgetRequests();
-  Status s = StartApp();  // ends and reaps the hung tree first
-  if (!s.ok()) {
-    RTFT_LOG(kError, kLogLaunch) << s;
-    (void)client_->ReportExit(kExitNoStart);
-    Finish(kExitNoStart, "cannot restart the hung application");
-  }
-}
-
 void Agent::HandleShutdown(const control::ControlEvent& event) {
   shutting_down_ = true;
   exit_code_ = event.exit_code;
@@ -401,40 +365,6 @@ void Agent::HandleShutdown(const control::ControlEvent& event) {
     app_.child->Signal(SIGTERM);
     at_most(kill_deadline_, now + config_.options.shutdown_grace);
   }
-}
-
-void Agent::ScheduleFencing(const control::Membership& m) {
-  // A retired slot whose agent still runs on this host (stopped, or cut off) would keep a rank's
-  // application alive next to its replacement: kill it once it had time to go by itself.
-  for (control::SlotId s : m.retired) {
-    if (s == config_.slot || s < 0 || static_cast<size_t>(s) >= config_.peers.size()) continue;
-    if (config_.peers[s].host != config_.host || fence_at_.count(s)) continue;
-    fence_at_[s] = Clock::now() + config_.options.heartbeat_timeout;
-  }
-}
-
-void Agent::Fence() {
-  const auto now = Clock::now();
-  for (auto& [slot, at] : fence_at_) {
-    if (at == Clock::time_point::max() || now < at) continue;
-    at = Clock::time_point::max();
-    // A retired slot's dp-launch that hosts the primary coordinator stays until the job's end.
-    if (slot != client_->primary_slot()) KillPeer(slot, "was retired");
-  }
-}
-
-void Agent::KillPeer(int slot, const char* why) {
-  if (slot < 0 || static_cast<size_t>(slot) >= config_.peers.size() || slot == config_.slot ||
-      config_.peers[slot].host != config_.host)
-    return;
-  const int pid = config_.peers[slot].pid;
-  // Still a dp-launch (named as this one is), not a process that took the pid since.
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm"), own("/proc/self/comm");
-  std::string name, own_name;
-  if (!(comm >> name) || !(own >> own_name) || name != own_name) return;
-  RTFT_LOG(kWarn, kLogLaunch) << "slot " << slot << " " << why << " but its dp-launch (pid " << pid
-                              << ") still runs here: killing it and its application";
-  kill(pid, SIGKILL);
 }
 
 void Agent::Finish(int code, const std::string& why) {

@@ -117,6 +117,9 @@ class Agent {
   void Demote(const std::string& why);
   // The coordinator declared the running application hung: killed and started again.
   void RestartHung(const std::string& why);
+  // Ends the running application, if any, and starts the slot's next one (`what`: for the
+  // error when it cannot start).
+  void ReplaceApp(const std::string& what);
   void ScheduleFencing(const control::Membership& m);
   void Fence();
   // SIGKILLs `slot`'s dp-launch when it runs on this host (fencing).

@@ -1,8 +1,10 @@
 // The application side of the agent: start, local link (attach, reports, KV), exit handling,
-// watchdog, signals and shutdown deadlines.
+// watchdog, signals and shutdown deadlines, and the application replaced in place (a hang the
+// coordinator found, a demotion to spare).
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/logging.h"
 #include "core/params.h"
@@ -323,6 +325,39 @@ void Agent::CheckSignalsAndDeadlines() {
     RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
                                 << ": application did not exit in time: SIGKILL";
     app_.child->Kill();
+  }
+}
+
+// A shrink of a tensor x pipeline layout dropped this rank's data-parallel replica: the slot is
+// a spare now (docs/protect.md, "3D layouts"). Its application holds state of a rank the job no
+// longer has, so it ends, its snapshot with it, and a new one waits in standby, warm, for a rank.
+void Agent::Demote(const std::string& why) {
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
+                              << ": its rank left the job, the slot joins the spare pool: " << why;
+  app_ = App();  // kills and reaps the application
+  if (!shm_dir_.empty()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(shm_dir_, ec))
+      std::filesystem::remove_all(entry.path(), ec);
+  }
+  ReplaceApp("as a spare");
+}
+
+void Agent::RestartHung(const std::string& why) {
+  RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot << ": the coordinator found application "
+                              << "pid " << (app_.child ? app_.child->pid() : -1)
+                              << " hung: killing it and starting it again (" << why << ")";
+  ReplaceApp("after its hang");
+}
+
+void Agent::ReplaceApp(const std::string& what) {
+  SetForwardedChild(0);
+  ForgetRequests();
+  Status s = StartApp();  // ends and reaps a running tree first
+  if (!s.ok()) {
+    RTFT_LOG(kError, kLogLaunch) << s;
+    (void)client_->ReportExit(kExitNoStart);
+    Finish(kExitNoStart, "cannot start the application again " + what);
   }
 }
 
