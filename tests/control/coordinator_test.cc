@@ -97,17 +97,20 @@ TEST(Coordinator, HeartbeatLossIsDetectedAndASpareTakesOver) {
   JobConfig cfg{4, 1};
   TestJob job(cfg);
   ASSERT_TRUE(job.JoinAll());
-  const auto killed = Clock::now();
+  const auto last_beat = job.agent(1).last_heartbeat_sent();
+  ASSERT_NE(last_beat, Clock::time_point{});
   job.Kill(1);
   ControlEvent e = job.NextEvent(3, milliseconds(10000));
   EXPECT_EQ(e.assignment.role, Role::kActivated);
   EXPECT_EQ(e.assignment.rank, 1);
   EXPECT_EQ(e.failed_ranks, std::vector<LogicalRank>{1});
   const auto declared = job.coord().stats().epoch_declared_at;
-  // Declared after the kill: a slot whose heartbeats still came was not taken for lost. How
-  // soon after is the detection latency, a figure of `rtft-bench detect` (docs/benchmarks.md),
-  // not of a test on a shared machine.
-  EXPECT_GE(declared, killed);
+  // Declared no sooner than the timeout after the slot's last heartbeat: a slot whose heartbeats
+  // still came was not taken for lost. Measured from the slot's last heartbeat, not from the
+  // kill: on a loaded machine the agent's thread may have been starved past the timeout before
+  // it (then the slot was rightly declared lost first). How soon after is the detection latency,
+  // a figure of `rtft-bench detect` (docs/benchmarks.md), not of a test on a shared machine.
+  EXPECT_GE(declared, last_beat + cfg.heartbeat_timeout);
 }
 
 TEST(Coordinator, TwoSlotsLostTogetherBothRanksReassigned) {
@@ -220,17 +223,18 @@ TEST(Coordinator, KvPutGetBlockingGetAndTimeout) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, binary);
 
-  // A get that waits for a later put.
+  // A get that waits for a later put (the clock starts before the putter exists: a starved main
+  // thread cannot make the wait look shorter).
+  const auto start = Clock::now();
   std::thread putter([&] {
     std::this_thread::sleep_for(milliseconds(150));
     EXPECT_TRUE(job.agent(0).KvPut("late", "v").ok());
   });
-  const auto start = Clock::now();
   auto late = job.agent(1).KvGet("late", milliseconds(3000));
   putter.join();
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(*late, "v");
-  EXPECT_GE(Clock::now() - start, milliseconds(100));
+  EXPECT_GE(Clock::now() - start, milliseconds(150));
 
   // A get that times out, on time.
   const auto t0 = Clock::now();
@@ -238,7 +242,9 @@ TEST(Coordinator, KvPutGetBlockingGetAndTimeout) {
   const auto waited = Clock::now() - t0;
   EXPECT_EQ(missing.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_GE(waited, milliseconds(190));
-  EXPECT_LE(waited, milliseconds(1500));
+  // Answered by the coordinator's timeout, not by the client giving up request_timeout (3 s)
+  // later; the margin is for a loaded machine, not a figure.
+  EXPECT_LT(waited, milliseconds(3000));
 }
 
 }  // namespace

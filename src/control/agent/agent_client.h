@@ -77,6 +77,9 @@ class AgentClient {
   // The slot of the primary this agent follows, and its generation (0 before the first answer).
   virtual SlotId primary_slot() const = 0;
   virtual Generation generation() const = 0;
+  // When the client's thread last handed a heartbeat to its socket (steady clock; epoch before
+  // the first). A primary declares the slot lost no sooner than its timeout after this.
+  virtual std::chrono::steady_clock::time_point last_heartbeat_sent() const = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;

@@ -51,6 +51,9 @@ class AgentClientImpl final : public AgentClient {
   Status GatherResult(const std::string& key, uint64_t epoch, const std::string& value) override;
   SlotId primary_slot() const override { return primary_slot_seen_; }
   Generation generation() const override { return gen_seen_; }
+  SteadyClock::time_point last_heartbeat_sent() const override {
+    return SteadyClock::time_point(SteadyClock::duration(last_beat_.load()));
+  }
 
  private:
   // One connection to a coordinator (the primary, or the standby).
@@ -96,7 +99,8 @@ class AgentClientImpl final : public AgentClient {
   const std::chrono::milliseconds primary_timeout_;
   zmq::context_t ctx_;
   std::atomic<uint64_t> step_{0};
-  std::mutex progress_mu_;  // SetCallProgress's, read by Beat
+  std::atomic<SteadyClock::rep> last_beat_{0};  // last_heartbeat_sent()'s ticks
+  std::mutex progress_mu_;                      // SetCallProgress's, read by Beat
   std::optional<CallProgress> progress_;
   SteadyClock::time_point progress_at_{};
   std::atomic<uint64_t> next_req_{1};

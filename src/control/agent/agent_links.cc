@@ -224,6 +224,7 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
           0, std::chrono::duration_cast<milliseconds>(now - progress_at_).count());
     }
   }
+  last_beat_ = SteadyClock::now().time_since_epoch().count();  // before the send: never later
   loop_->SendNow(primary_.socket, "", MsgType::kHeartbeat,
                  HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress), gen_);
   next_beat_ = now + options_.heartbeat_period;
