@@ -58,6 +58,7 @@ Agent::~Agent() {
   }
   coordinator_listener_.Join();
   link_listener_.Join();
+  EndHealthCheck("");
   // Its thread wakes the inbox (on_answer): it ends before the inbox does.
   client_.reset();
   SetForwardedChild(0);
@@ -286,6 +287,7 @@ void Agent::WaitAndHandle() {
     return Finish(1, "lost the coordinators: " + lost->ToString());
   }
   CheckWatchdog();
+  CheckHealth();
   PollKvGets();
   CheckSignalsAndDeadlines();
   Fence();

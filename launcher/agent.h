@@ -100,6 +100,14 @@ class Agent {
     Clock::time_point last_progress;
     bool watchdog_killed = false;
   };
+  // The spare's health check (agent_health.cc).
+  struct Health {
+    pid_t pid = -1;  // the checker running now
+    int fd = -1;     // its output
+    std::string output;
+    Clock::time_point started{}, next{};  // next: the first check is due at once
+    bool disabled = false;                // no checker, or the spare failed and left the pool
+  };
   // A get or a gather of the application, sent to the coordinator and not answered yet.
   struct Pending {
     std::string key;
@@ -140,6 +148,12 @@ class Agent {
   // reported now, the restart waits for the tree's end (StartApp).
   void OnChildExiting(const ChildExit& exit);
   void CheckWatchdog();
+  // agent_health.cc: a spare's health check, started, polled and ended on Run()'s thread.
+  void CheckHealth();
+  void StartHealthCheck(Clock::time_point now);
+  void PollHealthCheck(Clock::time_point now);
+  void EndHealthCheck(const std::string& why);
+  void HealthFailed(const std::string& why);
   void CheckSignalsAndDeadlines();
   void Finish(int code, const std::string& why);
   bool is_spare() const { return assignment_.rank == control::kNoRank; }
@@ -163,6 +177,7 @@ class Agent {
   std::vector<Pending> gets_;
   std::vector<Pending> gathers_;
   std::map<int, Clock::time_point> fence_at_;  // slot -> when to check it
+  Health health_;
   bool done_ = false;
   bool coordinator_lost_ = false;
   int exit_code_ = 0;

@@ -139,6 +139,7 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
       app_.progress_seen = true;
       app_.last_progress = Clock::now();
       client_->SetProgress(r.step);
+      if (r.work_us >= 0) client_->AddStepWork(static_cast<uint64_t>(r.work_us));
       break;
     case Type::kDeviceError: {
       RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << ": device error: " << r.detail;

@@ -34,6 +34,7 @@ StatusOr<std::unique_ptr<control::Coordinator>> StartCoordinator(const LaunchOpt
   c.heartbeat_timeout = options.heartbeat_timeout;
   c.join_timeout = options.join_timeout;
   c.hang = options.hang;
+  c.straggler = options.straggler;
   c.max_restarts_per_slot = options.max_restarts_per_slot;
   c.on_spares_exhausted = options.on_spares_exhausted;
   c.grid_tensor = options.grid_tensor;

@@ -103,6 +103,19 @@ void AddLaunchFlags(CLI::App* app, LaunchFlags* f) {
   app->add_option(
       "--hang-first-step-s", f->hang_first_step_s,
       Help("the wait while no step time is known or in a long phase", Param::kHangFirstStepS));
+  app->add_option("--straggler-pct", f->straggler_pct,
+                  Help("a rank this many % slower than its peers' median is swapped, 0: off",
+                       Param::kStragglerPct));
+  app->add_option("--straggler-window", f->straggler_window,
+                  Help("the steps a rank's work is compared over", Param::kStragglerWindow));
+  app->add_option("--health-period-s", f->health_period_s,
+                  Help("a spare checks its GPU and host when it starts and this often, 0: off",
+                       Param::kHealthPeriodS));
+  app->add_option("--health-timeout-s", f->health_timeout_s,
+                  Help("a health check that runs longer fails", Param::kHealthTimeoutS));
+  app->add_option(
+      "--health-check", f->health_check,
+      Help("the program that checks (run with --device N; exit 0: healthy)", Param::kHealthCheck));
   app->add_option("--log-level", f->log_level,
                   Help("error | warn | info | debug | trace", Param::kLogLevel));
   app->add_option("--job-key-file", f->job_key_file,
@@ -168,6 +181,23 @@ StatusOr<LaunchOptions> ResolveOptions(const LaunchFlags& f) {
       int64_t hfirst, IntSetting(f.hang_first_step_s, Param::kHangFirstStepS, "hang-first-step-s"));
   RTFT_RETURN_IF_ERROR(CheckRange(hfirst, 1, 7 * 24 * 3600, "--hang-first-step-s"));
   o.hang.first_step = std::chrono::seconds(hfirst);
+  RTFT_ASSIGN_OR_RETURN(int64_t spct,
+                        IntSetting(f.straggler_pct, Param::kStragglerPct, "straggler-pct"));
+  RTFT_RETURN_IF_ERROR(CheckRange(spct, 0, 100000, "--straggler-pct"));
+  o.straggler.percent = static_cast<int32_t>(spct);
+  RTFT_ASSIGN_OR_RETURN(
+      int64_t swin, IntSetting(f.straggler_window, Param::kStragglerWindow, "straggler-window"));
+  RTFT_RETURN_IF_ERROR(CheckRange(swin, 2, 1000000, "--straggler-window"));
+  o.straggler.window = static_cast<int32_t>(swin);
+  RTFT_ASSIGN_OR_RETURN(int64_t hp,
+                        IntSetting(f.health_period_s, Param::kHealthPeriodS, "health-period-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(hp, 0, 7 * 24 * 3600, "--health-period-s"));
+  o.health_period = std::chrono::seconds(hp);
+  RTFT_ASSIGN_OR_RETURN(int64_t ht,
+                        IntSetting(f.health_timeout_s, Param::kHealthTimeoutS, "health-timeout-s"));
+  RTFT_RETURN_IF_ERROR(CheckRange(ht, 1, 24 * 3600, "--health-timeout-s"));
+  o.health_timeout = std::chrono::seconds(ht);
+  o.health_check = PathSetting(f.health_check, Param::kHealthCheck);
   o.log_level = StringSetting(f.log_level, Param::kLogLevel);
   o.job_key_file = PathSetting(f.job_key_file, Param::kJobKeyFile);
   RTFT_ASSIGN_OR_RETURN(int64_t jt,

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "control/coordinator/hang_detector.h"
+#include "control/coordinator/straggler_detector.h"
 #include "control/wire/types.h"
 #include "launcher/child_process.h"
 #include "rtft/status.h"
@@ -35,8 +36,14 @@ struct LaunchOptions {
       control::SparesExhaustedPolicy::kCheckpointAndExit;
   // --grid TxP: the job's tensor and pipeline degrees, for a shrink of whole replicas.
   int32_t grid_tensor = 1, grid_pipeline = 1;
-  std::chrono::seconds watchdog{300};  // 0: off
-  control::HangOptions hang;           // the coordinator's hang detector (k 0: off)
+  std::chrono::seconds watchdog{300};   // 0: off
+  control::HangOptions hang;            // the coordinator's hang detector (k 0: off)
+  control::StragglerOptions straggler;  // its straggler detector (percent 0: off)
+  // A spare's health check (agent_health.cc): every period (0: off), bounded by the timeout,
+  // with this program (empty: rtft-health beside dp-launch).
+  std::chrono::seconds health_period{600};
+  std::chrono::seconds health_timeout{60};
+  std::string health_check;
   std::string log_level;
   std::string job_key_file;
   std::chrono::seconds join_timeout{60};
@@ -54,6 +61,8 @@ struct LaunchFlags {
   std::string on_spares_exhausted, grid, watchdog_s, log_level, job_key_file, join_timeout_s;
   std::string shutdown_grace_s, exit_code_file, app_isolation, gpus_per_node;
   std::string hang_k, hang_min_ms, hang_first_step_s;
+  std::string straggler_pct, straggler_window;
+  std::string health_period_s, health_timeout_s, health_check;
   bool print_config = false;
   std::vector<std::string> command;
 };

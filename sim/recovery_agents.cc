@@ -341,8 +341,9 @@ void RecoveryAgents::Handle(std::vector<Arrival>* inbox) {
 }
 
 void RecoveryAgents::Beat(Agent& a, Clock::time_point now) {
-  control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
-                  control::HeartbeatBody(a.slot, a.seq, a.seq, false, SampleOf(a.seq)));
+  control::SendTo(
+      a.socket, nullptr, MsgType::kHeartbeat,
+      control::HeartbeatBody(a.slot, a.seq, a.seq, false, SampleOf(a.seq), WorkOf(a.seq)));
   ++a.seq;
   // A beat sent late (the driver was busy) marks the driver unsteady; the next one stays on
   // this agent's own schedule, so that the agents' heartbeats stay spread over the period

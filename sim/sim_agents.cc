@@ -151,8 +151,9 @@ void SimAgents::Run() {
         continue;
       }
       if (now >= a.next_beat) {
-        control::SendTo(a.socket, nullptr, MsgType::kHeartbeat,
-                        control::HeartbeatBody(a.slot, a.seq, a.seq, false, SampleOf(a.seq)));
+        control::SendTo(
+            a.socket, nullptr, MsgType::kHeartbeat,
+            control::HeartbeatBody(a.slot, a.seq, a.seq, false, SampleOf(a.seq), WorkOf(a.seq)));
         ++a.seq;
         a.next_beat = NextBeat(a.next_beat, now, period_);
         // A send may consume the ZMQ_FD's signal of a message that arrived meanwhile.

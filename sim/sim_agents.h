@@ -27,6 +27,10 @@ inline control::CallProgress SampleOf(uint64_t seq) {
   return p;
 }
 
+// The work a simulated agent's heartbeat carries: one step of 10 ms per beat, the same on every
+// agent, so the primary's straggler detector sees no slow rank and the heartbeat its full size.
+inline control::StepWork WorkOf(uint64_t) { return control::StepWork{10000, 1}; }
+
 // When an agent's next heartbeat is due after one sent at `now` that was due at `due`: on its
 // own schedule (`due` plus whole periods, the first after `now`), so that agents a busy driver
 // delayed together do not all fall due again in one scan.

@@ -21,6 +21,8 @@ class BenchCommand {
 };
 
 std::unique_ptr<BenchCommand> NewCkptCommand();
+// `rtft-bench straggler` (straggler/straggler_bench.cc).
+std::unique_ptr<BenchCommand> NewStragglerCommand();
 
 // Exit codes shared by every subcommand.
 constexpr int kExitOk = 0;

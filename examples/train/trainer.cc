@@ -224,8 +224,12 @@ Status Trainer::Compute(rtft::StepContext& ctx) {
   if (block_) {
     s = block_->Step(ctx, o_.seed, &grad_, &loss);
   } else {
-    MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
-    loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+    // Test hook: "train.compute:repeat=F" makes this rank slow (the same bits, F times the work).
+    const int repeats = rtft::FaultRepeats("train.compute");
+    for (int i = 0; i < repeats; ++i) {
+      MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
+      loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+    }
   }
   rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
   rtft::Communicator* data = DataGroup(ctx);

@@ -12,6 +12,13 @@ namespace rtft {
 // appending a line to RTFT_FAULT_LOG. Unarmed (the default), it costs one atomic load.
 RTFT_EXPORT void FaultPoint(const char* point);
 
+// How many times the caller should do the work that `point` guards this time: 1, unless the
+// point is armed with repeat=F ("point[@n]:repeat=F", F from 1 to 1000, fractions allowed): from
+// its n-th reach on, F times on average (1.2: once, four times in five, twice the fifth). How a
+// test makes one rank slow without changing its results (rtft-train repeats its local compute);
+// the first slowed reach appends a line to RTFT_FAULT_LOG. Unarmed, it costs one atomic load.
+RTFT_EXPORT int FaultRepeats(const char* point);
+
 // Arms the named points of `spec` (the syntax of RTFT_FAULT; empty disarms every point) in place
 // of what was armed before, with their counts from zero: how a test arms one process of a job,
 // chosen at run time, without writing the environment.

@@ -5,7 +5,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,8 +22,18 @@ namespace {
 
 struct Armed {
   long at = 1;         // fire on this hit
-  std::string action;  // kill | stop | hang | exit=N
+  std::string action;  // kill | stop | hang | exit=N | wait=PATH | repeat=F
 };
+
+constexpr const char* kRepeat = "repeat=";
+
+// repeat=F's factor, checked: 1 (no repeat) for a malformed one.
+double RepeatFactor(const std::string& action) {
+  char* end = nullptr;
+  const double f = std::strtod(action.c_str() + std::strlen(kRepeat), &end);
+  if (end == nullptr || *end != '\0' || !(f >= 1.0 && f <= 1000.0)) return 1.0;
+  return f;
+}
 
 std::mutex g_mu;
 std::map<std::string, Armed> g_armed;
@@ -115,6 +127,7 @@ void FaultPoint(const char* point) {
     if (++g_hits[point] != it->second.at) return;
     action = it->second.action;
   }
+  if (action.rfind(kRepeat, 0) == 0) return;  // FaultRepeats' to act on
   Note(point, action);
   if (action == "stop") {
     raise(SIGSTOP);
@@ -129,6 +142,26 @@ void FaultPoint(const char* point) {
   } else {
     raise(SIGKILL);
   }
+}
+
+int FaultRepeats(const char* point) {
+  std::call_once(g_from_env, [] { Arm(ParamString(Param::kFault)); });
+  if (!g_any.load(std::memory_order_relaxed)) return 1;
+  std::string action;
+  long since = 0;  // reaches since the n-th
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_armed.find(point);
+    if (it == g_armed.end() || it->second.action.rfind(kRepeat, 0) != 0) return 1;
+    since = ++g_hits[point] - it->second.at;
+    if (since < 0) return 1;
+    action = it->second.action;
+  }
+  if (since == 0) Note(point, action);
+  // F on average and deterministic: the whole repeats owed after this reach, less those before.
+  const double f = RepeatFactor(action);
+  const auto owed = [f](long n) { return static_cast<long>(std::floor(n * f + 1e-9)); };
+  return static_cast<int>(std::max(1L, owed(since + 1) - owed(since)));
 }
 
 }  // namespace rtft

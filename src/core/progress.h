@@ -1,11 +1,14 @@
 // What this process is doing, for the coordinator's hang detector (docs/protect.md, "Hangs"): the
 // calls of its watched communicators (each begun call counted, whether one is under way and
 // which peer it waits on) and whether a phase longer than a step is under way (an L3 write's
-// wait). Written by the calls as they go (a few relaxed atomics, no lock, no message); read by
-// the runtime's thread once per heartbeat period, which sends the sample to the slot's agent.
+// wait). Written by the calls as they go (a few relaxed atomics and a clock read, no lock, no
+// message); read by the runtime's thread once per heartbeat period, which sends the sample to the
+// slot's agent. The time some watched call was under way is summed too: a step's own work is
+// its time outside them (the straggler detector's measure, docs/protect.md "Stragglers").
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace rtft {
@@ -24,9 +27,14 @@ class ProgressMonitor {
 
   void BeginCall() {
     calls_.fetch_add(1, std::memory_order_relaxed);
-    depth_.fetch_add(1, std::memory_order_relaxed);
+    if (depth_.fetch_add(1, std::memory_order_relaxed) == 0)
+      since_ns_.store(NowNs(), std::memory_order_relaxed);
   }
-  void EndCall() { depth_.fetch_sub(1, std::memory_order_relaxed); }
+  void EndCall() {
+    if (depth_.fetch_sub(1, std::memory_order_relaxed) == 1)
+      in_calls_ns_.fetch_add(NowNs() - since_ns_.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+  }
   // The call waits on job rank `peer` until Waited().
   void Wait(int32_t peer) { peer_.store(peer, std::memory_order_relaxed); }
   void Waited() { peer_.store(-1, std::memory_order_relaxed); }
@@ -34,12 +42,23 @@ class ProgressMonitor {
   void EndLongPhase() { long_.fetch_sub(1, std::memory_order_relaxed); }
 
   ProgressSample Sample() const;
+  // Nanoseconds during which some watched call was under way, since the process started (calls
+  // of several threads at once count once, approximately: a measure, not an account).
+  uint64_t InCallNanos() const { return in_calls_ns_.load(std::memory_order_relaxed); }
+
+  static uint64_t NowNs() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
 
  private:
   std::atomic<uint64_t> calls_{0};
   std::atomic<int32_t> depth_{0};
   std::atomic<int32_t> peer_{-1};
   std::atomic<int32_t> long_{0};
+  std::atomic<uint64_t> since_ns_{0};     // when the outermost call under way began
+  std::atomic<uint64_t> in_calls_ns_{0};  // summed when it ends
 };
 
 // Marks a scope that may take longer than a step, so that its peers waiting for this rank do not

@@ -302,5 +302,47 @@ TEST(Codec, AProgressSampleSurvivesTheWireAndComesWholeOrNotAtAll) {
             std::string::npos);
 }
 
+TEST(Codec, StepWorkSurvivesTheWireWithItsCount) {
+  // The runtime's step report carries the step's own work; the heartbeat the sum and the count.
+  RuntimeReport step;
+  step.type = RuntimeReport::Type::kProgress;
+  step.step = 17;
+  step.work_us = 12345;
+  Message rep = RoundTrip(MsgType::kReport, ReportBody(step));
+  EXPECT_EQ(ReportFrom(rep.body).work_us, 12345);
+  step.work_us = -1;  // not measured (the first step): no field
+  EXPECT_FALSE(ReportBody(step).contains("work"));
+  EXPECT_EQ(ReportFrom(ReportBody(step)).work_us, -1);
+  json negative = ReportBody(step);
+  negative["work"] = -3;
+  EXPECT_NE(Decode(FrameJson(MsgType::kReport, negative)).find("field 'work'"), std::string::npos);
+
+  const StepWork w{uint64_t{1} << 40, 9};
+  Message hb = RoundTrip(MsgType::kHeartbeat, HeartbeatBody(2, 30, 4, false, {}, w));
+  const StepWork back = StepWorkFrom(hb.body);
+  EXPECT_EQ(back.us, uint64_t{1} << 40);
+  EXPECT_EQ(back.steps, 9u);
+  // None measured since the last heartbeat: neither field.
+  json none = HeartbeatBody(2, 30, 4, false, {}, StepWork{500, 0});
+  EXPECT_FALSE(none.contains("wus"));
+  EXPECT_FALSE(none.contains("wn"));
+  EXPECT_EQ(StepWorkFrom(none).steps, 0u);
+  // One without the other, or zero steps: refused.
+  json half = HeartbeatBody(2, 30, 4, false, {}, w);
+  half.erase("wn");
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, half)).find("'wus'"), std::string::npos);
+  json zero = HeartbeatBody(2, 30, 4, false, {}, w);
+  zero["wn"] = 0;
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, zero)).find("field 'wn'"), std::string::npos);
+  // A straggler and a failed health check are failure kinds of the wire; one past them is not.
+  EXPECT_EQ(Decode(Encoded(MsgType::kFailure, FailureBody(1, 2, FailureKind::kStraggler, 1, 0))),
+            "OK");
+  EXPECT_EQ(Decode(Encoded(MsgType::kFailure, FailureBody(1, 2, FailureKind::kUnhealthy, -1, 0))),
+            "OK");
+  json beyond = FailureBody(1, 2, FailureKind::kUnhealthy, 1, 0);
+  beyond["kind"] = static_cast<int>(FailureKind::kUnhealthy) + 1;
+  EXPECT_NE(Decode(FrameJson(MsgType::kFailure, beyond)).find("field 'kind'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rtft::control

@@ -144,6 +144,33 @@ TEST(Coordinator, LostSpareLeavesThePool) {
   EXPECT_EQ(e.membership.retired, std::vector<SlotId>{3});
 }
 
+TEST(Coordinator, ASpareThatFailsItsHealthCheckLeavesThePoolAndTheNextTakesTheRank) {
+  TestJob job(JobConfig{4, 2});
+  ASSERT_TRUE(job.JoinAll());
+  ASSERT_TRUE(job.agent(2).ReportFailure(FailureKind::kUnhealthy, kNoRank, 0).ok());
+  ControlEvent e = job.NextEvent(0);
+  EXPECT_EQ(e.membership.epoch, 2u);
+  EXPECT_TRUE(e.failed_ranks.empty());
+  EXPECT_NE(e.reason.find("slot 2 (spare): health check failed, slot retired"), std::string::npos)
+      << e.reason;
+  EXPECT_EQ(e.membership.spares, std::vector<SlotId>{3});
+  EXPECT_EQ(e.membership.retired, std::vector<SlotId>{2});
+  EXPECT_EQ(job.NextEvent(2).assignment.role, Role::kRetired);
+  // The next loss goes to the healthy spare.
+  ASSERT_TRUE(job.agent(1).ReportFailure(FailureKind::kDeviceError, 1, 0).ok());
+  e = job.EventAtLeast(3, 3);  // slot 3 heard of epoch 2 too
+  EXPECT_EQ(e.assignment.role, Role::kActivated);
+  EXPECT_EQ(e.assignment.rank, 1);
+}
+
+TEST(Coordinator, AnAgentCannotCallItsOwnRankAStraggler) {
+  TestJob job(JobConfig{3, 1});
+  ASSERT_TRUE(job.JoinAll());
+  Status s = job.agent(1).ReportFailure(FailureKind::kStraggler, 1, 0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(job.coord().membership().epoch, 1u);
+}
+
 TEST(Coordinator, SparesExhaustedShrink) {
   JobConfig cfg{4, 1, 0, SparesExhaustedPolicy::kShrink};
   TestJob job(cfg);

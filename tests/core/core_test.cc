@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "core/fault_point.h"
 #include "core/params.h"
 #include "core/thread_pool.h"
 #include "rtft/status.h"
@@ -163,6 +164,32 @@ TEST(ThreadPool, DestructionRunsEveryQueuedTask) {
     go.set_value();
   }
   EXPECT_EQ(n.load(), 51);
+}
+
+TEST(FaultPoint, RepeatSlowsFromItsReachOnByTheFactorOnAverage) {
+  // Unarmed: once.
+  ArmFaults("");
+  EXPECT_EQ(FaultRepeats("t.compute"), 1);
+  // From the third reach on, 1.2 times on average: 1,1,1,1,2 per five reaches.
+  ArmFaults("t.compute@3:repeat=1.2");
+  EXPECT_EQ(FaultRepeats("t.compute"), 1);
+  EXPECT_EQ(FaultRepeats("t.compute"), 1);
+  int sum = 0;
+  for (int i = 0; i < 50; ++i) sum += FaultRepeats("t.compute");
+  EXPECT_EQ(sum, 60);
+  EXPECT_EQ(FaultRepeats("other"), 1);
+  // Whole factors every time; FaultPoint on a repeat point does nothing (no failure).
+  ArmFaults("t.compute:repeat=3");
+  FaultPoint("t.compute");  // would end this process with any failing action
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(FaultRepeats("t.compute"), 3);
+  // A malformed or out-of-range factor: no repeat. A failing action: FaultRepeats never acts.
+  for (const char* bad : {"t.compute:repeat=0.5", "t.compute:repeat=x", "t.compute:repeat=1e9"}) {
+    ArmFaults(bad);
+    EXPECT_EQ(FaultRepeats("t.compute"), 1) << bad;
+  }
+  ArmFaults("t.compute:kill");
+  EXPECT_EQ(FaultRepeats("t.compute"), 1);
+  ArmFaults("");
 }
 
 }  // namespace

@@ -90,6 +90,8 @@ struct JobSpec {
 
 // Whether the job's faults (RTFT_FAULT, the application's arguments) hang a rank: Job::Start
 // then runs it with the hang detector off (RTFT_HANG_K=0) unless the spec sets RTFT_HANG_K.
+// Job::Start runs every job with the straggler detector off (RTFT_STRAGGLER_PCT=0) unless the
+// spec sets RTFT_STRAGGLER_PCT.
 bool HangsARank(const JobSpec& spec);
 
 // The test application behind a shell that stays its parent (bash forks it and waits), as in

@@ -61,6 +61,9 @@ class AgentClient {
   virtual Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) = 0;
   // Latest step the application reported; sent with the next heartbeat.
   virtual void SetProgress(uint64_t step) = 0;
+  // One step's own work (the runtime's measure, microseconds): summed with the others since the
+  // last heartbeat, which carries the sum and the count (the coordinator's straggler detector).
+  virtual void AddStepWork(uint64_t us) = 0;
   // The application's latest progress sample (its age_ms is ignored: the client measures it from
   // this call), sent with every heartbeat from now on; nullopt: the application running now has
   // sent none (it was just started).

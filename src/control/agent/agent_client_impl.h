@@ -32,6 +32,11 @@ class AgentClientImpl final : public AgentClient {
   StatusOr<Assignment> Join(std::chrono::milliseconds timeout) override;
   Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) override;
   void SetProgress(uint64_t step) override { step_ = step; }
+  void AddStepWork(uint64_t us) override {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    work_.us += us;
+    ++work_.steps;
+  }
   void SetCallProgress(std::optional<CallProgress> progress) override {
     std::lock_guard<std::mutex> lock(progress_mu_);
     progress_ = progress;
@@ -100,9 +105,10 @@ class AgentClientImpl final : public AgentClient {
   zmq::context_t ctx_;
   std::atomic<uint64_t> step_{0};
   std::atomic<SteadyClock::rep> last_beat_{0};  // last_heartbeat_sent()'s ticks
-  std::mutex progress_mu_;                      // SetCallProgress's, read by Beat
+  std::mutex progress_mu_;                      // SetCallProgress's and AddStepWork's, read by Beat
   std::optional<CallProgress> progress_;
   SteadyClock::time_point progress_at_{};
+  StepWork work_;  // since the last heartbeat; progress_mu_'s
   std::atomic<uint64_t> next_req_{1};
   std::atomic<SlotId> primary_slot_seen_{0};
   std::atomic<Generation> gen_seen_{0};

@@ -216,6 +216,7 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
   const bool want_ack = now - last_ack_request_ >= primary_timeout_ / 4;
   if (want_ack) last_ack_request_ = now;
   CallProgress progress;
+  StepWork work;
   {
     std::lock_guard<std::mutex> lock(progress_mu_);
     if (progress_) {
@@ -223,10 +224,12 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
       progress.age_ms = std::max<int64_t>(
           0, std::chrono::duration_cast<milliseconds>(now - progress_at_).count());
     }
+    std::swap(work, work_);
   }
   last_beat_ = SteadyClock::now().time_since_epoch().count();  // before the send: never later
   loop_->SendNow(primary_.socket, "", MsgType::kHeartbeat,
-                 HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress), gen_);
+                 HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress, work),
+                 gen_);
   next_beat_ = now + options_.heartbeat_period;
 }
 

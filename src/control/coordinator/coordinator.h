@@ -12,6 +12,7 @@
 #include <string>
 
 #include "control/coordinator/hang_detector.h"
+#include "control/coordinator/straggler_detector.h"
 #include "control/wire/codec.h"
 #include "control/wire/keys.h"
 #include "control/wire/types.h"
@@ -34,6 +35,8 @@ struct CoordinatorOptions {
   std::chrono::milliseconds join_timeout{60000};
   // The primary's hang detector (docs/protect.md, "Hangs").
   HangOptions hang;
+  // The primary's straggler detector (docs/protect.md, "Stragglers").
+  StragglerOptions straggler;
   int32_t max_restarts_per_slot = 3;
   SparesExhaustedPolicy on_spares_exhausted = SparesExhaustedPolicy::kCheckpointAndExit;
   // The job's tensor x pipeline degrees (TableOptions): a shrink drops whole replicas.

@@ -24,8 +24,15 @@ PrimaryRole::PrimaryRole(CoordinatorImpl& c, SteadyClock::time_point join_deadli
       replicator_(c, *this),
       current_(c.state().latest()),
       join_deadline_(join_deadline),
-      hangs_(c.options().hang) {
-  hangs_.Reset(current_.membership.world_size, SteadyClock::now());
+      hangs_(c.options().hang),
+      stragglers_(c.options().straggler) {
+  ResetDetectors(SteadyClock::now());
+}
+
+void PrimaryRole::ResetDetectors(SteadyClock::time_point now) {
+  hangs_.Reset(current_.membership.world_size, now);
+  stragglers_.Reset(current_.membership.world_size, c_.options().grid_tensor,
+                    c_.options().grid_pipeline);
 }
 
 SlotId PrimaryRole::standby_slot() const {
@@ -61,16 +68,19 @@ void PrimaryRole::Tick(SteadyClock::time_point now) {
       lost.failures.push_back({s, FailureKind::kSlotLost, 0});
     }
   }
-  if (lost.failures.empty()) return CheckHangs(now);
+  if (lost.failures.empty()) {
+    if (!CheckHangs(now)) CheckStragglers();
+    return;
+  }
   const Decision d = state_.Apply(lost);
   replicator_.Commit(lost, [this, d] { Apply(d, true); });
 }
 
-void PrimaryRole::CheckHangs(SteadyClock::time_point now) {
+bool PrimaryRole::CheckHangs(SteadyClock::time_point now) {
   const MembershipTable& table = state_.table();
-  if (table.draining()) return;  // a checkpoint-and-exit's writes are no step
+  if (table.draining()) return false;  // a checkpoint-and-exit's writes are no step
   const auto verdict = hangs_.Check(now);
-  if (!verdict) return;
+  if (!verdict) return false;
   ReplChange hung(ReplOp::kFail);
   const Membership& m = current_.membership;
   std::string where;
@@ -82,10 +92,36 @@ void PrimaryRole::CheckHangs(SteadyClock::time_point now) {
     where += (where.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on slot " +
              std::to_string(s) + " (" + state_.slots()[s].host + ")";
   }
-  if (hung.failures.empty()) return;
+  if (hung.failures.empty()) return false;
   RTFT_LOG(kWarn, kLogCtrl) << "hang: " << where << ": " << verdict->why;
   const Decision d = state_.Apply(hung);
   replicator_.Commit(hung, [this, d] { Apply(d, true); });
+  return true;
+}
+
+void PrimaryRole::CheckStragglers() {
+  const MembershipTable& table = state_.table();
+  if (table.draining()) return;
+  const auto verdict = stragglers_.Check();
+  if (!verdict) return;
+  const Membership& m = current_.membership;
+  const LogicalRank r = verdict->rank;
+  if (r < 0 || static_cast<size_t>(r) >= m.rank_to_slot.size()) return;
+  const SlotId s = m.rank_to_slot[r];
+  if (s < 0 || s >= table.slots()) return;
+  const std::string who = "rank " + std::to_string(r) + " on slot " + std::to_string(s) + " (" +
+                          state_.slots()[s].host + ")";
+  if (m.spares.empty()) {
+    RTFT_LOG(kWarn, kLogCtrl) << "straggler: " << who << ": " << verdict->why
+                              << "; no spare is free: reported only";
+    return;
+  }
+  RTFT_LOG(kWarn, kLogCtrl) << "straggler: " << who << ": " << verdict->why
+                            << "; its slot is retired and a spare takes the rank";
+  ReplChange slow(ReplOp::kFail);
+  slow.failures = {{s, FailureKind::kStraggler, 0}};
+  const Decision d = state_.Apply(slow);
+  replicator_.Commit(slow, [this, d] { Apply(d, true); });
 }
 
 SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
@@ -104,7 +140,7 @@ SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
 
 void PrimaryRole::TakeOver(SlotId old) {
   current_ = state_.latest();
-  hangs_.Reset(current_.membership.world_size, SteadyClock::now());
+  ResetDetectors(SteadyClock::now());
   c_.Publish(current_.membership);
   // The newest change decided: some agents may not have heard of it from the old primary.
   Broadcast(current_);
@@ -126,7 +162,7 @@ void PrimaryRole::Apply(const Decision& d, bool broadcast) {
                                                                                  : "")
                               << d.event->reason;
     current_ = *d.event;
-    hangs_.Reset(current_.membership.world_size, declared);
+    ResetDetectors(declared);
     // The gathers of the epochs before are over: their members start again in this one.
     EndGathersBefore(current_.membership.epoch);
     if (broadcast) Broadcast(*d.event);
@@ -140,7 +176,7 @@ void PrimaryRole::StartJob(const std::string& why) {
   state_.Apply(start);
   replicator_.Commit(start, [this, why] {
     current_ = state_.latest();
-    hangs_.Reset(current_.membership.world_size, SteadyClock::now());
+    ResetDetectors(SteadyClock::now());
     RTFT_LOG(kInfo, kLogCtrl) << "job starts (" << why << "), epoch " << current_.membership.epoch;
     Broadcast(current_);
     replicator_.AppointStandby();

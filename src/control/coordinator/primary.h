@@ -15,6 +15,7 @@
 #include "control/coordinator/gather_table.h"
 #include "control/coordinator/hang_detector.h"
 #include "control/coordinator/replication.h"
+#include "control/coordinator/straggler_detector.h"
 
 namespace rtft::control {
 
@@ -56,7 +57,13 @@ class PrimaryRole final : public CoordinatorRole {
   void ReadPartition(SteadyClock::time_point now);
   // A rank its peers wait for past the hang detector's bound is failed as hung (kHang): its
   // agent kills and restarts it, or the slot is lost if the agent is gone too.
-  void CheckHangs(SteadyClock::time_point now);
+  // Returns whether it failed one.
+  bool CheckHangs(SteadyClock::time_point now);
+  // A rank whose own work per step is persistently slower than its peers' is swapped for a free
+  // spare (through the lost-slot path: its slot is retired), or reported once when none is free.
+  void CheckStragglers();
+  // A new epoch: the detectors forget what they saw.
+  void ResetDetectors(SteadyClock::time_point now);
 
   // primary_handlers.cc: the agents' messages.
   void DispatchSlot(SlotId slot, const std::string& peer, const Message& msg);
@@ -83,6 +90,7 @@ class PrimaryRole final : public CoordinatorRole {
   SteadyClock::time_point join_deadline_;
   GatherTable gathers_;
   HangDetector hangs_;
+  StragglerDetector stragglers_;
   std::vector<LogicalRank> rank_of_slot_;  // of current_, for CurrentRankOf
   uint64_t rank_of_slot_epoch_ = ~uint64_t{0};
   std::set<SlotId> partitioned_;  // the test hook's slots

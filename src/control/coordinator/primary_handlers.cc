@@ -119,8 +119,10 @@ void PrimaryRole::OnHeartbeat(SlotId slot, const std::string& peer, const json& 
   }
   // A finished application's rank waits for nothing and is waited for by none.
   const LogicalRank rank = CurrentRankOf(slot);
-  if (rank != kNoRank && !state_.table().exited(slot))
+  if (rank != kNoRank && !state_.table().exited(slot)) {
     hangs_.Observe(rank, st.step, CallProgressFrom(b), SteadyClock::now());
+    stragglers_.Observe(rank, StepWorkFrom(b));
+  }
   // Acks only when asked (a few times per coordinator timeout): they are half the traffic.
   if (b.contains("ack") && b["ack"].get<bool>())
     c_.loop().SendNow(c_.router(), peer, c_.heartbeat_ack());
@@ -141,9 +143,12 @@ void PrimaryRole::OnRequest(SlotId slot, const std::string& peer, const Message&
     const auto kind = static_cast<FailureKind>(b["kind"].get<int>());
     RTFT_LOG(kInfo, kLogCtrl) << "slot " << slot << " reports " << FailureKindName(kind)
                               << " (detail " << b["detail"].get<int32_t>() << ")";
-    if (kind == FailureKind::kSlotLost) {
-      Ack(peer, b, Status::InvalidArgument("an agent cannot report its own slot lost"));
-      return c_.Reject("an agent may not report its own slot lost");
+    if (kind == FailureKind::kSlotLost || kind == FailureKind::kStraggler) {
+      // The primary's own verdicts.
+      const std::string what = std::string("an agent may not report its own ") +
+                               (kind == FailureKind::kSlotLost ? "slot lost" : "rank a straggler");
+      Ack(peer, b, Status::InvalidArgument(what));
+      return c_.Reject(what);
     }
     c.failures = {{slot, kind, b["detail"].get<int32_t>()}};
   }

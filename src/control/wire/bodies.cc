@@ -44,7 +44,7 @@ json CoordinatorsBody(SlotId primary, SlotId standby, const std::string& endpoin
 }
 json ReplAckBody(uint64_t seq) { return json{{"seq", seq}}; }
 json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack,
-                   const CallProgress& progress) {
+                   const CallProgress& progress, const StepWork& work) {
   json b{{"slot", slot}, {"step", step}, {"seq", seq}};
   if (want_ack) b["ack"] = true;
   // Only once the application has sampled (docs/control-protocol.md, "Heartbeat").
@@ -55,7 +55,18 @@ json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack,
     b["lp"] = progress.long_phase;
     b["age"] = progress.age_ms;
   }
+  if (work.steps > 0) {
+    b["wus"] = work.us;
+    b["wn"] = work.steps;
+  }
   return b;
+}
+StepWork StepWorkFrom(const json& b) {
+  StepWork w;
+  if (!b.contains("wn")) return w;  // the codec checked that both come together
+  w.us = b["wus"].get<uint64_t>();
+  w.steps = b["wn"].get<uint32_t>();
+  return w;
 }
 CallProgress CallProgressFrom(const json& b) {
   CallProgress p;
@@ -124,6 +135,7 @@ json ReportBody(const RuntimeReport& r) {
   switch (r.type) {
     case RuntimeReport::Type::kProgress:
       b["step"] = r.step;
+      if (r.work_us >= 0) b["work"] = r.work_us;
       break;
     case RuntimeReport::Type::kDeviceError:
       b["detail"] = r.detail.substr(0, kMaxTextBytes);
@@ -219,6 +231,7 @@ RuntimeReport ReportFrom(const json& b) {
   RuntimeReport r;
   r.type = static_cast<RuntimeReport::Type>(b["rt"].get<int>());
   if (b.contains("step")) r.step = b["step"].get<uint64_t>();
+  if (b.contains("work")) r.work_us = b["work"].get<int64_t>();
   if (b.contains("detail")) r.detail = b["detail"].get<std::string>();
   if (b.contains("key")) r.key = b["key"].get<std::string>();
   if (b.contains("value")) r.value = BytesFrom(b["value"]);

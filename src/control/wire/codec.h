@@ -15,7 +15,7 @@
 
 namespace rtft::control {
 
-constexpr uint8_t kProtocolVersion = 4;
+constexpr uint8_t kProtocolVersion = 5;
 constexpr size_t kHeaderBytes = 16;
 constexpr size_t kMaxMessageBytes = size_t{1} << 20;  // header + body
 constexpr char kMagic[4] = {'R', 'T', 'F', 'C'};

@@ -88,7 +88,7 @@ Schema ReplSchema() {
           Str("host", kMaxHostBytes, false),
           Str("ep", kMaxEndpointBytes, false),
           List("fslots", 0, kMaxSlot, false),
-          List("kinds", 0, static_cast<int64_t>(FailureKind::kRepeated), false),
+          List("kinds", 0, static_cast<int64_t>(FailureKind::kUnhealthy), false),
           List("details", kI32Min, kI32Max, false),
           Int("xcode", kI32Min, kI32Max, false),
           Str("key", kMaxKeyBytes, false),
@@ -116,9 +116,11 @@ const Schema* Lookup(uint8_t type) {
                                    Bool("inc", false),
                                    Int("peer", -1, kMaxSlot, false),
                                    Bool("lp", false),
-                                   Int("age", 0, kI64Max, false)};
+                                   Int("age", 0, kI64Max, false),
+                                   Int("wus", 0, kI64Max, false),
+                                   Int("wn", 1, kI32Max, false)};
   static const Schema failure = {Req(), Slot(),
-                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kRepeated)),
+                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kUnhealthy)),
                                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
   static const Schema exit = {Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
   static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
@@ -153,6 +155,7 @@ const Schema* Lookup(uint8_t type) {
   static const Schema attach = {Int("pid", 0, kI32Max)};
   static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kSample)),
                                 Int("step", 0, kI64Max, false),
+                                Int("work", 0, kI64Max, false),
                                 Str("detail", kMaxTextBytes, false),
                                 Str("key", kMaxKeyBytes, false),
                                 Bytes("value", kMaxValueBytes, false),
@@ -348,7 +351,12 @@ Status CheckProgress(const json& body, bool with_age) {
 
 Status CheckMessageSemantics(MsgType type, const json& body) {
   if (type == MsgType::kHello) return CheckDevice(body);
-  if (type == MsgType::kHeartbeat) return CheckProgress(body, true);
+  if (type == MsgType::kHeartbeat) {
+    RTFT_RETURN_IF_ERROR(CheckProgress(body, true));
+    if (body.contains("wus") != body.contains("wn"))
+      return Status::InvalidArgument("a heartbeat's work ('wus') comes with its steps ('wn')");
+    return Status::Ok();
+  }
   if (type == MsgType::kReport) {
     const bool sample =
         body["rt"].get<int64_t>() == static_cast<int64_t>(RuntimeReport::Type::kSample);

@@ -75,9 +75,10 @@ constexpr size_t kMaxEndpointBytes = 300;  // tcp://<host of up to 255 bytes>:<p
 nlohmann::json HelloBody(const AgentInfo& me);
 // `want_ack`: the coordinator answers with kHeartbeatAck (agents ask a few times per
 // coordinator timeout, to notice a lost coordinator).
-// `progress`: the application's last sample (its fields go out only when age_ms >= 0).
+// `progress`: the application's last sample (its fields go out only when age_ms >= 0); `work`:
+// its own work over the steps since the last heartbeat (goes out only when steps > 0).
 nlohmann::json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack = false,
-                             const CallProgress& progress = {});
+                             const CallProgress& progress = {}, const StepWork& work = {});
 nlohmann::json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank,
                            int32_t detail);
 nlohmann::json ExitBody(uint64_t req, SlotId slot, int32_t code);
@@ -105,6 +106,7 @@ ControlEvent LocalEventFrom(const nlohmann::json& body);
 Assignment AssignmentFrom(const nlohmann::json& body);
 RuntimeReport ReportFrom(const nlohmann::json& body);
 CallProgress CallProgressFrom(const nlohmann::json& heartbeat);  // age_ms -1 when it has none
+StepWork StepWorkFrom(const nlohmann::json& heartbeat);          // steps 0 when it has none
 Status StatusFrom(const nlohmann::json& body);                   // from "code" and "msg"
 std::string BytesFrom(const nlohmann::json& value);
 nlohmann::json BytesValue(const std::string& bytes);

@@ -34,6 +34,10 @@ const char* FailureKindName(FailureKind kind) {
       return "slot lost";
     case FailureKind::kRepeated:
       return "repeated failures";
+    case FailureKind::kStraggler:
+      return "straggler";
+    case FailureKind::kUnhealthy:
+      return "health check failed";
   }
   return "unknown";
 }

@@ -31,6 +31,8 @@ enum class FailureKind : uint8_t {
   kDeviceError = 2,   // the runtime reported a sticky CUDA error / lost GPU
   kSlotLost = 3,      // the agent's heartbeats stopped (agent or node gone)
   kRepeated = 4,      // the same slot failed more often than allowed
+  kStraggler = 5,     // its rank's own work per step is persistently slower than its peers'
+  kUnhealthy = 6,     // the slot's health check failed (a spare: it leaves the pool)
 };
 const char* FailureKindName(FailureKind kind);
 
@@ -124,6 +126,14 @@ struct CallProgress {
   int64_t age_ms = -1;      // since the agent heard the sample; -1: no sample from this process
 };
 
+// A rank's own work over the steps it ended since its agent's last heartbeat, for the
+// coordinator's straggler detector (docs/protect.md, "Stragglers"): each step's time outside the
+// watched communicators' calls, summed, and how many steps that is (0: none measured).
+struct StepWork {
+  uint64_t us = 0;
+  uint32_t steps = 0;
+};
+
 // Runtime → agent.
 struct RuntimeReport {
   enum class Type : uint8_t {
@@ -138,6 +148,7 @@ struct RuntimeReport {
   };
   Type type = Type::kProgress;
   uint64_t step = 0;
+  int64_t work_us = -1;    // kProgress: the step's own work (StepWork); -1: not measured
   std::string detail;      // device error text
   std::string key, value;  // KV requests
   int64_t timeout_ms = 0;  // kKvGet, kGather

@@ -1,0 +1,177 @@
+// The spare's health check (docs/launcher.md, "Health check"): while this slot is a spare, its
+// agent runs RTFT_HEALTH_CHECK (rtft-health beside dp-launch by default) for the slot's GPU when
+// it starts and every --health-period-s after, in a short-lived process of its own (dp-launch
+// never touches CUDA or NVML), bounded by --health-timeout-s. A check that fails or overruns
+// retires the spare with its reason (a failure of kind "health check" with no rank); activation
+// never waits for a check: it takes the spare as its last verdict left it, and a check still
+// running is ended (the rank needs the GPU now).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/logging.h"
+#include "launcher/agent.h"
+#include "launcher/executable.h"
+
+extern char** environ;
+
+namespace rtft::launch {
+namespace {
+
+// The checker's output kept for the log: its verdict is one line.
+constexpr size_t kMaxOutput = 4096;
+
+// The checker's path: the option's, else rtft-health in dp-launch's own folder.
+std::string Checker(const std::string& option) {
+  if (!option.empty()) return option;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "rtft-health";
+  std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + "rtft-health";
+}
+
+// The last non-empty line of `text`.
+std::string LastLine(const std::string& text) {
+  size_t end = text.find_last_not_of("\r\n");
+  if (end == std::string::npos) return "";
+  const size_t start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+}  // namespace
+
+void Agent::CheckHealth() {
+  const auto period = config_.options.health_period;
+  if (period.count() <= 0) return;
+  const auto now = Clock::now();
+  if (health_.pid > 0) {
+    if (!is_spare() || done_ || shutting_down_) return EndHealthCheck("the slot is no spare now");
+    return PollHealthCheck(now);
+  }
+  if (!is_spare() || done_ || shutting_down_ || health_.disabled || now < health_.next) return;
+  StartHealthCheck(now);
+}
+
+void Agent::StartHealthCheck(Clock::time_point now) {
+  const std::string checker = Checker(config_.options.health_check);
+  auto path = ResolveExecutable(checker);
+  if (!path.ok()) {
+    RTFT_LOG(kWarn, kLogLaunch) << "slot " << config_.slot
+                                << ": no health check: " << path.status().message()
+                                << " (build rtft-health, or set --health-check)";
+    health_.disabled = true;
+    return;
+  }
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    RTFT_LOG(kWarn, kLogLaunch) << "health check: pipe: " << std::strerror(errno);
+    health_.next = now + config_.options.health_period;
+    return;
+  }
+  // Its environment is dp-launch's, plus the slot (so that a test's "S/health.check" fault can
+  // aim at one spare; RTFT_RESTART_COUNT 0: every check is a first process).
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "RTFT_SLOT=", 10) != 0 && std::strncmp(*e, "RTFT_RESTART_COUNT=", 19) != 0)
+      env.emplace_back(*e);
+  }
+  env.push_back("RTFT_SLOT=" + std::to_string(config_.slot));
+  env.push_back("RTFT_RESTART_COUNT=0");
+  std::vector<std::string> args = {*path, "--device", std::to_string(config_.device)};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDERR_FILENO);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, path->c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    RTFT_LOG(kWarn, kLogLaunch) << "health check: cannot start " << *path << ": "
+                                << std::strerror(rc);
+    health_.next = now + config_.options.health_period;
+    return;
+  }
+  (void)fcntl(out[0], F_SETFL, O_NONBLOCK);
+  health_.pid = pid;
+  health_.fd = out[0];
+  health_.output.clear();
+  health_.started = now;
+  RTFT_LOG(kDebug, kLogLaunch) << "slot " << config_.slot << ": health check started (pid " << pid
+                               << ", device " << config_.device << ")";
+}
+
+void Agent::PollHealthCheck(Clock::time_point now) {
+  char buf[1024];
+  while (true) {
+    const ssize_t n = read(health_.fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    if (health_.output.size() < kMaxOutput)
+      health_.output.append(buf, std::min<size_t>(n, kMaxOutput - health_.output.size()));
+  }
+  int status = 0;
+  const pid_t got = waitpid(health_.pid, &status, WNOHANG);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - health_.started);
+  if (got == 0) {
+    if (now - health_.started <= config_.options.health_timeout) return;
+    EndHealthCheck("");
+    return HealthFailed("took longer than " +
+                        std::to_string(config_.options.health_timeout.count()) + " s");
+  }
+  if (got < 0) {
+    RTFT_LOG(kWarn, kLogLaunch) << "health check: waitpid: " << std::strerror(errno);
+    return EndHealthCheck("");
+  }
+  close(health_.fd);
+  health_.fd = -1;
+  health_.pid = -1;
+  health_.next = now + config_.options.health_period;
+  const std::string verdict = LastLine(health_.output);
+  {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": healthy (" << took.count()
+                                  << " ms): " << verdict;
+      return;
+    }
+    const std::string how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                              : "signal " + std::to_string(WTERMSIG(status));
+    return HealthFailed(how + (verdict.empty() ? "" : ": " + verdict));
+  }
+}
+
+void Agent::EndHealthCheck(const std::string& why) {
+  if (health_.pid <= 0) return;
+  kill(health_.pid, SIGKILL);
+  int status = 0;
+  (void)waitpid(health_.pid, &status, 0);
+  close(health_.fd);
+  health_.fd = -1;
+  health_.pid = -1;
+  health_.next = Clock::now() + config_.options.health_period;
+  if (!why.empty())
+    RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": health check ended: " << why;
+}
+
+void Agent::HealthFailed(const std::string& why) {
+  RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << " (device " << config_.device
+                               << "): health check failed: " << why
+                               << "; the spare leaves the pool";
+  health_.disabled = true;  // it is retired; nothing more to check
+  Status s = client_->ReportFailure(control::FailureKind::kUnhealthy, control::kNoRank, 0);
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the failed health check: " << s;
+}
+
+}  // namespace rtft::launch
