@@ -288,12 +288,14 @@ void Agent::WaitAndHandle() {
   }
   CheckWatchdog();
   CheckHealth();
+  ForwardPause();
   PollKvGets();
   CheckSignalsAndDeadlines();
   Fence();
 }
 
 void Agent::HandleEvent(const control::ControlEvent& event) {
+  client_->SetPaused(std::nullopt);  // a pause ends with the next epoch
   RTFT_LOG(kInfo, kLogLaunch) << "slot " << config_.slot << ": epoch " << event.membership.epoch
                               << (event.type == control::ControlEvent::Type::kShutdown
                                       ? " shutdown: "

@@ -148,6 +148,8 @@ class Agent {
   // reported now, the restart waits for the tree's end (StartApp).
   void OnChildExiting(const ChildExit& exit);
   void CheckWatchdog();
+  // A planned swap's notice from the coordinator, to the running application (agent_app.cc).
+  void ForwardPause();
   // agent_health.cc: a spare's health check, started, polled and ended on Run()'s thread.
   void CheckHealth();
   void StartHealthCheck(Clock::time_point now);

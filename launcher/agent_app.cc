@@ -150,6 +150,10 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
     case Type::kSample:
       client_->SetCallProgress(r.progress);
       break;
+    case Type::kPaused:
+      // Its heartbeats say so until the next event or a cancel (docs/protect.md, "Stragglers").
+      client_->SetPaused(control::PauseNotice{r.epoch, r.step, false});
+      break;
     case Type::kDetach:
       break;
     case Type::kKvPut: {
@@ -360,6 +364,16 @@ void Agent::ReplaceApp(const std::string& what) {
     (void)client_->ReportExit(kExitNoStart);
     Finish(kExitNoStart, "cannot start the application again " + what);
   }
+}
+
+void Agent::ForwardPause() {
+  const auto notice = client_->TakePause();
+  if (!notice) return;
+  if (notice->cancel) client_->SetPaused(std::nullopt);
+  // Only an application that runs with its rank pauses: a spare has no step to stop at.
+  if (state_ != AppState::kRunning || !app_.attached || !app_.assigned || is_spare()) return;
+  Status s = link_->SendPause(*notice);
+  if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "forwarding a pause to the application: " << s;
 }
 
 }  // namespace rtft::launch

@@ -24,6 +24,7 @@ else
   "${RTFT_ROOT}/scripts/check-format.sh"
 fi
 "${RTFT_ROOT}/scripts/check-config-macros.sh"
+"${RTFT_ROOT}/scripts/check-file-sizes.sh"
 
 # Open MPI refuses to start as root unless told; CI runs as root on two cores, so multi-process
 # tests also need to oversubscribe.

@@ -5,7 +5,8 @@
 // coordinator's straggler detector runs with its defaults (20 %, 50 steps). Reported from rank
 // 0's per-step log: the job's step time before the slowdown, while rank 1 is slow, and after the
 // spare took its rank; rank 1's work against its peers' as the detector measured it; the time
-// from the first slow step to the spare's start, and the steps that took.
+// from the first slow step to the spare's start, and the steps that took; whether the swap was a
+// planned one (every rank paused at one step) and how many steps ran twice.
 #include <algorithm>
 #include <map>
 #include <regex>
@@ -29,6 +30,8 @@ struct StragglerRun {
   double swap_s = 0;                 // from the first slow step to the spare's start
   uint64_t slow_step = 0, swap_step = 0;
   bool swapped = false;
+  bool planned = false;      // a planned swap: every rank paused at one step
+  uint64_t steps_again = 0;  // steps that ran twice (the most of any rank)
 };
 
 // The mean step time (ms) of rank 0's consecutive logged steps in [from, to): the mean, for a
@@ -74,6 +77,20 @@ StatusOr<StragglerRun> Read(const BenchJob& job, uint64_t steps) {
   r.swapped = std::regex_search(out, s, spare);
   r.swap_step = r.swapped ? std::stoull(s[1]) : steps;
   if (r.swapped) r.swap_s = std::stod(s[2]) - slow_at;
+  r.planned = out.find("planned swap: every rank paused at step ") != std::string::npos;
+  // A step that failed (F) and the step its rank recovered at (R): F - R steps ran again.
+  static const std::regex failed(R"(\[train (\d{1,6})\] failure step=(\d{1,12}) )");
+  static const std::regex recovered(R"(\[train (\d{1,6})\] recovered epoch=\d+ step=(\d{1,12}) )");
+  std::map<int, uint64_t> failed_at, recovered_at;
+  for (std::sregex_iterator it(out.begin(), out.end(), failed), end; it != end; ++it)
+    failed_at.emplace(std::stoi((*it)[1]), std::stoull((*it)[2]));
+  for (std::sregex_iterator it(out.begin(), out.end(), recovered), end; it != end; ++it)
+    recovered_at.emplace(std::stoi((*it)[1]), std::stoull((*it)[2]));
+  for (const auto& [rank, f] : failed_at) {
+    auto at = recovered_at.find(rank);
+    if (at != recovered_at.end() && f > at->second)
+      r.steps_again = std::max(r.steps_again, f - at->second);
+  }
   if (std::regex_search(out, v, verdict)) {
     r.work_ms = std::stod(v[1]);
     r.peers_ms = std::stod(v[2]);
@@ -142,6 +159,8 @@ class StragglerCommand : public BenchCommand {
                 {"work_over_peers_pct",
                  r->peers_ms > 0 ? (r->work_ms / r->peers_ms - 1.0) * 100.0 : 0.0},
                 {"swapped", r->swapped},
+                {"planned_swap", r->planned},
+                {"steps_run_again", r->steps_again},
                 {"swap_step", r->swap_step},
                 {"slow_steps", r->swapped ? r->swap_step - r->slow_step : 0},
                 {"swap_s", r->swap_s},

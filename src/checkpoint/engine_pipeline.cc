@@ -12,45 +12,6 @@
 #include "core/logging.h"
 
 namespace rtft::internal {
-namespace {
-
-// Coalesced small tensors usually sit next to each other both in the pool span and in the file
-// (the layout keeps datasets adjacent): one large write instead of many small ones. Requests
-// merge only when both their file ranges and their buffers touch, so no byte outside a dataset
-// is ever written.
-void MergeAdjacent(std::vector<IoRequest>* requests) {
-  if (requests->size() < 2) return;
-  size_t out = 0;
-  for (size_t i = 1; i < requests->size(); ++i) {
-    IoRequest& last = (*requests)[out];
-    const IoRequest& next = (*requests)[i];
-    if (last.offset + last.length == next.offset &&
-        static_cast<char*>(last.buffer) + last.length == next.buffer) {
-      last.length += next.length;
-    } else {
-      (*requests)[++out] = next;
-    }
-  }
-  requests->resize(out + 1);
-}
-
-// Large O_DIRECT writes go out as several requests, so an io_uring backend keeps many in flight
-// from one flush thread (the disk's best depth), instead of one huge request at a time.
-constexpr uint64_t kWriteRequestBytes = 8ull << 20;
-
-void SplitLarge(std::vector<IoRequest>* requests) {
-  std::vector<IoRequest> out;
-  for (const IoRequest& r : *requests) {
-    for (uint64_t done = 0; done < r.length; done += kWriteRequestBytes) {
-      out.push_back(IoRequest{r.offset + done, static_cast<char*>(r.buffer) + done,
-                              std::min(kWriteRequestBytes, r.length - done)});
-    }
-  }
-  requests->swap(out);
-}
-
-}  // namespace
-
 // ---- capture ---------------------------------------------------------------------------------
 
 void Engine::RunLoop(const char* name, void (Engine::*loop)()) {
@@ -268,7 +229,7 @@ Status Engine::WriteUnit(
   }
   MergeAdjacent(&aligned);
   MergeAdjacent(&rest);
-  SplitLarge(&aligned);
+  SplitLarge(&aligned, kWriteRequestBytes);
   if (!aligned.empty()) RTFT_RETURN_IF_ERROR(direct->Write(aligned));
   if (!rest.empty()) RTFT_RETURN_IF_ERROR((buffered ? buffered : direct)->Write(rest));
   FaultPoint("ckpt.flush");

@@ -70,6 +70,10 @@ class ProtectorImpl final : public Protector {
   void StopReplication();
   // step.cc
   Status StartCapture(uint64_t step);
+  // A planned swap asked this rank to stop at `step` (docs/protect.md, "Stragglers"): once the
+  // step's snapshot is whole and replicated, it waits for the swap's epoch (kAborted: recover,
+  // which restores this very step) or for the swap to be called off (Ok: the step goes on).
+  Status PauseForSwap(uint64_t step);
   Status MaybeCheckpoint(uint64_t step, bool now);
 
   Runtime* rt_;

@@ -3,8 +3,10 @@
 // BeforeUpdate waits for the capture's copy; EndStep reports progress, writes L3 when it is due,
 // and says whether a failure event came; CheckpointNow writes L3 between steps.
 #include "core/fault_point.h"
+#include "core/logging.h"
 #include "protect/l3_views.h"
 #include "protect/protector.h"
+#include "runtime/pause.h"
 
 namespace rtft::protect {
 namespace {
@@ -12,6 +14,11 @@ namespace {
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
+
+// How long a rank paused for a planned swap waits at most, and how often it looks whether the
+// swap was called off.
+constexpr std::chrono::seconds kPauseLimit{30};
+constexpr std::chrono::milliseconds kPausePoll{50};
 
 }  // namespace
 
@@ -49,9 +56,36 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   restored_step_.reset();
   if (restored) {
     if (epoch_.replicator) epoch_.replicator->Submit(step);
-    return Status::Ok();
+  } else {
+    RTFT_RETURN_IF_ERROR(StartCapture(step));
   }
-  return StartCapture(step);
+  return PauseForSwap(step);
+}
+
+Status ProtectorImpl::PauseForSwap(uint64_t step) {
+  const std::optional<PauseRequest> want = PauseWanted(rt_);
+  if (!want || !epoch_.train || want->epoch != epoch_.train->epoch() || want->step != step)
+    return Status::Ok();
+  // What the swap restores on every rank, and what the spare is fed from: this step's snapshot,
+  // checksummed and in its replica holder's L2.
+  RTFT_RETURN_IF_ERROR(capture_->Wait());
+  if (epoch_.replicator) RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step));
+  FaultPoint("protect.pause");  // test hook: a rank that never says it paused
+  ReportPaused(rt_, *want);
+  RTFT_LOG(kInfo, kLogRuntime) << "paused at step " << step << " for a planned swap";
+  const uint64_t epoch = want->epoch;
+  // The coordinator gives up on a swap long before this (it calls it off, or swaps through the
+  // lost-slot path); a rank that hears neither goes on by itself.
+  const auto until = std::chrono::steady_clock::now() + kPauseLimit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (events_.WaitForEpochAfter(epoch, std::chrono::steady_clock::now() + kPausePoll) ||
+        events_.shutting_down())
+      return Aborted();
+    const std::optional<PauseRequest> still = PauseWanted(rt_);
+    if (!still || still->epoch != epoch || still->step != step) break;  // called off
+  }
+  RTFT_LOG(kInfo, kLogRuntime) << "the planned swap at step " << step << " is off: going on";
+  return Status::Ok();
 }
 
 Status ProtectorImpl::StartCapture(uint64_t step) {

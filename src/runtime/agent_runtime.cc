@@ -14,6 +14,7 @@
 #include "core/progress.h"
 #include "core/thread.h"
 #include "runtime/gather.h"
+#include "runtime/pause.h"
 #include "runtime/runtime_base.h"
 
 namespace rtft::runtime_internal {
@@ -42,7 +43,7 @@ FailureEvent EventFrom(const control::ControlEvent& e) {
   return f;
 }
 
-class AgentRuntime final : public RuntimeBase, public GatherService {
+class AgentRuntime final : public RuntimeBase, public GatherService, public PauseService {
  public:
   AgentRuntime(std::unique_ptr<control::LocalClient> client, RuntimeInfo info)
       : RuntimeBase(info), client_(std::move(client)) {}
@@ -109,6 +110,17 @@ class AgentRuntime final : public RuntimeBase, public GatherService {
                            const std::string& value) override {
     return client_->GatherResult(key, epoch, value);
   }
+  std::optional<PauseRequest> PauseWanted() const override {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    return pause_;
+  }
+  void ReportPaused(const PauseRequest& at) override {
+    control::RuntimeReport r;
+    r.type = control::RuntimeReport::Type::kPaused;
+    r.epoch = at.epoch;
+    r.step = at.step;
+    (void)client_->Report(r);  // a link that failed is the agent's to notice
+  }
 
  private:
   // The link is thread-safe and wakes PollEvent as soon as an event arrives; the timeout bounds
@@ -129,6 +141,14 @@ class AgentRuntime final : public RuntimeBase, public GatherService {
       auto ev = client_->PollEvent(
           std::min(milliseconds(100),
                    std::chrono::duration_cast<milliseconds>(next_sample - now) + milliseconds(1)));
+      // PollEvent returns early for a pause notice: taken here, every round.
+      if (auto notice = client_->TakePause()) {
+        std::lock_guard<std::mutex> lock(pause_mu_);
+        if (notice->cancel)
+          pause_.reset();
+        else
+          pause_ = PauseRequest{notice->epoch, notice->step};
+      }
       if (!ev.ok()) {
         std::this_thread::sleep_for(milliseconds(100));
         continue;
@@ -151,6 +171,8 @@ class AgentRuntime final : public RuntimeBase, public GatherService {
   std::unique_ptr<control::LocalClient> client_;
   std::atomic<bool> stop_{false};
   Thread thread_;
+  mutable std::mutex pause_mu_;
+  std::optional<PauseRequest> pause_;  // the coordinator's, not cancelled
   // ReportStep's (the training thread's).
   bool reported_ = false;
   uint64_t last_step_ = 0, last_ns_ = 0, last_in_calls_ = 0;

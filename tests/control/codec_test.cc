@@ -344,5 +344,44 @@ TEST(Codec, StepWorkSurvivesTheWireWithItsCount) {
   EXPECT_NE(Decode(FrameJson(MsgType::kFailure, beyond)).find("field 'kind'"), std::string::npos);
 }
 
+TEST(Codec, APlannedSwapsPauseSurvivesTheWire) {
+  // The coordinator's notice and its local copy.
+  for (MsgType type : {MsgType::kPause, MsgType::kLocalPause}) {
+    Message m = RoundTrip(type, PauseBody(PauseNotice{7, 1234, false}));
+    const PauseNotice back = PauseFrom(m.body);
+    EXPECT_EQ(back.epoch, 7u);
+    EXPECT_EQ(back.step, 1234u);
+    EXPECT_FALSE(back.cancel);
+    EXPECT_TRUE(PauseFrom(RoundTrip(type, PauseBody(PauseNotice{7, 1234, true})).body).cancel);
+    json partial = PauseBody(PauseNotice{7, 1234, false});
+    partial.erase("cancel");
+    EXPECT_NE(Decode(FrameJson(type, partial)).find("cancel"), std::string::npos);
+  }
+  EXPECT_STREQ(MsgTypeName(MsgType::kPause), "pause");
+  EXPECT_STREQ(MsgTypeName(MsgType::kLocalPause), "local-pause");
+  // The application's report, and its agent's heartbeats while it stands paused.
+  RuntimeReport paused;
+  paused.type = RuntimeReport::Type::kPaused;
+  paused.epoch = 7;
+  paused.step = 1234;
+  const RuntimeReport r = ReportFrom(RoundTrip(MsgType::kReport, ReportBody(paused)).body);
+  EXPECT_EQ(r.type, RuntimeReport::Type::kPaused);
+  EXPECT_EQ(r.epoch, 7u);
+  EXPECT_EQ(r.step, 1234u);
+  json bare{{"rt", static_cast<int>(RuntimeReport::Type::kPaused)}};
+  EXPECT_NE(Decode(FrameJson(MsgType::kReport, bare)).find("without its epoch and step"),
+            std::string::npos);
+  Message hb = RoundTrip(MsgType::kHeartbeat,
+                         HeartbeatBody(1, 1233, 9, false, {}, {}, PauseNotice{7, 1234, false}));
+  auto at = PausedFrom(hb.body);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->epoch, 7u);
+  EXPECT_EQ(at->step, 1234u);
+  EXPECT_FALSE(PausedFrom(HeartbeatBody(1, 1233, 9)).has_value());
+  json half = HeartbeatBody(1, 1233, 9, false, {}, {}, PauseNotice{7, 1234, false});
+  half.erase("pze");
+  EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, half)).find("pause"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rtft::control

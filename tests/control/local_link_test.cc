@@ -137,6 +137,43 @@ TEST_F(LocalLinkTest, AttachAssignEventsReportsAndKv) {
   EXPECT_EQ(*kv, "value");
 }
 
+// A planned swap's pause wakes the runtime's wait for events at once and is taken once; the
+// newest notice replaces one not taken yet.
+TEST_F(LocalLinkTest, APauseNoticeWakesThePollAndIsTakenOnce) {
+  auto server = LocalServer::Bind(path_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = LocalClient::Connect(path_);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Attach(7).ok());
+  ASSERT_TRUE((*server)->WaitAttach(milliseconds(3000)).ok());
+  EXPECT_FALSE((*client)->TakePause().has_value());
+  ASSERT_TRUE((*server)->SendPause(PauseNotice{3, 40, false}).ok());
+  ASSERT_TRUE((*server)->SendPause(PauseNotice{3, 41, false}).ok());
+  // The poll returns (no event) once the notices are in: waited for, not slept on.
+  std::optional<PauseNotice> got;
+  for (int i = 0; i < 300 && !(got && got->step == 41); ++i) {
+    auto ev = (*client)->PollEvent(milliseconds(10000));
+    ASSERT_TRUE(ev.ok()) << ev.status();
+    EXPECT_FALSE(ev->has_value());
+    if (auto p = (*client)->TakePause()) got = p;
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->epoch, 3u);
+  EXPECT_EQ(got->step, 41u);
+  EXPECT_FALSE(got->cancel);
+  EXPECT_FALSE((*client)->TakePause().has_value());
+  // The runtime's answer: paused there.
+  RuntimeReport paused;
+  paused.type = RuntimeReport::Type::kPaused;
+  paused.epoch = 3;
+  paused.step = 41;
+  ASSERT_TRUE((*client)->Report(paused).ok());
+  auto rep = (*server)->PollReport(milliseconds(3000));
+  ASSERT_TRUE(rep.ok() && rep->has_value());
+  EXPECT_EQ((*rep)->type, RuntimeReport::Type::kPaused);
+  EXPECT_EQ((*rep)->step, 41u);
+}
+
 TEST_F(LocalLinkTest, RestartedApplicationReplacesTheOldOne) {
   auto server = LocalServer::Bind(path_);
   ASSERT_TRUE(server.ok());

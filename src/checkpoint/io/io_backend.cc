@@ -3,6 +3,8 @@
 #include "checkpoint/io/io_backend.h"
 #include "core/build_config.h"
 
+#include <algorithm>
+
 #include "checkpoint/io/posix/posix_backend.h"
 #include "core/logging.h"
 #if RTFT_WITH_URING
@@ -50,6 +52,33 @@ StatusOr<std::unique_ptr<IoBackend>> CreateIoBackend(const IoBackendOptions& opt
   RTFT_LOG(kInfo, kLogIo) << "I/O backend: posix (auto; io_uring unavailable: " << uring.message()
                           << ")";
   return CreatePosixBackend(options);
+}
+
+void MergeAdjacent(std::vector<IoRequest>* requests) {
+  if (requests->size() < 2) return;
+  size_t out = 0;
+  for (size_t i = 1; i < requests->size(); ++i) {
+    IoRequest& last = (*requests)[out];
+    const IoRequest& next = (*requests)[i];
+    if (last.offset + last.length == next.offset &&
+        static_cast<char*>(last.buffer) + last.length == next.buffer) {
+      last.length += next.length;
+    } else {
+      (*requests)[++out] = next;
+    }
+  }
+  requests->resize(out + 1);
+}
+
+void SplitLarge(std::vector<IoRequest>* requests, uint64_t max_bytes) {
+  std::vector<IoRequest> out;
+  for (const IoRequest& r : *requests) {
+    for (uint64_t done = 0; done < r.length; done += max_bytes) {
+      out.push_back(IoRequest{r.offset + done, static_cast<char*>(r.buffer) + done,
+                              std::min<uint64_t>(max_bytes, r.length - done)});
+    }
+  }
+  requests->swap(out);
 }
 
 }  // namespace rtft

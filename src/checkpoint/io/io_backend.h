@@ -22,6 +22,18 @@ struct IoRequest {
   size_t length = 0;
 };
 
+// Coalesced small tensors usually sit next to each other both in the pool span and in the file
+// (the layout keeps datasets adjacent): one large write instead of many small ones. Requests
+// merge only when both their file ranges and their buffers touch, so no byte outside a dataset
+// is ever written.
+void MergeAdjacent(std::vector<IoRequest>* requests);
+
+// Large O_DIRECT writes go out as several requests, so an io_uring backend keeps many in flight
+// from one flush thread (the disk's best depth), instead of one huge request at a time: each
+// request of more than `max_bytes` becomes pieces of at most that.
+void SplitLarge(std::vector<IoRequest>* requests, uint64_t max_bytes);
+constexpr uint64_t kWriteRequestBytes = 8ull << 20;
+
 enum class OpenMode {
   kCreate,     // create or truncate, read-write
   kReadWrite,  // must exist

@@ -8,11 +8,11 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/thread.h"
 
 namespace rtft {
 namespace {
@@ -155,7 +155,9 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
   double read_s = 0, reader_waited_s = 0, checked_s = 0;
   uint64_t read_bytes = 0;
   const auto began = Clock::now();
-  std::thread reader([&] {
+  // The reader's loop; anything it throws ends it with a group that reads as failed, so the
+  // loop below never waits for a half that will not come.
+  auto read_all = [&] {
     for (uint64_t g = 0; g < p.groups(); ++g) {
       Half& h = half[g % 2];
       std::unique_ptr<CopyTicket> previous;
@@ -183,7 +185,21 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
       cv.notify_all();
       if (!bytes.ok()) return;
     }
-  });
+  };
+  RTFT_ASSIGN_OR_RETURN(Thread reader, Thread::Start("rtft-h2d-read", [&] {
+                          const Status s = RunGuarded("the restore's reader", read_all);
+                          if (s.ok()) return;
+                          {
+                            std::lock_guard<std::mutex> lock(mu);
+                            for (Half& h : half) {
+                              if (h.filled) continue;
+                              h.filled = true;
+                              h.bytes = 0;
+                              h.read = s;
+                            }
+                          }
+                          cv.notify_all();
+                        }));
   Status result;
   for (uint64_t g = 0; g < p.groups() && result.ok(); ++g) {
     Half& h = half[g % 2];
@@ -212,7 +228,7 @@ Status StreamOverlapped(const Plan& p, char* halves[2]) {
     }
     cv.notify_all();
   }
-  reader.join();
+  reader.Join();
   // Every copy still running reads from the buffer: wait for each before returning.
   for (Half& h : half) {
     if (!h.ticket) continue;

@@ -64,6 +64,12 @@ class AgentClient {
   // One step's own work (the runtime's measure, microseconds): summed with the others since the
   // last heartbeat, which carries the sum and the count (the coordinator's straggler detector).
   virtual void AddStepWork(uint64_t us) = 0;
+  // A planned swap's notice from the coordinator (pause at a step, or go on), once: the agent
+  // forwards it to its application. nullopt when none came since the last call.
+  virtual std::optional<PauseNotice> TakePause() = 0;
+  // Where the application stands paused (sent with every heartbeat from now on); nullopt: it
+  // does not (the agent clears it at every event and at a cancel).
+  virtual void SetPaused(std::optional<PauseNotice> paused) = 0;
   // The application's latest progress sample (its age_ms is ignored: the client measures it from
   // this call), sent with every heartbeat from now on; nullopt: the application running now has
   // sent none (it was just started).

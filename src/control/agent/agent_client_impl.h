@@ -32,6 +32,16 @@ class AgentClientImpl final : public AgentClient {
   StatusOr<Assignment> Join(std::chrono::milliseconds timeout) override;
   Status ReportFailure(FailureKind kind, LogicalRank rank, int32_t detail) override;
   void SetProgress(uint64_t step) override { step_ = step; }
+  std::optional<PauseNotice> TakePause() override {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    std::optional<PauseNotice> p;
+    std::swap(p, pause_);
+    return p;
+  }
+  void SetPaused(std::optional<PauseNotice> paused) override {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    paused_ = paused;
+  }
   void AddStepWork(uint64_t us) override {
     std::lock_guard<std::mutex> lock(progress_mu_);
     work_.us += us;
@@ -108,7 +118,9 @@ class AgentClientImpl final : public AgentClient {
   std::mutex progress_mu_;                      // SetCallProgress's and AddStepWork's, read by Beat
   std::optional<CallProgress> progress_;
   SteadyClock::time_point progress_at_{};
-  StepWork work_;  // since the last heartbeat; progress_mu_'s
+  StepWork work_;                      // since the last heartbeat; progress_mu_'s
+  std::optional<PauseNotice> pause_;   // from the coordinator, not taken yet; progress_mu_'s
+  std::optional<PauseNotice> paused_;  // the application's; progress_mu_'s
   std::atomic<uint64_t> next_req_{1};
   std::atomic<SlotId> primary_slot_seen_{0};
   std::atomic<Generation> gen_seen_{0};

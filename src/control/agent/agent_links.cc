@@ -94,6 +94,14 @@ void AgentClientImpl::Handle(Message msg) {
     }
     case MsgType::kCoordinators:
       return OnCoordinators(msg.body);
+    case MsgType::kPause: {
+      {
+        std::lock_guard<std::mutex> lock(progress_mu_);
+        pause_ = PauseFrom(msg.body);
+      }
+      if (options_.on_answer) options_.on_answer();  // the agent forwards it at once
+      return;
+    }
     case MsgType::kHeartbeatAck:
       return;
     default:
@@ -217,6 +225,7 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
   if (want_ack) last_ack_request_ = now;
   CallProgress progress;
   StepWork work;
+  std::optional<PauseNotice> paused;
   {
     std::lock_guard<std::mutex> lock(progress_mu_);
     if (progress_) {
@@ -225,11 +234,13 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
           0, std::chrono::duration_cast<milliseconds>(now - progress_at_).count());
     }
     std::swap(work, work_);
+    paused = paused_;
   }
   last_beat_ = SteadyClock::now().time_since_epoch().count();  // before the send: never later
-  loop_->SendNow(primary_.socket, "", MsgType::kHeartbeat,
-                 HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress, work),
-                 gen_);
+  loop_->SendNow(
+      primary_.socket, "", MsgType::kHeartbeat,
+      HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress, work, paused),
+      gen_);
   next_beat_ = now + options_.heartbeat_period;
 }
 

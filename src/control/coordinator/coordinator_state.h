@@ -27,6 +27,7 @@ struct CoordinatorSlot {
   SteadyClock::time_point last_seen{};
   SteadyClock::time_point last_retired_notice{};
   uint64_t step = 0;
+  std::optional<PauseNotice> paused;    // where its application stands paused, as it last said
   std::optional<uint64_t> applied_req;  // its last failure or exit request applied (replicated)
 };
 

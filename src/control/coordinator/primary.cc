@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "control/coordinator/primary.h"
@@ -15,6 +17,11 @@ namespace rtft::control {
 namespace {
 
 using std::chrono::milliseconds;
+
+// How far ahead a planned swap's step is, in time, and the margin past it that its deadline
+// allows.
+constexpr double kSwapLookAheadMs = 500;
+constexpr milliseconds kSwapMargin{3000};
 
 }  // namespace
 
@@ -69,7 +76,7 @@ void PrimaryRole::Tick(SteadyClock::time_point now) {
     }
   }
   if (lost.failures.empty()) {
-    if (!CheckHangs(now)) CheckStragglers();
+    if (!CheckPlannedSwap(now) && !CheckHangs(now)) CheckStragglers();
     return;
   }
   const Decision d = state_.Apply(lost);
@@ -116,12 +123,89 @@ void PrimaryRole::CheckStragglers() {
                               << "; no spare is free: reported only";
     return;
   }
+  const std::optional<double> median = hangs_.MedianStepMs();
+  if (median && *median > 0) {
+    RTFT_LOG(kWarn, kLogCtrl) << "straggler: " << who << ": " << verdict->why
+                              << "; a planned swap: a spare takes the rank at a step boundary";
+    return PlanSwap(r, s, *median);
+  }
   RTFT_LOG(kWarn, kLogCtrl) << "straggler: " << who << ": " << verdict->why
                             << "; its slot is retired and a spare takes the rank";
+  RetireStraggler(s);
+}
+
+void PrimaryRole::RetireStraggler(SlotId slot) {
   ReplChange slow(ReplOp::kFail);
-  slow.failures = {{s, FailureKind::kStraggler, 0}};
+  slow.failures = {{slot, FailureKind::kStraggler, 0}};
   const Decision d = state_.Apply(slow);
   replicator_.Commit(slow, [this, d] { Apply(d, true); });
+}
+
+void PrimaryRole::PlanSwap(LogicalRank rank, SlotId slot, double median_step_ms) {
+  const Membership& m = current_.membership;
+  uint64_t newest = 0;
+  for (SlotId s : m.rank_to_slot) {
+    if (s >= 0 && s < state_.table().slots()) newest = std::max(newest, state_.slots()[s].step);
+  }
+  // Far enough ahead that no rank has begun it when the notice arrives: the heartbeats' lag
+  // (their step is a period old) and the notice's way through the agent, about half a second.
+  const auto ahead = static_cast<uint64_t>(
+      std::clamp(std::ceil(kSwapLookAheadMs / median_step_ms) + 2.0, 3.0, 1e6));
+  PlannedSwap p;
+  p.rank = rank;
+  p.slot = slot;
+  p.epoch = m.epoch;
+  p.step = newest + ahead;
+  // The steps until then and a margin: a rank that missed the notice never pauses.
+  p.deadline = SteadyClock::now() +
+               std::chrono::milliseconds(static_cast<int64_t>(ahead * median_step_ms * 2)) +
+               kSwapMargin;
+  swap_ = p;
+  RTFT_LOG(kInfo, kLogCtrl) << "planned swap of rank " << rank << ": every rank pauses at step "
+                            << p.step << " of epoch " << p.epoch;
+  SendPause(PauseNotice{p.epoch, p.step, false});
+}
+
+void PrimaryRole::SendPause(const PauseNotice& notice) {
+  const Membership& m = current_.membership;
+  for (SlotId s : m.rank_to_slot) {
+    if (s < 0 || s >= state_.table().slots()) continue;
+    const CoordinatorSlot& st = state_.slots()[s];
+    if (st.joined && !st.peer.empty()) Send(st.peer, MsgType::kPause, PauseBody(notice));
+  }
+}
+
+bool PrimaryRole::CheckPlannedSwap(SteadyClock::time_point now) {
+  if (!swap_) return false;
+  const Membership& m = current_.membership;
+  if (m.epoch != swap_->epoch || state_.table().draining()) {
+    swap_.reset();  // another failure came first: its recovery is the swap's end
+    return false;
+  }
+  size_t paused = 0;
+  for (SlotId s : m.rank_to_slot) {
+    if (s < 0 || s >= state_.table().slots()) continue;
+    const auto& at = state_.slots()[s].paused;
+    if (at && at->epoch == swap_->epoch && at->step == swap_->step) ++paused;
+  }
+  if (paused == m.rank_to_slot.size()) {
+    RTFT_LOG(kWarn, kLogCtrl) << "planned swap: every rank paused at step " << swap_->step
+                              << "; slot " << swap_->slot << " is retired, a spare takes rank "
+                              << swap_->rank << " from that step";
+    const SlotId slot = swap_->slot;
+    swap_.reset();
+    RetireStraggler(slot);
+    return true;
+  }
+  if (now < swap_->deadline) return true;
+  RTFT_LOG(kWarn, kLogCtrl) << "planned swap at step " << swap_->step << ": " << paused << " of "
+                            << m.rank_to_slot.size() << " ranks paused in time; called off, slot "
+                            << swap_->slot << " retired at once (the lost-slot path)";
+  SendPause(PauseNotice{swap_->epoch, swap_->step, true});
+  const SlotId slot = swap_->slot;
+  swap_.reset();
+  RetireStraggler(slot);
+  return true;
 }
 
 SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,

@@ -62,6 +62,16 @@ class PrimaryRole final : public CoordinatorRole {
   // A rank whose own work per step is persistently slower than its peers' is swapped for a free
   // spare (through the lost-slot path: its slot is retired), or reported once when none is free.
   void CheckStragglers();
+  // A planned swap (docs/protect.md, "Stragglers"): every rank is asked to pause at a step a
+  // little ahead; once all say they stand there, the straggler's slot is retired and the spare
+  // restores that very step (nothing runs again); past its deadline it is called off and the
+  // slot retired at once (the lost-slot path, at most one step again).
+  void PlanSwap(LogicalRank rank, SlotId slot, double median_step_ms);
+  // Returns whether a swap is pending (the hang detector then waits: paused ranks wait for no
+  // one).
+  bool CheckPlannedSwap(SteadyClock::time_point now);
+  void SendPause(const PauseNotice& notice);
+  void RetireStraggler(SlotId slot);
   // A new epoch: the detectors forget what they saw.
   void ResetDetectors(SteadyClock::time_point now);
 
@@ -91,6 +101,13 @@ class PrimaryRole final : public CoordinatorRole {
   GatherTable gathers_;
   HangDetector hangs_;
   StragglerDetector stragglers_;
+  struct PlannedSwap {
+    LogicalRank rank = kNoRank;
+    SlotId slot = -1;
+    uint64_t epoch = 0, step = 0;
+    SteadyClock::time_point deadline{};
+  };
+  std::optional<PlannedSwap> swap_;
   std::vector<LogicalRank> rank_of_slot_;  // of current_, for CurrentRankOf
   uint64_t rank_of_slot_epoch_ = ~uint64_t{0};
   std::set<SlotId> partitioned_;  // the test hook's slots

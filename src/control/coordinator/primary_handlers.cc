@@ -108,6 +108,7 @@ void PrimaryRole::OnVote(const std::string& peer, const Message& msg) {
 void PrimaryRole::OnHeartbeat(SlotId slot, const std::string& peer, const json& b) {
   CoordinatorSlot& st = state_.slots()[slot];
   st.step = b["step"].get<uint64_t>();
+  st.paused = PausedFrom(b);
   if (RoleOfSlot(current_.membership, slot) == Role::kRetired) {
     // A slot declared lost came back (e.g. its agent was stopped): remind it, once a second.
     const auto now = SteadyClock::now();

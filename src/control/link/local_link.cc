@@ -102,6 +102,9 @@ class LocalServerImpl final : public LocalServer {
   Status SendGatherReply(const std::string& key, const StatusOr<GatherReply>& reply) override {
     return Send(MsgType::kLocalGatherReply, LocalGatherReplyBody(key, reply));
   }
+  Status SendPause(const PauseNotice& notice) override {
+    return Send(MsgType::kLocalPause, PauseBody(notice));
+  }
 
   StatusOr<std::optional<RuntimeReport>> PollReport(milliseconds timeout) override {
     RTFT_RETURN_IF_ERROR(loop_->error());
@@ -191,11 +194,18 @@ class LocalClientImpl final : public LocalClient {
   StatusOr<std::optional<ControlEvent>> PollEvent(milliseconds timeout) override {
     RTFT_RETURN_IF_ERROR(loop_->error());
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+    cv_.wait_for(lock, timeout, [&] { return !events_.empty() || pause_.has_value(); });
     if (events_.empty()) return std::optional<ControlEvent>();
     ControlEvent e = std::move(events_.front());
     events_.pop_front();
     return std::optional<ControlEvent>(std::move(e));
+  }
+
+  std::optional<PauseNotice> TakePause() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<PauseNotice> p;
+    std::swap(p, pause_);
+    return p;
   }
 
   Status Report(const RuntimeReport& report) override {
@@ -279,6 +289,9 @@ class LocalClientImpl final : public LocalClient {
       case MsgType::kLocalEvent:
         events_.push_back(LocalEventFrom(m.body));
         break;
+      case MsgType::kLocalPause:
+        pause_ = PauseFrom(m.body);  // the newest notice replaces one not taken yet
+        break;
       case MsgType::kLocalKvReply: {
         Status s = StatusFrom(m.body);
         StatusOr<std::string> v =
@@ -296,6 +309,7 @@ class LocalClientImpl final : public LocalClient {
 
   const std::string path_;
   zmq::context_t ctx_;
+  std::optional<PauseNotice> pause_;  // mu_'s: the newest notice, until taken
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Assignment> assignments_;

@@ -40,6 +40,8 @@ class LocalServer {
   virtual Status SendKvReply(const std::string& key, const StatusOr<std::string>& value) = 0;
   // Answers a kGather report (the agent forwards gathers to the coordinator).
   virtual Status SendGatherReply(const std::string& key, const StatusOr<GatherReply>& reply) = 0;
+  // A planned swap's notice (docs/protect.md, "Stragglers"), forwarded from the coordinator.
+  virtual Status SendPause(const PauseNotice& notice) = 0;
 };
 
 // Runtime side. Thread-safe; an internal thread owns the socket.
@@ -50,7 +52,10 @@ class LocalClient {
   virtual Status Attach(int32_t pid) = 0;
   // Blocks until the agent sends an assignment (a warm spare waits here).
   virtual StatusOr<Assignment> WaitAssignment(std::chrono::milliseconds timeout) = 0;
+  // Returns early (nullopt) when a pause notice came: TakePause() then has it.
   virtual StatusOr<std::optional<ControlEvent>> PollEvent(std::chrono::milliseconds timeout) = 0;
+  // The newest planned swap's notice from the agent, once (nullopt: none since the last call).
+  virtual std::optional<PauseNotice> TakePause() = 0;
   virtual Status Report(const RuntimeReport& report) = 0;
   // Queued to the agent, which forwards it to the coordinator (no answer comes back).
   virtual Status KvPut(const std::string& key, const std::string& value) = 0;

@@ -44,7 +44,8 @@ json CoordinatorsBody(SlotId primary, SlotId standby, const std::string& endpoin
 }
 json ReplAckBody(uint64_t seq) { return json{{"seq", seq}}; }
 json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack,
-                   const CallProgress& progress, const StepWork& work) {
+                   const CallProgress& progress, const StepWork& work,
+                   const std::optional<PauseNotice>& paused) {
   json b{{"slot", slot}, {"step", step}, {"seq", seq}};
   if (want_ack) b["ack"] = true;
   // Only once the application has sampled (docs/control-protocol.md, "Heartbeat").
@@ -59,7 +60,28 @@ json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack,
     b["wus"] = work.us;
     b["wn"] = work.steps;
   }
+  if (paused) {
+    b["pze"] = paused->epoch;
+    b["pz"] = paused->step;
+  }
   return b;
+}
+std::optional<PauseNotice> PausedFrom(const json& b) {
+  if (!b.contains("pz")) return std::nullopt;  // the codec checked that both come together
+  PauseNotice p;
+  p.epoch = b["pze"].get<uint64_t>();
+  p.step = b["pz"].get<uint64_t>();
+  return p;
+}
+json PauseBody(const PauseNotice& n) {
+  return json{{"epoch", n.epoch}, {"step", n.step}, {"cancel", n.cancel}};
+}
+PauseNotice PauseFrom(const json& b) {
+  PauseNotice n;
+  n.epoch = b["epoch"].get<uint64_t>();
+  n.step = b["step"].get<uint64_t>();
+  n.cancel = b["cancel"].get<bool>();
+  return n;
 }
 StepWork StepWorkFrom(const json& b) {
   StepWork w;
@@ -163,6 +185,10 @@ json ReportBody(const RuntimeReport& r) {
       b["key"] = r.key;
       b["value"] = BytesValue(r.value);
       b["epoch"] = r.epoch;
+      break;
+    case RuntimeReport::Type::kPaused:
+      b["epoch"] = r.epoch;
+      b["step"] = r.step;
       break;
     case RuntimeReport::Type::kSample:
       b["calls"] = r.progress.calls;

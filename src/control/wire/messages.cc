@@ -118,7 +118,9 @@ const Schema* Lookup(uint8_t type) {
                                    Bool("lp", false),
                                    Int("age", 0, kI64Max, false),
                                    Int("wus", 0, kI64Max, false),
-                                   Int("wn", 1, kI32Max, false)};
+                                   Int("wn", 1, kI32Max, false),
+                                   Int("pze", 0, kI64Max, false),
+                                   Int("pz", 0, kI64Max, false)};
   static const Schema failure = {Req(), Slot(),
                                  Int("kind", 0, static_cast<int64_t>(FailureKind::kUnhealthy)),
                                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
@@ -153,7 +155,8 @@ const Schema* Lookup(uint8_t type) {
   static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
   static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
   static const Schema attach = {Int("pid", 0, kI32Max)};
-  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kSample)),
+  static const Schema pause = {Int("epoch", 0, kI64Max), Int("step", 0, kI64Max), Bool("cancel")};
+  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kPaused)),
                                 Int("step", 0, kI64Max, false),
                                 Int("work", 0, kI64Max, false),
                                 Str("detail", kMaxTextBytes, false),
@@ -225,6 +228,9 @@ const Schema* Lookup(uint8_t type) {
       return &local_event;
     case MsgType::kLocalKvReply:
       return &local_kv_reply;
+    case MsgType::kPause:
+    case MsgType::kLocalPause:
+      return &pause;
   }
   return nullptr;
 }
@@ -232,62 +238,6 @@ const Schema* Lookup(uint8_t type) {
 }  // namespace
 
 const Schema* SchemaFor(uint8_t type) { return Lookup(type); }
-
-const char* MsgTypeName(MsgType type) {
-  switch (type) {
-    case MsgType::kHello:
-      return "hello";
-    case MsgType::kHeartbeat:
-      return "heartbeat";
-    case MsgType::kFailure:
-      return "failure";
-    case MsgType::kExit:
-      return "exit";
-    case MsgType::kKvPut:
-      return "kv-put";
-    case MsgType::kKvGet:
-      return "kv-get";
-    case MsgType::kVote:
-      return "vote";
-    case MsgType::kSync:
-      return "sync";
-    case MsgType::kGather:
-      return "gather";
-    case MsgType::kGatherResult:
-      return "gather-result";
-    case MsgType::kEventDelta:
-      return "event-delta";
-    case MsgType::kGatherValue:
-      return "gather-value";
-    case MsgType::kLocalGatherReply:
-      return "local-gather-reply";
-    case MsgType::kEvent:
-      return "event";
-    case MsgType::kAck:
-      return "ack";
-    case MsgType::kKvValue:
-      return "kv-value";
-    case MsgType::kHeartbeatAck:
-      return "heartbeat-ack";
-    case MsgType::kCoordinators:
-      return "coordinators";
-    case MsgType::kRepl:
-      return "repl";
-    case MsgType::kReplAck:
-      return "repl-ack";
-    case MsgType::kAttach:
-      return "attach";
-    case MsgType::kReport:
-      return "report";
-    case MsgType::kAssign:
-      return "assign";
-    case MsgType::kLocalEvent:
-      return "local-event";
-    case MsgType::kLocalKvReply:
-      return "local-kv-reply";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -336,14 +286,19 @@ Status CheckDeltaSemantics(const json& body) {
 
 namespace {
 
-// A progress sample's fields all together or none (`with_age`: the heartbeat's carries its age).
-Status CheckProgress(const json& body, bool with_age) {
+// A progress sample's fields all together or none (`heartbeat`: it carries the sample's age,
+// and its step work's two fields come together too).
+Status CheckProgress(const json& body, bool heartbeat) {
   int present = 0;
   for (const char* f : {"calls", "inc", "peer", "lp"}) present += body.contains(f) ? 1 : 0;
-  if (with_age) present += body.contains("age") ? 1 : 0;
-  const int all = with_age ? 5 : 4;
+  if (heartbeat) present += body.contains("age") ? 1 : 0;
+  const int all = heartbeat ? 5 : 4;
   if (present != 0 && present != all)
     return Status::InvalidArgument("a progress sample's fields come all together or not at all");
+  if (heartbeat && body.contains("wus") != body.contains("wn"))
+    return Status::InvalidArgument("a heartbeat's work ('wus') comes with its steps ('wn')");
+  if (heartbeat && body.contains("pze") != body.contains("pz"))
+    return Status::InvalidArgument("a heartbeat's pause comes with its epoch and step");
   return Status::Ok();
 }
 
@@ -351,18 +306,16 @@ Status CheckProgress(const json& body, bool with_age) {
 
 Status CheckMessageSemantics(MsgType type, const json& body) {
   if (type == MsgType::kHello) return CheckDevice(body);
-  if (type == MsgType::kHeartbeat) {
-    RTFT_RETURN_IF_ERROR(CheckProgress(body, true));
-    if (body.contains("wus") != body.contains("wn"))
-      return Status::InvalidArgument("a heartbeat's work ('wus') comes with its steps ('wn')");
-    return Status::Ok();
-  }
+  if (type == MsgType::kHeartbeat) return CheckProgress(body, true);
   if (type == MsgType::kReport) {
     const bool sample =
         body["rt"].get<int64_t>() == static_cast<int64_t>(RuntimeReport::Type::kSample);
     RTFT_RETURN_IF_ERROR(CheckProgress(body, false));
     if (sample && !body.contains("calls"))
       return Status::InvalidArgument("a sample report without its sample");
+    if (body["rt"].get<int64_t>() == static_cast<int64_t>(RuntimeReport::Type::kPaused) &&
+        !(body.contains("epoch") && body.contains("step")))
+      return Status::InvalidArgument("a paused report without its epoch and step");
     return Status::Ok();
   }
   if (type == MsgType::kEventDelta) return CheckDeltaSemantics(body);

@@ -33,6 +33,7 @@ enum class MsgType : uint8_t {
   kCoordinators = 20,  // where the primary and the standby are
   kEventDelta = 21,    // an event as what changed since the one before (wire/delta.h)
   kGatherValue = 22,   // a gather's answer (wire/gather.h)
+  kPause = 23,         // pause at a step boundary for a planned swap, or go on (PauseNotice)
   // primary -> standby, and its answer
   kRepl = 24,
   kReplAck = 25,
@@ -44,6 +45,7 @@ enum class MsgType : uint8_t {
   kLocalEvent = 49,
   kLocalKvReply = 50,
   kLocalGatherReply = 51,
+  kLocalPause = 52,  // the coordinator's kPause, forwarded to the application
 };
 const char* MsgTypeName(MsgType type);
 
@@ -77,8 +79,10 @@ nlohmann::json HelloBody(const AgentInfo& me);
 // coordinator timeout, to notice a lost coordinator).
 // `progress`: the application's last sample (its fields go out only when age_ms >= 0); `work`:
 // its own work over the steps since the last heartbeat (goes out only when steps > 0).
+// `paused`: where the application stands paused for a planned swap (its epoch and step).
 nlohmann::json HeartbeatBody(SlotId slot, uint64_t step, uint64_t seq, bool want_ack = false,
-                             const CallProgress& progress = {}, const StepWork& work = {});
+                             const CallProgress& progress = {}, const StepWork& work = {},
+                             const std::optional<PauseNotice>& paused = std::nullopt);
 nlohmann::json FailureBody(uint64_t req, SlotId slot, FailureKind kind, LogicalRank rank,
                            int32_t detail);
 nlohmann::json ExitBody(uint64_t req, SlotId slot, int32_t code);
@@ -98,6 +102,8 @@ nlohmann::json AssignBody(const Assignment& a);
 nlohmann::json AttachBody(int32_t pid);
 nlohmann::json ReportBody(const RuntimeReport& report);
 nlohmann::json LocalKvReplyBody(const std::string& key, const StatusOr<std::string>& value);
+// kPause and kLocalPause.
+nlohmann::json PauseBody(const PauseNotice& notice);
 
 // Readers of validated bodies (they do not check again).
 Membership MembershipFrom(const nlohmann::json& body);
@@ -107,7 +113,11 @@ Assignment AssignmentFrom(const nlohmann::json& body);
 RuntimeReport ReportFrom(const nlohmann::json& body);
 CallProgress CallProgressFrom(const nlohmann::json& heartbeat);  // age_ms -1 when it has none
 StepWork StepWorkFrom(const nlohmann::json& heartbeat);          // steps 0 when it has none
-Status StatusFrom(const nlohmann::json& body);                   // from "code" and "msg"
+PauseNotice PauseFrom(const nlohmann::json& body);               // kPause, kLocalPause
+// Where the slot's application stands paused (docs/protect.md, "Stragglers": a planned swap),
+// as its heartbeat says; nullopt when it does not.
+std::optional<PauseNotice> PausedFrom(const nlohmann::json& heartbeat);
+Status StatusFrom(const nlohmann::json& body);  // from "code" and "msg"
 std::string BytesFrom(const nlohmann::json& value);
 nlohmann::json BytesValue(const std::string& bytes);
 

@@ -134,6 +134,17 @@ struct StepWork {
   uint32_t steps = 0;
 };
 
+// A planned swap (docs/protect.md, "Stragglers"): every rank of `epoch` stops at the start of
+// `step`, once that step's snapshot is copied and replicated, and waits for the epoch that swaps
+// the slow rank out; `cancel`: the swap is off, go on. The coordinator sends it to the agents,
+// which forward it to their applications; a paused application says so, and its heartbeat
+// carries it.
+struct PauseNotice {
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+  bool cancel = false;
+};
+
 // Runtime → agent.
 struct RuntimeReport {
   enum class Type : uint8_t {
@@ -145,6 +156,7 @@ struct RuntimeReport {
     kGather = 5,        // key, value, timeout_ms and the gather's epoch, members, index, all
     kGatherResult = 6,  // key, value, epoch: the leader's result
     kSample = 7,        // progress: what the application is doing (sampled)
+    kPaused = 8,        // epoch, step: paused there for a planned swap (PauseNotice)
   };
   Type type = Type::kProgress;
   uint64_t step = 0;

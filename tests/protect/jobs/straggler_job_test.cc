@@ -2,8 +2,10 @@
 // dp-launch --spares 1 -- rtft-train` with one rank made slow by repeating its local compute
 // ("train.compute:repeat=F", the same bits F times over). The coordinator's straggler detector,
 // with its default threshold and window, names it; with a spare free, its slot is retired and
-// the spare takes the rank, and the run ends with the digest of the run without the slow rank,
-// bit for bit; with none, it is reported and the run goes on. A clean run swaps nobody.
+// the spare takes the rank at a step boundary (a planned swap: nothing runs again), and the run
+// ends with the digest of the run without the slow rank, bit for bit; a swap that cannot pause
+// falls back to the lost-slot path; with no spare, the rank is reported and the run goes on. A
+// clean run swaps nobody.
 #include "protect/jobs/train_job.h"
 
 namespace rtft::launch::test {
@@ -29,19 +31,47 @@ class StragglerJobTest : public TrainJobTest {
   }
 };
 
-TEST_F(StragglerJobTest, ASlowRankIsSwappedForTheSpareAndTheRunEndsTheSame) {
+// The planned swap: every rank pauses at one step once its snapshot is replicated, the spare
+// takes the slow rank's replica of that step, and nothing runs again.
+TEST_F(StragglerJobTest, ASlowRankIsSwappedAtAStepBoundaryAndNothingRunsAgain) {
   Run run = Start("swapped", 3, 1, "1:train.compute@30:repeat=3", 0);
   ExpectIdentical(run, 3, "slow rank swapped");
   const std::string verdict = Line(run.output, "straggler: rank 1 on slot 1 ");
   ASSERT_FALSE(verdict.empty()) << run.output;
-  EXPECT_NE(verdict.find("a spare takes the rank"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("a planned swap"), std::string::npos) << verdict;
+  const std::string paused = Line(run.output, "planned swap: every rank paused at step ");
+  ASSERT_FALSE(paused.empty()) << run.output;
+  const std::string step = std::to_string(
+      std::stoull(paused.substr(paused.find("at step ") + 8)));  // the step they paused at
   EXPECT_NE(run.output.find("slot 1 (rank 1): straggler, slot retired; rank 1 -> spare slot 3"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("role=spare-activated rank=1"), std::string::npos) << run.output;
+  // Every rank, the spare too, resumed at the step they paused at, and no step failed: nothing
+  // ran again.
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_NE(run.output.find("[train " + std::to_string(rank) +
+                              "] recovered epoch=2 step=" + step + " "),
+              std::string::npos)
+        << "rank " << rank << "\n"
+        << run.output;
+  EXPECT_EQ(run.output.find("] failure step="), std::string::npos) << run.output;
   // Nobody else was taken for slow, before or after the swap.
   EXPECT_EQ(run.output.find("straggler: rank 0"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("straggler: rank 2"), std::string::npos) << run.output;
+}
+
+// A rank that never says it paused (held at `protect.pause`): the swap is called off at its
+// deadline and the slot retired at once, through the lost-slot path; the run still ends the same.
+TEST_F(StragglerJobTest, ASwapThatCannotPauseFallsBackToTheLostSlotPath) {
+  Run run = Start("fallback", 3, 1, "1:train.compute@30:repeat=3,1:protect.pause:hang", 0);
+  ExpectIdentical(run, 3, "swap called off");
+  const std::string off = Line(run.output, "planned swap at step ");
+  ASSERT_FALSE(off.empty()) << run.output;
+  EXPECT_NE(off.find("2 of 3 ranks paused in time; called off, slot 1 retired at once"),
+            std::string::npos)
+      << off;
+  EXPECT_NE(run.output.find("rank 1 -> spare slot 3"), std::string::npos) << run.output;
 }
 
 TEST_F(StragglerJobTest, WithNoSpareFreeASlowRankIsOnlyReported) {
