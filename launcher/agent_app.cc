@@ -150,6 +150,16 @@ void Agent::HandleReport(const control::RuntimeReport& r) {
     case Type::kSample:
       client_->SetCallProgress(r.progress);
       break;
+    case Type::kCorrupt: {
+      // Every rank recovers into the epoch this asks for; the corrupt copy is fed from a peer
+      // (docs/protect.md, "Silent data corruption").
+      RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << ": rank " << assignment_.rank
+                                   << " held a corrupt copy at step " << r.step;
+      const int32_t step = static_cast<int32_t>(std::min<uint64_t>(r.step, INT32_MAX));
+      Status s = client_->ReportFailure(control::FailureKind::kCorrupt, assignment_.rank, step);
+      if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting a corrupt copy: " << s;
+      break;
+    }
     case Type::kPaused:
       // Its heartbeats say so until the next event or a cancel (docs/protect.md, "Stragglers").
       client_->SetPaused(control::PauseNotice{r.epoch, r.step, false});

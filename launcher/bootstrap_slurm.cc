@@ -14,18 +14,12 @@
 
 #include "core/logging.h"
 #include "launcher/bootstrap.h"
+#include "launcher/launch_env.h"
 
 namespace rtft::launch {
 namespace {
 
-StatusOr<int> EnvInt(const char* name) {
-  const char* v = std::getenv(name);
-  char* end = nullptr;
-  long n = v ? std::strtol(v, &end, 10) : -1;
-  if (!v || end == v || *end != '\0' || n < 0)
-    return Status::InvalidArgument(std::string(name) + " is missing or not a number");
-  return static_cast<int>(n);
-}
+StatusOr<int> EnvInt(const char* name) { return LauncherEnvInt(name); }
 
 Status WriteAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "control/wire/types.h"
+#include "launcher/launch_env.h"
 
 namespace rtft::launch {
 namespace {
@@ -20,10 +21,7 @@ long Decimal(const std::string& text, long limit) {
   return v < limit ? v : -1;
 }
 
-const char* Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
+const char* Env(const char* name) { return LauncherEnv(name); }
 
 }  // namespace
 

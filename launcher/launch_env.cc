@@ -5,12 +5,24 @@
 #include <string>
 
 namespace rtft::launch {
-namespace {
 
-const char* Env(const char* name) {
+const char* LauncherEnv(const char* name) {
   const char* v = std::getenv(name);
   return (v && *v) ? v : nullptr;
 }
+
+StatusOr<int> LauncherEnvInt(const char* name) {
+  const char* v = LauncherEnv(name);
+  char* end = nullptr;
+  const long n = v ? std::strtol(v, &end, 10) : -1;
+  if (!v || end == v || *end != '\0' || n < 0 || n > (1L << 30))
+    return Status::InvalidArgument(std::string(name) + " is missing or not a number");
+  return static_cast<int>(n);
+}
+
+namespace {
+
+const char* Env(const char* name) { return LauncherEnv(name); }
 
 bool Truthy(const char* v) {
   return v && (!std::strcmp(v, "1") || !std::strcmp(v, "true") || !std::strcmp(v, "yes") ||

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "rtft/status.h"
+
 namespace rtft::launch {
 
 enum class LauncherKind { kNone, kOpenMpi, kMpich, kSlurm };
@@ -25,6 +27,13 @@ struct LaunchEnv {
 };
 
 LaunchEnv DetectLaunchEnv();
+
+// A variable the launcher, Slurm or CUDA set for this process (never an RTFT_* setting: those
+// are core/param_list.h's): its value, or nullptr when it is unset or empty. dp-launch reads its
+// host's environment through this one function.
+const char* LauncherEnv(const char* name);
+// The same as a count: kInvalidArgument when it is missing or not a non-negative decimal.
+StatusOr<int> LauncherEnvInt(const char* name);
 
 // The recovery features per launcher, for --help and docs/launcher.md.
 const char* LauncherSupportText();

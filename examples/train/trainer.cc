@@ -263,6 +263,15 @@ Status Trainer::Update(rtft::StepContext& ctx) {
     }
     rtft::Communicator* data = DataGroup(ctx);
     if (data) s = data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32);
+    // Test hook: "train.flip:flag" flips a bit of this rank's copy of a replicated parameter
+    // between two steps, as a bit flip in memory would (docs/protect.md, "Silent data
+    // corruption").
+    if (s.ok() && rtft::FaultFlag("train.flip")) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, Params(), 4);
+      bits ^= 1u << 20;
+      std::memcpy(Params(), &bits, 4);
+    }
   }
   if (!s.ok()) return Failed(ctx, s);
   if (o_.blocking_save_every > 0 && (ctx.step + 1) % o_.blocking_save_every == 0) {

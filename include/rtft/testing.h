@@ -19,6 +19,13 @@ RTFT_EXPORT void FaultPoint(const char* point);
 // the first slowed reach appends a line to RTFT_FAULT_LOG. Unarmed, it costs one atomic load.
 RTFT_EXPORT int FaultRepeats(const char* point);
 
+// Whether the fault that `point` guards happens now: true at the n-th reach of a point armed with
+// action `flag` ("point[@n]:flag"), and at every reach from the n-th on with `flags`; false
+// otherwise (FaultPoint does nothing at such a point). How a test makes an application corrupt
+// its own state at a known place (rtft-train flips a bit of a parameter); the first true appends
+// a line to RTFT_FAULT_LOG. Unarmed, it costs one atomic load.
+RTFT_EXPORT bool FaultFlag(const char* point);
+
 // Arms the named points of `spec` (the syntax of RTFT_FAULT; empty disarms every point) in place
 // of what was armed before, with their counts from zero: how a test arms one process of a job,
 // chosen at run time, without writing the environment.

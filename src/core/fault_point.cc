@@ -127,7 +127,8 @@ void FaultPoint(const char* point) {
     if (++g_hits[point] != it->second.at) return;
     action = it->second.action;
   }
-  if (action.rfind(kRepeat, 0) == 0) return;  // FaultRepeats' to act on
+  if (action.rfind(kRepeat, 0) == 0 || action == "flag" || action == "flags")
+    return;  // FaultRepeats' and FaultFlag's to act on
   Note(point, action);
   if (action == "stop") {
     raise(SIGSTOP);
@@ -142,6 +143,24 @@ void FaultPoint(const char* point) {
   } else {
     raise(SIGKILL);
   }
+}
+
+bool FaultFlag(const char* point) {
+  std::call_once(g_from_env, [] { Arm(ParamString(Param::kFault)); });
+  if (!g_any.load(std::memory_order_relaxed)) return false;
+  std::string action;
+  long since = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_armed.find(point);
+    if (it == g_armed.end() || (it->second.action != "flag" && it->second.action != "flags"))
+      return false;
+    since = ++g_hits[point] - it->second.at;
+    action = it->second.action;
+  }
+  if (since < 0 || (since > 0 && action == "flag")) return false;
+  if (since == 0) Note(point, action);
+  return true;
 }
 
 int FaultRepeats(const char* point) {

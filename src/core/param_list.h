@@ -26,6 +26,7 @@ RTFT_PARAM(kCommNcclDeterministic, "RTFT_COMM_NCCL_DETERMINISTIC", kBool, "0", "
 RTFT_PARAM(kProtectL3Every, "RTFT_PROTECT_L3_EVERY", kInt, "0", "per-step protection: write a persistent (L3) checkpoint every N steps (0: never; needs RTFT_PROTECT_CKPT_DIR)")
 RTFT_PARAM(kProtectHashThreads, "RTFT_PROTECT_HASH_THREADS", kInt, "4", "per-step protection: threads that checksum an L1 snapshot of device state and verify one at recovery (1: the capture worker alone)")
 RTFT_PARAM(kProtectL2Streams, "RTFT_PROTECT_L2_STREAMS", kInt, "2", "per-step protection: connections to each ring neighbour that carry the L2 replica, each a stripe of it on a thread of its own (1 to 16; from 2, sending and receiving overlap); each is one more communicator per epoch")
+RTFT_PARAM(kProtectSdcCheck, "RTFT_PROTECT_SDC_CHECK", kBool, "1", "per-step protection: compare every rank's checksum of its replicated tensors with its data-parallel peers' at each step; a copy that differs from the majority is repaired from a peer and its step runs again (replicated tensors must be bitwise identical on those ranks)")
 RTFT_PARAM(kProtectCkptDir, "RTFT_PROTECT_CKPT_DIR", kString, "", "per-step protection: directory of the L3 checkpoints (shared by every rank); a job started with one resumes from its newest version")
 RTFT_PARAM(kOffloadSubgroupElements, "RTFT_OFFLOAD_SUBGROUP_ELEMENTS", kInt, "8388608", "optimizer-offload subgroup size in parameters: the unit moved to the GPU or updated by one CPU task")
 RTFT_PARAM(kOffloadCpuThreads, "RTFT_OFFLOAD_CPU_THREADS", kInt, "0", "CPU threads of the offloaded AdamW update (0: one per hardware thread)")
@@ -69,7 +70,7 @@ RTFT_PARAM(kDevice, "RTFT_DEVICE", kInt, "0", "the CUDA device ordinal of the ap
 RTFT_PARAM(kSlot, "RTFT_SLOT", kInt, "-1", "set by dp-launch for the application: its slot (a process of the launch)")
 RTFT_PARAM(kRole, "RTFT_ROLE", kString, "", "set by dp-launch for the application: its role when it was started (initial, spare, restarted, activated)")
 RTFT_PARAM(kRestartCount, "RTFT_RESTART_COUNT", kInt, "0", "set by dp-launch for the application: how many times it was started on this slot before")
-RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, [S/]point[@n][:action],... with action kill, stop, hang, wait=PATH (until the file exists), exit=N or repeat=F (FaultRepeats: the work it guards done F times on average, a slow rank); S/ arms it only in the first process on slot S (docs/testing.md)")
+RTFT_PARAM(kFault, "RTFT_FAULT", kString, "", "test hook: named fault points to fire, [S/]point[@n][:action],... with action kill, stop, hang, wait=PATH (until the file exists), exit=N, repeat=F (FaultRepeats: the work it guards done F times on average, a slow rank) or flag/flags (FaultFlag: the application corrupts its state once, or at every reach); S/ arms it only in the first process on slot S (docs/testing.md)")
 RTFT_PARAM(kCtrlTestPartition, "RTFT_CTRL_TEST_PARTITION", kString, "", "test hook: while this file exists, the primary coordinator drops all traffic from and to the slots it lists (comma-separated), as a partition would")
 RTFT_PARAM(kFaultLog, "RTFT_FAULT_LOG", kString, "", "test hook: file that fired fault points are noted in (default: stderr)")
 // clang-format on

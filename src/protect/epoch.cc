@@ -110,6 +110,7 @@ Status Epoch::Build(const Parts& parts, uint64_t epoch) {
     RTFT_ASSIGN_OR_RETURN(replicator,
                           Replicator::Start(std::move(replication), parts.held->l1.get(),
                                             parts.held->l2.get(), parts.counters));
+    replicator->set_check(parts.settings->sdc_check);
   }
   return Status::Ok();
 }

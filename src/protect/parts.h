@@ -31,8 +31,9 @@ struct Parts;
 struct Settings {
   ProtectOptions options;
   milliseconds recovery_timeout{0};
-  int device = 0;      // the CUDA device of the training communicator and step
-  int l2_streams = 2;  // RTFT_PROTECT_L2_STREAMS: the replicator's communicators
+  int device = 0;         // the CUDA device of the training communicator and step
+  int l2_streams = 2;     // RTFT_PROTECT_L2_STREAMS: the replicator's communicators
+  bool sdc_check = true;  // RTFT_PROTECT_SDC_CHECK: the replicated tensors' cross-check
 
   size_t ObjectRoom() const {
     return options.max_object_bytes ? options.max_object_bytes : (1u << 20);

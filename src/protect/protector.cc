@@ -89,6 +89,7 @@ Status ProtectorImpl::Open() {
     return Status::InvalidArgument("RTFT_PROTECT_L2_STREAMS=" + std::to_string(streams) +
                                    ": 1 to 16 connections per neighbour");
   settings_.l2_streams = static_cast<int>(streams);
+  RTFT_ASSIGN_OR_RETURN(settings_.sdc_check, ParamBool(Param::kProtectSdcCheck));
   const std::string ckpt = o.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o.ckpt_dir;
   int64_t every = o.l3_every;
   if (every == 0) {

@@ -74,6 +74,8 @@ class ProtectorImpl final : public Protector {
   // step's snapshot is whole and replicated, it waits for the swap's epoch (kAborted: recover,
   // which restores this very step) or for the swap to be called off (Ok: the step goes on).
   Status PauseForSwap(uint64_t step);
+  // The replicated tensors' cross-check found a corrupt copy (step.cc).
+  Status Repair(const Corruption& bad);
   Status MaybeCheckpoint(uint64_t step, bool now);
 
   Runtime* rt_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "core/fault_point.h"
 #include "core/logging.h"
@@ -234,9 +235,19 @@ Status Replicator::Exchange(const Item& item) {
   RTFT_RETURN_IF_ERROR(rank_ % 2 == 0 ? recv_sum() : send_sum());
   l2_->Seal(step, left, comm_->epoch(), in.bytes, in_sum.checksum);
   // Every rank has now sealed its neighbour's replica of `step`: only from here on may a rank's
-  // next capture drop step - 1 from its snapshot (docs/protect.md, "Why the barrier").
+  // next capture drop step - 1 from its snapshot (docs/protect.md, "Why the barrier"). The
+  // barrier is the gather of every rank's checksum of its replicated tensors: each sends its own
+  // once sealed and has everyone's when it returns, which is a barrier too; a copy that differs
+  // from the majority's is corrupt (docs/protect.md, "Silent data corruption").
   const auto summed = std::chrono::steady_clock::now();
-  RTFT_RETURN_IF_ERROR(comm_->Barrier());
+  if (check_ && world_ > 1) {
+    std::vector<uint64_t> sums(static_cast<size_t>(world_));
+    const uint64_t own = area->checksum;
+    RTFT_RETURN_IF_ERROR(comm_->AllGather(&own, sums.data(), sizeof(own), DType::kUInt8));
+    CrossCheck(step, sums);
+  } else {
+    RTFT_RETURN_IF_ERROR(comm_->Barrier());
+  }
   const auto end = std::chrono::steady_clock::now();
   counters_->bytes += out.bytes + in.bytes;
   counters_->micros += static_cast<uint64_t>(
@@ -251,6 +262,31 @@ Status Replicator::Exchange(const Item& item) {
                                 << Ms(summed - sealed_at).count() << " ms, barrier "
                                 << Ms(end - summed).count() << " ms";
   return Status::Ok();
+}
+
+void Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
+  // The majority's checksum: the one more than half the copies hold, if any.
+  std::map<uint64_t, int> count;
+  for (uint64_t s : sums) ++count[s];
+  if (count.size() == 1) return;  // every copy agrees: the usual case
+  Corruption c;
+  c.step = step;
+  c.copies = static_cast<int>(sums.size());
+  for (const auto& [sum, n] : count) {
+    if (2 * n <= c.copies) continue;
+    for (int r = 0; r < c.copies; ++r)
+      if (sums[r] != sum) c.ranks.push_back(r);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  corrupt_.push_back(std::move(c));
+}
+
+std::optional<Corruption> Replicator::TakeCorruption() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (corrupt_.empty()) return std::nullopt;
+  Corruption c = std::move(corrupt_.front());
+  corrupt_.pop_front();
+  return c;
 }
 
 Status Replicator::Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv,

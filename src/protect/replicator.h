@@ -16,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "core/thread.h"
@@ -30,6 +31,15 @@ namespace rtft::protect {
 struct ReplicaCounters {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> micros{0};
+};
+
+// What the cross-check of one step found (docs/protect.md, "Silent data corruption"): the ring
+// positions whose replicated tensors differ from the majority's copy, or, with no majority (two
+// copies that differ), none named.
+struct Corruption {
+  uint64_t step = 0;
+  std::vector<int> ranks;  // ring positions (data-parallel indexes); empty: no majority
+  int copies = 0;          // of the replicated tensors compared
 };
 
 class Replicator {
@@ -60,6 +70,10 @@ class Replicator {
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
+  // What a step's cross-check found wrong, once (the oldest first); nothing while every copy
+  // agreed. `check`: whether the exchange compares the copies at all (RTFT_PROTECT_SDC_CHECK).
+  std::optional<Corruption> TakeCorruption();
+  void set_check(bool check) { check_ = check; }
 
  private:
   struct Item {
@@ -73,6 +87,8 @@ class Replicator {
   void Run();
   void Finish(const Item& item, const Status& s);
   Status Exchange(const Item& item);
+  // Compares the ranks' checksums of their replicated tensors for `step` (by ring position).
+  void CrossCheck(uint64_t step, const std::vector<uint64_t>& sums);
   // Stripe `j` of the `send_bytes` at `send` to the right and of the `recv_bytes` into `recv` from
   // the left, on stream j.
   Status Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv, uint64_t recv_bytes);
@@ -92,6 +108,8 @@ class Replicator {
   size_t calls_done_ = 0, calls_queued_ = 0;
   size_t steps_submitted_ = 0, steps_finished_ = 0;  // replicas given, and ended either way
   uint64_t max_in_ = 0;
+  std::deque<Corruption> corrupt_;  // mu_'s
+  std::atomic<bool> check_{true};
   Status error_;
   bool stop_ = false;
   Thread thread_;

@@ -43,7 +43,10 @@ FailureEvent EventFrom(const control::ControlEvent& e) {
   return f;
 }
 
-class AgentRuntime final : public RuntimeBase, public GatherService, public PauseService {
+class AgentRuntime final : public RuntimeBase,
+                           public GatherService,
+                           public PauseService,
+                           public RepairService {
  public:
   AgentRuntime(std::unique_ptr<control::LocalClient> client, RuntimeInfo info)
       : RuntimeBase(info), client_(std::move(client)) {}
@@ -113,6 +116,12 @@ class AgentRuntime final : public RuntimeBase, public GatherService, public Paus
   std::optional<PauseRequest> PauseWanted() const override {
     std::lock_guard<std::mutex> lock(pause_mu_);
     return pause_;
+  }
+  void ReportCorruption(uint64_t step) override {
+    control::RuntimeReport r;
+    r.type = control::RuntimeReport::Type::kCorrupt;
+    r.step = step;
+    (void)client_->Report(r);
   }
   void ReportPaused(const PauseRequest& at) override {
     control::RuntimeReport r;

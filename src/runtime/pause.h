@@ -17,6 +17,18 @@ struct PauseRequest {
   uint64_t step = 0;
 };
 
+// What a runtime that reaches the coordinator implements for the Protector's repair of a corrupt
+// copy (docs/protect.md, "Silent data corruption"): the coordinator answers with a new epoch,
+// membership unchanged, into which every rank recovers.
+class RepairService {
+ public:
+  virtual ~RepairService() = default;
+  virtual void ReportCorruption(uint64_t step) = 0;
+};
+inline void ReportCorruption(Runtime* rt, uint64_t step) {
+  if (auto* s = dynamic_cast<RepairService*>(rt)) s->ReportCorruption(step);
+}
+
 // What a runtime that hears the coordinator's pauses implements (agent_runtime.cc).
 class PauseService {
  public:

@@ -166,6 +166,23 @@ TEST(ThreadPool, DestructionRunsEveryQueuedTask) {
   EXPECT_EQ(n.load(), 51);
 }
 
+TEST(FaultPoint, FlagFiresOnceAtItsReachAndFlagsFromThenOn) {
+  ArmFaults("");
+  EXPECT_FALSE(FaultFlag("t.flip"));
+  ArmFaults("t.flip@3:flag");
+  std::vector<bool> got;
+  for (int i = 0; i < 6; ++i) got.push_back(FaultFlag("t.flip"));
+  EXPECT_EQ(got, (std::vector<bool>{false, false, true, false, false, false}));
+  ArmFaults("t.flip@2:flags");
+  got.clear();
+  for (int i = 0; i < 4; ++i) got.push_back(FaultFlag("t.flip"));
+  EXPECT_EQ(got, (std::vector<bool>{false, true, true, true}));
+  FaultPoint("t.flip");  // a flag point never fails the process
+  ArmFaults("t.flip:kill");
+  EXPECT_FALSE(FaultFlag("t.flip"));  // nor does FaultFlag act on a failing action
+  ArmFaults("");
+}
+
 TEST(FaultPoint, RepeatSlowsFromItsReachOnByTheFactorOnAverage) {
   // Unarmed: once.
   ArmFaults("");

@@ -102,6 +102,10 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
     if (f.slot < 0 || f.slot >= slots() || seen || retired(f.slot) || exit_codes_[f.slot] ||
         !has_agent(f.slot))
       continue;
+    // A corrupt copy is repaired only while the job runs, and only a rank holds one.
+    if (f.kind == FailureKind::kCorrupt &&
+        (state_ != State::kRunning || members_[f.slot].rank == kNoRank))
+      continue;
     failures.push_back(f);
   }
   if (failures.empty()) return d;
@@ -113,7 +117,20 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
   std::string reason;
   for (const auto& f : failures) {
     Member& mb = members_[f.slot];
-    const bool restartable = f.kind == FailureKind::kProcessCrash || f.kind == FailureKind::kHang;
+    // A corrupt copy repaired from a peer (docs/protect.md, "Silent data corruption"): the rank
+    // stays where it is and every rank recovers into the new epoch; it counts as a restart, so a
+    // slot that keeps corrupting its state (a faulty device) is retired past the limit.
+    if (f.kind == FailureKind::kCorrupt && state_ == State::kRunning && mb.rank != kNoRank &&
+        mb.restarts < options_.max_restarts_per_slot) {
+      ++mb.restarts;
+      if (!reason.empty()) reason += "; ";
+      reason += "slot " + std::to_string(f.slot) + " (rank " + std::to_string(mb.rank) +
+                "): " + FailureKindName(f.kind) + ", repaired from a peer " +
+                std::to_string(mb.restarts) + "/" + std::to_string(options_.max_restarts_per_slot);
+      continue;
+    }
+    const bool restartable = f.kind == FailureKind::kProcessCrash || f.kind == FailureKind::kHang ||
+                             f.kind == FailureKind::kCorrupt;
     // While draining (checkpoint-and-exit) nothing is restarted: a lost rank just fails.
     const bool transient =
         state_ == State::kRunning && restartable && mb.restarts < options_.max_restarts_per_slot;

@@ -190,6 +190,9 @@ json ReportBody(const RuntimeReport& r) {
       b["epoch"] = r.epoch;
       b["step"] = r.step;
       break;
+    case RuntimeReport::Type::kCorrupt:
+      b["step"] = r.step;
+      break;
     case RuntimeReport::Type::kSample:
       b["calls"] = r.progress.calls;
       b["inc"] = r.progress.in_call;

@@ -88,7 +88,7 @@ Schema ReplSchema() {
           Str("host", kMaxHostBytes, false),
           Str("ep", kMaxEndpointBytes, false),
           List("fslots", 0, kMaxSlot, false),
-          List("kinds", 0, static_cast<int64_t>(FailureKind::kUnhealthy), false),
+          List("kinds", 0, static_cast<int64_t>(FailureKind::kCorrupt), false),
           List("details", kI32Min, kI32Max, false),
           Int("xcode", kI32Min, kI32Max, false),
           Str("key", kMaxKeyBytes, false),
@@ -122,7 +122,7 @@ const Schema* Lookup(uint8_t type) {
                                    Int("pze", 0, kI64Max, false),
                                    Int("pz", 0, kI64Max, false)};
   static const Schema failure = {Req(), Slot(),
-                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kUnhealthy)),
+                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kCorrupt)),
                                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
   static const Schema exit = {Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
   static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
@@ -156,7 +156,7 @@ const Schema* Lookup(uint8_t type) {
   static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
   static const Schema attach = {Int("pid", 0, kI32Max)};
   static const Schema pause = {Int("epoch", 0, kI64Max), Int("step", 0, kI64Max), Bool("cancel")};
-  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kPaused)),
+  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kCorrupt)),
                                 Int("step", 0, kI64Max, false),
                                 Int("work", 0, kI64Max, false),
                                 Str("detail", kMaxTextBytes, false),

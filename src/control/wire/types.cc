@@ -38,6 +38,8 @@ const char* FailureKindName(FailureKind kind) {
       return "straggler";
     case FailureKind::kUnhealthy:
       return "health check failed";
+    case FailureKind::kCorrupt:
+      return "silent data corruption";
   }
   return "unknown";
 }

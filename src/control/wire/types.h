@@ -33,6 +33,7 @@ enum class FailureKind : uint8_t {
   kRepeated = 4,      // the same slot failed more often than allowed
   kStraggler = 5,     // its rank's own work per step is persistently slower than its peers'
   kUnhealthy = 6,     // the slot's health check failed (a spare: it leaves the pool)
+  kCorrupt = 7,       // a copy of replicated state was corrupt: every rank recovers, none moves
 };
 const char* FailureKindName(FailureKind kind);
 
@@ -157,6 +158,7 @@ struct RuntimeReport {
     kGatherResult = 6,  // key, value, epoch: the leader's result
     kSample = 7,        // progress: what the application is doing (sampled)
     kPaused = 8,        // epoch, step: paused there for a planned swap (PauseNotice)
+    kCorrupt = 9,       // step: a copy of the replicated tensors was corrupt there
   };
   Type type = Type::kProgress;
   uint64_t step = 0;
