@@ -281,6 +281,13 @@ void Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
   corrupt_.push_back(std::move(c));
 }
 
+bool Replicator::Disagreed(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Corruption& c : corrupt_)
+    if (c.step == step) return true;
+  return false;
+}
+
 std::optional<Corruption> Replicator::TakeCorruption() {
   std::lock_guard<std::mutex> lock(mu_);
   if (corrupt_.empty()) return std::nullopt;

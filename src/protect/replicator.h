@@ -73,6 +73,8 @@ class Replicator {
   // What a step's cross-check found wrong, once (the oldest first); nothing while every copy
   // agreed. `check`: whether the exchange compares the copies at all (RTFT_PROTECT_SDC_CHECK).
   std::optional<Corruption> TakeCorruption();
+  // Whether the check of `step` found a corrupt copy not taken yet.
+  bool Disagreed(uint64_t step);
   void set_check(bool check) { check_ = check; }
 
  private:

@@ -181,6 +181,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   std::vector<std::unique_ptr<CopyTicket>> device;
   RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
   char* p = payload(step);
+  ZeroGaps(p);
   AreaHasher hash(layout_.shard_begin);
   if (!device.empty()) {
     // The device copies run while the host tensors are copied; the whole area is hashed once
@@ -227,8 +228,20 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   return Status::Ok();
 }
 
+void Snapshot::ZeroGaps(char* p) const {
+  size_t at = 0;
+  for (const auto* list : {&layout_.replicated, &layout_.sharded}) {
+    for (const Entry& e : *list) {
+      if (e.offset > at) std::memset(p + at, 0, e.offset - at);
+      at = std::max(at, e.offset + e.bytes);
+    }
+  }
+  if (layout_.objects_begin > at) std::memset(p + at, 0, layout_.objects_begin - at);
+}
+
 void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
-  const char* p = payload(step);
+  char* p = payload(step);
+  ZeroGaps(p);
   ThreadPool* pool = HashPool();
   Close(step, epoch, rank, world, object_bytes, ChunkedXxh3(p, layout_.shard_begin, pool),
         ChunkedXxh3(p + layout_.shard_begin,

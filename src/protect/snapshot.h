@@ -112,6 +112,11 @@ class Snapshot {
   Status Write(const Entry& e, const char* src) const;
   size_t area_bytes() const { return kAlign + layout_.payload_bytes; }
   // Writes the header of `step`'s area and marks it complete, last.
+  // Zeroes the alignment gaps between the entries of an area: its bytes outside the tensors are
+  // then the same on every rank, so that the replicated tensors' checksum compares their
+  // copies (docs/protect.md, "Silent data corruption") whatever the memory held before (a shrink
+  // lays areas out again over old bytes).
+  void ZeroGaps(char* p) const;
   void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
              uint64_t checksum, uint64_t replica_checksum);
 

@@ -167,6 +167,17 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
   RTFT_RETURN_IF_ERROR(capture_->Wait());            // its checksums
   if (!held_.l1->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
+  // Only a version whose replicated copies agreed goes to L3 (docs/protect.md, "Silent data
+  // corruption"): their check ends with the step's L2 exchange. A corrupt one is repaired at the
+  // next BeginStep, and the step that runs again writes its version then.
+  if (epoch_.replicator) {
+    RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step));
+    if (epoch_.replicator->Disagreed(step)) {
+      RTFT_LOG(kWarn, kLogRuntime)
+          << "L3 version " << step << " not written: its replicated copies disagree";
+      return Status::Ok();
+    }
+  }
   // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
   const GridPlace me = epoch_.grid.of(epoch_.train->rank());
   const AreaView view = OwnAreaView(held_.layout, held_.l1->payload(step),

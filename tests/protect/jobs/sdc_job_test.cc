@@ -6,6 +6,9 @@
 // peer, and the step runs again: each run ends with the digest of the run without the flip,
 // bit for bit. A rank that corrupts its state at every step is replaced by the spare; with two
 // copies (no majority) both go back to the last step whose copies agreed.
+#include <cstdio>
+#include <filesystem>
+
 #include "protect/jobs/train_job.h"
 
 namespace rtft::launch::test {
@@ -17,6 +20,30 @@ const std::vector<std::string> kTrain = {"--steps", "120", "--hidden",    "128",
 class SdcJobTest : public TrainJobTest {
  protected:
   SdcJobTest() : TrainJobTest(kTrain, 1000) {}
+
+  // `rtft-ckpt cat FILE params -n 0`: every value of a rank file's replicated parameters.
+  static std::string Params(const std::string& file) {
+    const std::string cmd = std::string(RTFT_CKPT) + " cat '" + file + "' params -n 0 2>&1";
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+      pclose(p);
+    }
+    return out;
+  }
+  // The rank files of every version under `ckpt`, by their path below it.
+  static std::map<std::string, std::string> RankFiles(const std::string& ckpt) {
+    std::map<std::string, std::string> files;
+    std::error_code e;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(ckpt, e)) {
+      const std::string name = f.path().filename().string();
+      if (name.rfind("rank-", 0) == 0 && f.path().extension() == ".h5")
+        files[std::filesystem::relative(f.path(), ckpt).string()] = f.path().string();
+    }
+    return files;
+  }
 };
 
 TEST_F(SdcJobTest, AFlippedBitInAReplicatedCopyIsRepairedFromAPeer) {
@@ -53,6 +80,33 @@ TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
+}
+
+// L3 takes only versions whose replicated copies agreed: the version of the corrupt step is not
+// written from the corrupt snapshot, and every version on disk holds the parameters of the run
+// without the flip (its rank files read back with rtft-ckpt, value by value).
+TEST_F(SdcJobTest, L3WritesOnlyVersionsWhoseCopiesAgreed) {
+  const std::string ref_ckpt = root_ + "/l3-ref-ckpt", flip_ckpt = root_ + "/l3-flip-ckpt";
+  Run ref = Start("l3-ref", 3, 1, "", 0, {"--l3-every", "10", "--ckpt-dir", ref_ckpt});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  Run run = Start("l3-flip", 3, 1, "1:train.flip@40:flag", 0,
+                  {"--l3-every", "10", "--ckpt-dir", flip_ckpt});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("L3 version 40 not written: its replicated copies disagree"),
+            std::string::npos)
+      << run.output;
+  const auto want = RankFiles(ref_ckpt), got = RankFiles(flip_ckpt);
+  ASSERT_FALSE(got.empty()) << flip_ckpt;
+  size_t compared = 0;
+  for (const auto& [name, path] : got) {
+    auto it = want.find(name);
+    if (it == want.end()) continue;  // a version the reference pruned or never wrote
+    const std::string values = Params(path);
+    ASSERT_NE(values.find_first_of("0123456789"), std::string::npos) << values;
+    EXPECT_EQ(values, Params(it->second)) << name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 3u) << "too few versions in common";
 }
 
 }  // namespace
