@@ -225,6 +225,11 @@ std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra) {
   std::vector<std::string> dp = {"--spares", "1"};
+  // The straggler detector swaps a rank the scheduler leaves behind on a loaded machine, which
+  // would use up the spare a benchmark's failure counts on: off unless the benchmark sets it
+  // (rtft-bench straggler does).
+  if (std::find(dp_extra.begin(), dp_extra.end(), "--straggler-pct") == dp_extra.end())
+    dp.insert(dp.end(), {"--straggler-pct", "0"});
   dp.insert(dp.end(), dp_extra.begin(), dp_extra.end());
   std::vector<std::string> a = DpLaunchArgs(ranks + 1, NextToSelf("dp-launch"), dp);
   a.insert(a.end(), {NextToSelf("rtft-train"), "--hidden", std::to_string(hidden), "--batch",

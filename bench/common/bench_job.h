@@ -50,7 +50,8 @@ std::vector<std::string> DpLaunchArgs(int slots, const std::string& dp_launch,
                                       const std::vector<std::string>& dp_args);
 // The `mpirun --enable-recovery -np ranks+1 dp-launch --spares 1 -- rtft-train ...` command of
 // the protect and recovery benchmarks, `dp_extra` before `--`, `train_extra` after the
-// trainer's --hidden and --batch.
+// trainer's --hidden and --batch. The straggler detector is off (--straggler-pct 0) unless
+// `dp_extra` sets it.
 std::vector<std::string> TrainJobArgs(int ranks, int hidden, int batch,
                                       const std::vector<std::string>& dp_extra,
                                       const std::vector<std::string>& train_extra);

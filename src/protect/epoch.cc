@@ -1,9 +1,11 @@
 // One epoch's communicators (docs/protect.md, "Recovery", step 4), made at the start, by every
 // recovery and shrink, and by the L3 fallback; dropped as a whole.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
 #include "comm/watch.h"
+#include "core/logging.h"
 #include "core/thread.h"
 #include "protect/parts.h"
 
@@ -110,7 +112,17 @@ Status Epoch::Build(const Parts& parts, uint64_t epoch) {
     RTFT_ASSIGN_OR_RETURN(replicator,
                           Replicator::Start(std::move(replication), parts.held->l1.get(),
                                             parts.held->l2.get(), parts.counters));
-    replicator->set_check(parts.settings->sdc_check);
+    // Tensors that change in compute (a module's buffers: BatchNorm's running statistics differ
+    // per rank between two steps under DDP) cannot be compared between steps: with one among the
+    // replicated tensors the cross-check is off (docs/protect.md, "Silent data corruption").
+    const auto& replicated = parts.held->layout.replicated;
+    const bool volatile_copies =
+        std::any_of(replicated.begin(), replicated.end(),
+                    [](const Entry& e) { return e.tensor.changed_in_compute; });
+    replicator->set_check(parts.settings->sdc_check && !volatile_copies);
+    if (parts.settings->sdc_check && volatile_copies && me.d == 0 && me.t == 0 && me.p == 0)
+      RTFT_LOG(kWarn, kLogRuntime)
+          << "the replicated tensors' cross-check is off: some change in compute (buffers)";
   }
   return Status::Ok();
 }

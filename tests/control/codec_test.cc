@@ -334,13 +334,16 @@ TEST(Codec, StepWorkSurvivesTheWireWithItsCount) {
   json zero = HeartbeatBody(2, 30, 4, false, {}, w);
   zero["wn"] = 0;
   EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, zero)).find("field 'wn'"), std::string::npos);
-  // A straggler and a failed health check are failure kinds of the wire; one past them is not.
+  // A straggler, a failed health check and a corrupt copy are failure kinds of the wire; one
+  // past them is not.
   EXPECT_EQ(Decode(Encoded(MsgType::kFailure, FailureBody(1, 2, FailureKind::kStraggler, 1, 0))),
             "OK");
   EXPECT_EQ(Decode(Encoded(MsgType::kFailure, FailureBody(1, 2, FailureKind::kUnhealthy, -1, 0))),
             "OK");
-  json beyond = FailureBody(1, 2, FailureKind::kUnhealthy, 1, 0);
-  beyond["kind"] = static_cast<int>(FailureKind::kUnhealthy) + 1;
+  EXPECT_EQ(Decode(Encoded(MsgType::kFailure, FailureBody(1, 2, FailureKind::kCorrupt, 1, 41))),
+            "OK");
+  json beyond = FailureBody(1, 2, FailureKind::kCorrupt, 1, 0);
+  beyond["kind"] = static_cast<int>(FailureKind::kCorrupt) + 1;
   EXPECT_NE(Decode(FrameJson(MsgType::kFailure, beyond)).find("field 'kind'"), std::string::npos);
 }
 
@@ -359,6 +362,13 @@ TEST(Codec, APlannedSwapsPauseSurvivesTheWire) {
   }
   EXPECT_STREQ(MsgTypeName(MsgType::kPause), "pause");
   EXPECT_STREQ(MsgTypeName(MsgType::kLocalPause), "local-pause");
+  // A corrupt copy's report carries its step.
+  RuntimeReport corrupt;
+  corrupt.type = RuntimeReport::Type::kCorrupt;
+  corrupt.step = 41;
+  const RuntimeReport c = ReportFrom(RoundTrip(MsgType::kReport, ReportBody(corrupt)).body);
+  EXPECT_EQ(c.type, RuntimeReport::Type::kCorrupt);
+  EXPECT_EQ(c.step, 41u);
   // The application's report, and its agent's heartbeats while it stands paused.
   RuntimeReport paused;
   paused.type = RuntimeReport::Type::kPaused;
