@@ -83,8 +83,10 @@ class JobTest(unittest.TestCase):
                              text=True, timeout=300, check=False)
         out = run.stdout + run.stderr
         self.assertEqual(run.returncode, 0, out[-4000:])
-        lines = [json.loads(line.split("GROUPS_JOB ", 1)[1]) for line in run.stdout.splitlines()
-                 if "GROUPS_JOB " in line]
+        # Each rank's record, wherever it sits in the merged output (one rank's line may still
+        # follow another's text on the same line).
+        decoder = json.JSONDecoder()
+        lines = [decoder.raw_decode(part)[0] for part in run.stdout.split("GROUPS_JOB ")[1:]]
         self.assertEqual(sorted(line["rank"] for line in lines), [0, 1, 2], out[-4000:])
         for line in lines:
             r = line["rank"]

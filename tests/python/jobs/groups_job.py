@@ -4,6 +4,7 @@ Protector.run, with communicators of their own made through the job's store: a g
 lanes of the world group (every rank sends to the next before it receives from the previous
 one).  Prints one line per rank with what it saw."""
 import json
+import os
 
 import torch
 
@@ -44,5 +45,7 @@ def update(ctx):
 
 
 result = protector.run(3, compute, update)
-print("GROUPS_JOB " + json.dumps({"rank": rank, "outcome": str(result.outcome), "seen": seen}),
-      flush=True)
+# One write of the whole line (print writes the text and the newline apart): mpirun forwards each
+# process's writes as they come, and the ranks' lines must not run into each other.
+line = "GROUPS_JOB " + json.dumps({"rank": rank, "outcome": str(result.outcome), "seen": seen})
+os.write(1, (line + "\n").encode())
