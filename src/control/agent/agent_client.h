@@ -87,8 +87,10 @@ class AgentClient {
   virtual SlotId primary_slot() const = 0;
   virtual Generation generation() const = 0;
   // When the client's thread last handed a heartbeat to its socket (steady clock; epoch before
-  // the first). A primary declares the slot lost no sooner than its timeout after this.
+  // the first), and the longest time between two of them so far (a thread starved on a loaded
+  // machine: a primary may then rightly take the slot for lost).
   virtual std::chrono::steady_clock::time_point last_heartbeat_sent() const = 0;
+  virtual std::chrono::steady_clock::duration longest_heartbeat_gap() const = 0;
   // Blocks until the key exists (or `timeout`: DeadlineExceeded).
   virtual StatusOr<std::string> KvGet(const std::string& key,
                                       std::chrono::milliseconds timeout) = 0;

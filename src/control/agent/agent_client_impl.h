@@ -69,6 +69,9 @@ class AgentClientImpl final : public AgentClient {
   SteadyClock::time_point last_heartbeat_sent() const override {
     return SteadyClock::time_point(SteadyClock::duration(last_beat_.load()));
   }
+  SteadyClock::duration longest_heartbeat_gap() const override {
+    return SteadyClock::duration(longest_gap_.load());
+  }
 
  private:
   // One connection to a coordinator (the primary, or the standby).
@@ -114,8 +117,9 @@ class AgentClientImpl final : public AgentClient {
   const std::chrono::milliseconds primary_timeout_;
   zmq::context_t ctx_;
   std::atomic<uint64_t> step_{0};
-  std::atomic<SteadyClock::rep> last_beat_{0};  // last_heartbeat_sent()'s ticks
-  std::mutex progress_mu_;                      // SetCallProgress's and AddStepWork's, read by Beat
+  std::atomic<SteadyClock::rep> last_beat_{0};    // last_heartbeat_sent()'s ticks
+  std::atomic<SteadyClock::rep> longest_gap_{0};  // longest_heartbeat_gap()'s
+  std::mutex progress_mu_;  // SetCallProgress's and AddStepWork's, read by Beat
   std::optional<CallProgress> progress_;
   SteadyClock::time_point progress_at_{};
   StepWork work_;                      // since the last heartbeat; progress_mu_'s

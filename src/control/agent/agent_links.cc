@@ -236,7 +236,9 @@ void AgentClientImpl::Beat(SteadyClock::time_point now) {
     std::swap(work, work_);
     paused = paused_;
   }
-  last_beat_ = SteadyClock::now().time_since_epoch().count();  // before the send: never later
+  const SteadyClock::rep beat = SteadyClock::now().time_since_epoch().count();
+  const SteadyClock::rep before = last_beat_.exchange(beat);  // stamped before the send
+  if (before != 0 && beat - before > longest_gap_.load()) longest_gap_ = beat - before;
   loop_->SendNow(
       primary_.socket, "", MsgType::kHeartbeat,
       HeartbeatBody(options_.me.slot, step_.load(), seq_++, want_ack, progress, work, paused),

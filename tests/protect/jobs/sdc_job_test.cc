@@ -87,6 +87,7 @@ TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
 // without the flip (its rank files read back with rtft-ckpt, value by value).
 TEST_F(SdcJobTest, L3WritesOnlyVersionsWhoseCopiesAgreed) {
   const std::string ref_ckpt = root_ + "/l3-ref-ckpt", flip_ckpt = root_ + "/l3-flip-ckpt";
+  env_["RTFT_CKPT_KEEP_VERSIONS"] = "0";  // every version stays on disk, the corrupt step's too
   Run ref = Start("l3-ref", 3, 1, "", 0, {"--l3-every", "10", "--ckpt-dir", ref_ckpt});
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   Run run = Start("l3-flip", 3, 1, "1:train.flip@40:flag", 0,
@@ -97,16 +98,22 @@ TEST_F(SdcJobTest, L3WritesOnlyVersionsWhoseCopiesAgreed) {
       << run.output;
   const auto want = RankFiles(ref_ckpt), got = RankFiles(flip_ckpt);
   ASSERT_FALSE(got.empty()) << flip_ckpt;
+  env_.erase("RTFT_CKPT_KEEP_VERSIONS");
+  // Versions 10, 20, ..., 110, each with a file per rank, in both runs.
+  EXPECT_EQ(got.size(), want.size());
   size_t compared = 0;
+  bool corrupt_step = false;
   for (const auto& [name, path] : got) {
     auto it = want.find(name);
-    if (it == want.end()) continue;  // a version the reference pruned or never wrote
+    ASSERT_NE(it, want.end()) << name << " is not in the run without the flip";
     const std::string values = Params(path);
     ASSERT_NE(values.find_first_of("0123456789"), std::string::npos) << values;
     EXPECT_EQ(values, Params(it->second)) << name;
+    corrupt_step = corrupt_step || name.find("000000040") != std::string::npos;
     ++compared;
   }
-  EXPECT_GE(compared, 3u) << "too few versions in common";
+  EXPECT_GE(compared, 30u) << "versions 10 to 110 of 3 ranks";
+  EXPECT_TRUE(corrupt_step) << "version 40, the corrupt step's, was compared";
 }
 
 }  // namespace
