@@ -2,10 +2,22 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 namespace rtft::control {
 
+namespace {
+
+// The median of n values given in ascending order by `at`.
+template <typename At>
+double MedianOfSorted(size_t n, At at) {
+  return n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
+}
+
+}  // namespace
+
 void StragglerDetector::Reset(int32_t world, int32_t tensor, int32_t pipeline) {
+  changed_ = false;
   ranks_.assign(static_cast<size_t>(std::max(world, 0)), Rank());
   named_.assign(ranks_.size(), false);
   group_.assign(ranks_.size(), 0);
@@ -19,6 +31,7 @@ void StragglerDetector::Observe(LogicalRank rank, const StepWork& work) {
   if (!enabled() || work.steps == 0 || rank < 0 || static_cast<size_t>(rank) >= ranks_.size())
     return;
   Rank& r = ranks_[rank];
+  changed_ = true;
   r.samples.push_back(work);
   r.steps += work.steps;
   // Keep the newest samples that still cover the window, and at least kMinSamples.
@@ -37,36 +50,41 @@ std::optional<double> StragglerDetector::Work(const Rank& r) const {
   for (const StepWork& w : r.samples)
     means.push_back(static_cast<double>(w.us) / 1000.0 / static_cast<double>(w.steps));
   std::sort(means.begin(), means.end());
-  const size_t n = means.size();
-  return n % 2 ? means[n / 2] : (means[n / 2 - 1] + means[n / 2]) / 2;
+  return MedianOfSorted(means.size(), [&](size_t i) { return means[i]; });
 }
 
 std::optional<StragglerDetector::Verdict> StragglerDetector::Check() {
-  if (!enabled() || ranks_.size() < 2) return std::nullopt;
+  // The primary asks at every scan; only new work can change the answer.
+  if (!enabled() || ranks_.size() < 2 || !changed_) return std::nullopt;
+  changed_ = false;
   std::vector<double> mean(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const auto w = Work(ranks_[i]);
     if (!w) return std::nullopt;
     mean[i] = *w;
   }
+  // Each group's ranks sorted by their work, once: a rank's peers' median is then the median of
+  // its group's list without it (O(world log world) per check, not a sort per rank).
+  std::map<int64_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < ranks_.size(); ++i) groups[group_[i]].push_back(i);
   // The rank not named yet that is slowest against the median of its peers.
   size_t worst = ranks_.size();
   double median = 0, ratio = 0;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (named_[i]) continue;
-    std::vector<double> peers;
-    for (size_t j = 0; j < ranks_.size(); ++j) {
-      if (j != i && group_[j] == group_[i]) peers.push_back(mean[j]);
-    }
-    if (peers.empty()) continue;
-    std::sort(peers.begin(), peers.end());
-    const size_t n = peers.size();
-    const double m = n % 2 ? peers[n / 2] : (peers[n / 2 - 1] + peers[n / 2]) / 2;
-    if (m <= 0) continue;
-    if (worst == ranks_.size() || mean[i] / m > ratio) {
-      worst = i;
-      median = m;
-      ratio = mean[i] / m;
+  for (auto& [group, members] : groups) {
+    if (members.size() < 2) continue;
+    std::sort(members.begin(), members.end(),
+              [&](size_t a, size_t b) { return mean[a] < mean[b]; });
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      if (named_[i]) continue;
+      const double m = MedianOfSorted(members.size() - 1,
+                                      [&](size_t p) { return mean[members[p < k ? p : p + 1]]; });
+      if (m <= 0) continue;
+      if (worst == ranks_.size() || mean[i] / m > ratio) {
+        worst = i;
+        median = m;
+        ratio = mean[i] / m;
+      }
     }
   }
   if (worst == ranks_.size() || ratio <= 1.0 + o_.percent / 100.0) return std::nullopt;

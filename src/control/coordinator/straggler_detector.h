@@ -65,6 +65,7 @@ class StragglerDetector {
   std::vector<Rank> ranks_;
   std::vector<int64_t> group_;  // by rank: its (t, p) place; peers share it
   std::vector<bool> named_;     // named in this epoch
+  bool changed_ = false;        // work came since the last Check
 };
 
 }  // namespace rtft::control
