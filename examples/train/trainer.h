@@ -1,6 +1,8 @@
 // The trainer behind rtft-train: its protected state (parameters, replicated; the optimizer's
 // shard, sharded; the loss average, an object), its two step functions, the timeline it prints
-// and the digest of its final state.
+// and the digest of its final state. Its methods: set-up and the step functions in trainer.cc,
+// their CUDA paths in trainer_gpu.cc, the run and the digest in trainer_run.cc, the replica drop
+// of rtft-bench in drop_replica.cc.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,11 @@
 #include "rtft/runtime.h"
 
 namespace train {
+
+// The clocks the timeline prints with (wall seconds since the epoch) and the process's CPU time
+// (every thread: the protection's capture and replication too).
+double WallSeconds();
+double CpuSeconds();
 
 struct Options {
   uint64_t steps = 60;
