@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "core/thread.h"
 #include "protect/parts.h"
+#include "runtime/pause.h"
 
 namespace rtft::protect {
 
@@ -119,7 +120,9 @@ Status Epoch::Build(const Parts& parts, uint64_t epoch) {
     const bool volatile_copies =
         std::any_of(replicated.begin(), replicated.end(),
                     [](const Entry& e) { return e.tensor.changed_in_compute; });
-    replicator->set_check(parts.settings->sdc_check && !volatile_copies);
+    Runtime* rt = parts.rt;
+    replicator->set_check(parts.settings->sdc_check && !volatile_copies,
+                          [rt](uint64_t step) { ReportCorruption(rt, step); });
     if (parts.settings->sdc_check && volatile_copies && me.d == 0 && me.t == 0 && me.p == 0)
       RTFT_LOG(kWarn, kLogRuntime)
           << "the replicated tensors' cross-check is off: some change in compute (buffers)";

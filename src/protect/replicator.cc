@@ -277,6 +277,19 @@ void Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
     for (int r = 0; r < c.copies; ++r)
       if (sums[r] != sum) c.ranks.push_back(r);
   }
+  const bool named = !c.ranks.empty();
+  std::string who;
+  for (int r : c.ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+  RTFT_LOG(kError, kLogRuntime)
+      << "silent data corruption: at step " << step << " the replicated tensors of "
+      << (named ? "data-parallel rank(s) " + who + " differ from the other copies'"
+                : std::to_string(c.copies) + " copies differ with no majority")
+      << (named ? "; repaired from a peer, step " + std::to_string(step) + " runs again"
+                : "; back to the step before, the last whose copies agreed");
+  const bool mine = !named || std::find(c.ranks.begin(), c.ranks.end(), rank_) != c.ranks.end();
+  if (mine) l1_->Invalidate(step);
+  const int asker = c.ranks.empty() ? 0 : c.ranks.front();
+  if (rank_ == asker && report_) report_(step);
   std::lock_guard<std::mutex> lock(mu_);
   corrupt_.push_back(std::move(c));
 }

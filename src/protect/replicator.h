@@ -72,10 +72,19 @@ class Replicator {
   int world_size() const { return world_; }
   // What a step's cross-check found wrong, once (the oldest first); nothing while every copy
   // agreed. `check`: whether the exchange compares the copies at all (RTFT_PROTECT_SDC_CHECK).
+  // When the check finds a corrupt copy it acts at once, on the replicator's thread, where every
+  // rank of the ring learns the same thing at the same time (not at the next BeginStep, which a
+  // rank may never reach before the repair's epoch aborts its step): a rank whose copy is corrupt
+  // (every rank, with no majority) drops its snapshot of the step, so that recovery feeds it, and
+  // the ring's asker (the first corrupt copy's rank; with no majority, rank 0) calls `report`
+  // with the step, which asks the coordinator for the repair's epoch.
   std::optional<Corruption> TakeCorruption();
   // Whether the check of `step` found a corrupt copy not taken yet.
   bool Disagreed(uint64_t step);
-  void set_check(bool check) { check_ = check; }
+  void set_check(bool check, std::function<void(uint64_t)> report = nullptr) {
+    check_ = check;
+    report_ = std::move(report);
+  }
 
  private:
   struct Item {
@@ -112,6 +121,7 @@ class Replicator {
   uint64_t max_in_ = 0;
   std::deque<Corruption> corrupt_;  // mu_'s
   std::atomic<bool> check_{true};
+  std::function<void(uint64_t)> report_;  // set before the first exchange
   Status error_;
   bool stop_ = false;
   Thread thread_;

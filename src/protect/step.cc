@@ -70,25 +70,10 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
 // The cross-check found that copies of the replicated tensors differ at `bad.step`
 // (docs/protect.md, "Silent data corruption"). That step's compute has used them, so its update may
 // be wrong on every rank: every rank goes back to that step's snapshot, the corrupt copy fed from a
-// peer (its rank drops its own snapshot of the step, so the recovery plan feeds it). With no
-// majority (two copies), both drop it and the step before, the last one whose copies agreed, is
-// restored. One rank of the ring asks the coordinator for the epoch that recovery needs.
+// peer (the replicator dropped the corrupt rank's snapshot of the step and asked for the epoch
+// when it found it). With no majority (two copies), both dropped it and the step before, the last
+// one whose copies agreed, is restored. Here the rank only stops before its next step.
 Status ProtectorImpl::Repair(const Corruption& bad) {
-  const int me = epoch_.replicator->rank();
-  const bool named = !bad.ranks.empty();
-  const bool mine = !named || std::find(bad.ranks.begin(), bad.ranks.end(), me) != bad.ranks.end();
-  std::string who;
-  for (int r : bad.ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-  RTFT_LOG(kError, kLogRuntime)
-      << "silent data corruption: at step " << bad.step << " the replicated tensors of "
-      << (named ? "data-parallel rank(s) " + who + " differ from the other copies'"
-                : std::to_string(bad.copies) + " copies differ with no majority")
-      << (named ? "; repaired from a peer, step " + std::to_string(bad.step) + " runs again"
-                : "; back to the step before, the last whose copies agreed");
-  if (mine) held_.l1->Invalidate(bad.step);
-  // The first corrupt copy's rank asks (the ring's first rank without a majority): one request.
-  const int asker = named ? bad.ranks.front() : 0;
-  if (me == asker) ReportCorruption(rt_, bad.step);
   return Status::Aborted("silent data corruption found at step " + std::to_string(bad.step) +
                          ": recovering from the peers' copies");
 }
