@@ -210,6 +210,10 @@ StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point 
     RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
                                  << "; waiting for the next epoch";
     StopReplication();
+    // The job moved past `epoch` (that is what aborts a recovery): its event is on its way, so
+    // the wait for it starts anew; the old deadline may be spent by the aborted recovery's own
+    // waits (a gather whose absent rank the coordinator failed at that very deadline).
+    deadline = std::max(deadline, Clock::now() + settings_.recovery_timeout);
     if (!events_.WaitForEpochAfter(epoch, deadline))
       return events_.shutting_down() ? ShutDown() : step;
     epoch = events_.NewestEpoch();

@@ -88,6 +88,35 @@ TEST(GatherTable, AMissingContributionTimesOut) {
   EXPECT_FALSE(t.NextDeadline().has_value());
 }
 
+// What the coordinator fails as hung: the members a gather still waits for once one who came
+// waited past its own deadline; once blamed, its waiters are left to the epoch's end.
+TEST(GatherTable, AnOverdueGatherNamesTheRanksItWaitsFor) {
+  GatherTable t;
+  for (int i : {0, 2, 3}) t.Contribute(Peer(i), Req(i), 3, 4, i, kNow);
+  EXPECT_EQ(t.Waiting(3), (std::vector<LogicalRank>{0, 2, 3}));
+  EXPECT_TRUE(t.Waiting(2).empty());
+  EXPECT_TRUE(t.FindOverdue(3, kNow + milliseconds(999)).empty());
+  EXPECT_TRUE(t.FindOverdue(2, kNow + milliseconds(1000)).empty());  // another epoch's
+  auto overdue = t.FindOverdue(3, kNow + milliseconds(1000));
+  ASSERT_EQ(overdue.size(), 1u);
+  EXPECT_EQ(overdue[0].key, "protect/e3/agree");
+  EXPECT_EQ(overdue[0].ranks, std::vector<LogicalRank>{1});
+  EXPECT_NE(overdue[0].why.find("3 of 4 members contributed"), std::string::npos);
+  t.Blamed("protect/e3/agree");
+  EXPECT_TRUE(t.FindOverdue(3, kNow + milliseconds(1000)).empty());
+  EXPECT_TRUE(t.Expire(kNow + milliseconds(1000)).empty());
+  EXPECT_FALSE(t.NextDeadline().has_value());  // no busy loop on a past deadline
+  EXPECT_EQ(t.AbortBefore(4).size(), 3u);
+  // Every member came but the leader sent no plan: the leader is the one waited for.
+  GatherTable u;
+  for (int i = 0; i < 4; ++i) u.Contribute(Peer(i), Req(i), 3, 4, i, kNow);
+  EXPECT_EQ(u.Waiting(3), (std::vector<LogicalRank>{1, 2, 3}));
+  overdue = u.FindOverdue(3, kNow + milliseconds(1000));
+  ASSERT_EQ(overdue.size(), 1u);
+  EXPECT_EQ(overdue[0].ranks, std::vector<LogicalRank>{0});
+  EXPECT_NE(overdue[0].why.find("no result from its leader"), std::string::npos);
+}
+
 TEST(GatherTable, AnEpochThatEndsAbortsItsGathers) {
   GatherTable t;
   t.Contribute(Peer(0), Req(0), 3, 4, 0, kNow);

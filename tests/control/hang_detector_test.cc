@@ -41,7 +41,7 @@ class HangDetectorTest : public ::testing::Test {
     for (int64_t waited = 100; waited <= ms; waited += 100) {
       t_ += milliseconds(100);
       for (LogicalRank r = 0; r < kWorld; ++r) d_.Observe(r, step_, progress(r, waited), t_);
-      if (auto v = d_.Check(t_)) {
+      if (auto v = d_.Check(t_, gathering_)) {
         if (seen_after) *seen_after = waited;
         return v;
       }
@@ -50,6 +50,7 @@ class HangDetectorTest : public ::testing::Test {
   }
 
   static constexpr int kWorld = 4;
+  std::vector<LogicalRank> gathering_;  // the ranks waiting in a coordinator's gather
   Clock::time_point t_ = Clock::now();
   uint64_t step_ = 0;
   HangDetector d_;
@@ -129,6 +130,64 @@ TEST_F(HangDetectorTest, OtherwiseThePeerMostOfThemWaitOn) {
   const uint64_t later = step_ * 4 + 1;
   EXPECT_FALSE(
       Wait(5000, [&](LogicalRank r, int64_t) { return Sample(later, true, r < 2 ? 2 : 0); }));
+}
+
+// A chain of waits (0 and 3 on 2, 2 on 1) whose end, rank 1, is heard stalled a second after
+// the others (its heartbeat's stamp, or its last call's end, came later): the rank most waited
+// on (2) is no culprit, and nobody is named until rank 1 is stalled itself.
+TEST_F(HangDetectorTest, TheEndOfAChainOfWaitsIsTheCulpritOnceItIsStalled) {
+  Train(10);
+  const uint64_t calls = step_ * 4 + 1;
+  int64_t after = 0;
+  auto v = Wait(
+      6000,
+      [&](LogicalRank r, int64_t waited) {
+        if (r == 1) return Sample(waited < 1000 ? calls + waited : calls + 1000, true, -1);
+        return Sample(calls, true, r == 2 ? 1 : 2);
+      },
+      &after);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->ranks, std::vector<LogicalRank>{1}) << v->why;
+  EXPECT_NE(v->why.find("waiting on no peer"), std::string::npos) << v->why;
+  EXPECT_GT(after, 1000 + 2000);
+  // The same chain with rank 1 never stalled (its calls advance): nobody.
+  d_.Reset(kWorld, t_);
+  Train(10);
+  const uint64_t later = step_ * 4 + 1;
+  EXPECT_FALSE(Wait(6000, [&](LogicalRank r, int64_t waited) {
+    return r == 1 ? Sample(later + static_cast<uint64_t>(waited), true, -1)
+                  : Sample(later, true, r == 2 ? 1 : 2);
+  }));
+}
+
+// A recovery's agreement: ranks 0, 2 and 3 wait in the coordinator's gather, outside any
+// collective; rank 1 never came (hung inside the call it was in when the epoch ended). Those in
+// the gather are waiters, never culprits: rank 1 is named, whether it sits inside a call or in
+// its compute.
+TEST_F(HangDetectorTest, RanksWaitingInAGatherWaitOnTheOthers) {
+  Train(10);
+  const uint64_t calls = step_ * 4 + 1;
+  gathering_ = {0, 2, 3};
+  auto v = Wait(5000, [&](LogicalRank r, int64_t) { return Sample(calls, r == 1); });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->ranks, std::vector<LogicalRank>{1}) << v->why;
+  d_.Reset(kWorld, t_);
+  Train(10);
+  const uint64_t later = step_ * 4;
+  v = Wait(5000, [&](LogicalRank, int64_t) { return Sample(later, false); });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->ranks, std::vector<LogicalRank>{1}) << v->why;
+  EXPECT_NE(v->why.find("outside any collective"), std::string::npos) << v->why;
+  // Every rank in the gather: the coordinator's own deadline decides, not the detector.
+  gathering_ = {0, 1, 2, 3};
+  d_.Reset(kWorld, t_);
+  Train(10);
+  EXPECT_FALSE(Wait(5000, [&](LogicalRank, int64_t) { return Sample(later + 40, false); }));
+  // Ranks outside the world in the list are ignored.
+  gathering_ = {-1, kWorld, 1 << 20};
+  d_.Reset(kWorld, t_);
+  Train(10);
+  EXPECT_FALSE(Wait(5000, [&](LogicalRank, int64_t) { return Sample(later + 80, false); }));
 }
 
 TEST_F(HangDetectorTest, WithoutAMedianOrInALongPhaseTheFirstStepsBoundHolds) {

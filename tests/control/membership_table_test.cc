@@ -139,6 +139,36 @@ TEST(MembershipTable, CrashesAreTransientUntilTheLimit) {
   EXPECT_FALSE(t.Fail({{1, FailureKind::kProcessCrash, 0}}).event);
 }
 
+// A corrupt copy is repaired in place once (a restart's worth, the rank stays); the slot whose
+// copy is corrupt a second time is retired and the spare takes its rank, whatever restarts are
+// left (docs/protect.md, "Silent data corruption").
+TEST(MembershipTable, ACopyFoundCorruptTwiceRetiresItsSlot) {
+  MembershipTable t(Opts(3, 1, 3, kCkpt));
+  Decision d = t.Fail({{1, FailureKind::kCorrupt, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1}));
+  EXPECT_TRUE(d.event->failed_ranks.empty());
+  EXPECT_NE(d.event->reason.find("repaired from a peer (restart 1/3)"), std::string::npos)
+      << d.event->reason;
+  EXPECT_EQ(t.member(1).corruptions, 1);
+  // A crash between the two is a restart as usual; it does not count as a corruption.
+  d = t.Fail({{1, FailureKind::kProcessCrash, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 1), Role::kRestarted);
+  d = t.Fail({{1, FailureKind::kCorrupt, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 2}));
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 1), Role::kRetired);
+  EXPECT_EQ(RoleOfSlot(d.event->membership, 2), Role::kActivated);
+  EXPECT_NE(d.event->reason.find("silent data corruption again (2 times), slot retired"),
+            std::string::npos)
+      << d.event->reason;
+  // Another slot's first corruption is its own first.
+  d = t.Fail({{0, FailureKind::kCorrupt, 0}});
+  ASSERT_TRUE(d.event);
+  EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 2}));
+}
+
 TEST(MembershipTable, SpareFailures) {
   MembershipTable t(Opts(4, 2, 1, kCkpt));
   Decision d = t.Fail({{3, FailureKind::kProcessCrash, 0}});

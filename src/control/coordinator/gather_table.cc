@@ -174,6 +174,7 @@ std::vector<GatherAnswer> GatherTable::Expire(SteadyClock::time_point now) {
   for (auto& [key, g] : gathers_) {
     if (!g.next_deadline || *g.next_deadline > now) continue;
     g.next_deadline.reset();
+    if (g.blamed) continue;
     for (auto w = g.waiting.begin(); w != g.waiting.end();) {
       if (w->second.deadline > now) {
         g.next_deadline =
@@ -190,6 +191,42 @@ std::vector<GatherAnswer> GatherTable::Expire(SteadyClock::time_point now) {
                                                          std::to_string(g.epoch) + ": " + why)));
       w = g.waiting.erase(w);
     }
+  }
+  return out;
+}
+
+std::vector<GatherTable::Overdue> GatherTable::FindOverdue(uint64_t epoch,
+                                                           SteadyClock::time_point now) const {
+  std::vector<Overdue> out;
+  for (const auto& [key, g] : gathers_) {
+    if (g.epoch != epoch || g.blamed || !g.failed.ok()) continue;
+    if (!g.next_deadline || *g.next_deadline > now) continue;
+    Overdue o;
+    o.key = key;
+    for (int32_t i = 0; i < g.members; ++i)
+      if (!g.values[static_cast<size_t>(i)]) o.ranks.push_back(i);
+    if (o.ranks.empty() && !g.all && !g.result) o.ranks.push_back(0);
+    if (o.ranks.empty()) continue;
+    o.why = "gather '" + key + "' of epoch " + std::to_string(g.epoch) + ": " +
+            (g.have < g.members ? std::to_string(g.have) + " of " + std::to_string(g.members) +
+                                      " members contributed"
+                                : std::string("no result from its leader (rank 0)")) +
+            " by the deadline of one who did";
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+void GatherTable::Blamed(const std::string& key) {
+  auto it = gathers_.find(key);
+  if (it != gathers_.end()) it->second.blamed = true;
+}
+
+std::vector<LogicalRank> GatherTable::Waiting(uint64_t epoch) const {
+  std::vector<LogicalRank> out;
+  for (const auto& [key, g] : gathers_) {
+    if (g.epoch != epoch) continue;
+    for (const auto& [index, w] : g.waiting) out.push_back(index);
   }
   return out;
 }

@@ -49,8 +49,23 @@ class GatherTable {
                 const std::string& value, std::vector<GatherAnswer>* answers);
   // Every gather of an epoch before `epoch` ends: its waiting members get kAborted.
   std::vector<GatherAnswer> AbortBefore(uint64_t epoch);
-  // Members whose own deadline passed get kDeadlineExceeded (their contribution stays).
+  // Members whose own deadline passed get kDeadlineExceeded (their contribution stays), but
+  // those of a gather whose absent ranks were blamed (Blamed): the epoch's end answers them.
   std::vector<GatherAnswer> Expire(SteadyClock::time_point now);
+  // A gather of `epoch` that some member waited on past its own deadline: the ranks it waits
+  // for (those that never contributed, or its leader, rank 0, when every member did and no
+  // result came), with what was seen, for the log. The coordinator fails them as hung; a
+  // gather whose ranks it failed is then Blamed and not named again.
+  struct Overdue {
+    std::string key;
+    std::vector<LogicalRank> ranks;
+    std::string why;
+  };
+  std::vector<Overdue> FindOverdue(uint64_t epoch, SteadyClock::time_point now) const;
+  void Blamed(const std::string& key);
+  // The ranks waiting in a gather of `epoch` (contributed, owed an answer): the hang detector
+  // takes them for ranks that wait on the others.
+  std::vector<LogicalRank> Waiting(uint64_t epoch) const;
   std::optional<SteadyClock::time_point> NextDeadline() const;
   size_t open() const { return gathers_.size(); }
 
@@ -68,7 +83,8 @@ class GatherTable {
     size_t bytes = 0;                   // the leader's answer, framed
     std::map<int32_t, Waiter> waiting;  // members owed an answer
     std::optional<std::string> result;
-    Status failed;  // it cannot complete (too large): every member is told so
+    Status failed;        // it cannot complete (too large): every member is told so
+    bool blamed = false;  // its absent ranks were failed: the epoch's end answers its waiters
     std::optional<SteadyClock::time_point> next_deadline;  // no later than the earliest waiter's
   };
   // Answers the waiting members that can be answered now.

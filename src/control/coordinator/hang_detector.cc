@@ -98,19 +98,31 @@ std::string HangDetector::Describe(LogicalRank r, Clock::time_point now) const {
   return s + (x.peer >= 0 ? "waiting on rank " + std::to_string(x.peer) : "waiting on no peer");
 }
 
-std::optional<HangDetector::Verdict> HangDetector::Check(Clock::time_point now) {
+std::optional<HangDetector::Verdict> HangDetector::Check(
+    Clock::time_point now, const std::vector<LogicalRank>& gathering) {
   if (!enabled() || decided_ || ranks_.empty()) return std::nullopt;
   const milliseconds bound = Bound();
+  const size_t world = ranks_.size();
   const auto still = [&](const Rank& r) { return now - r.moved_at > bound; };
-  // Those waiting for someone: inside a call of a live application, with no progress since.
+  std::vector<bool> in_gather(world, false);
+  for (LogicalRank g : gathering)
+    if (g >= 0 && static_cast<size_t>(g) < world) in_gather[g] = true;
+  // Those waiting for someone: inside a call of a live application, or in a gather of the
+  // coordinator, with no progress since. The stalled: every rank with no progress past the
+  // bound, but those in a gather (they wait on the others).
   std::vector<LogicalRank> waiters, stalled;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
+  std::vector<bool> is_stalled(world, false);
+  for (size_t i = 0; i < world; ++i) {
     const Rank& r = ranks_[i];
     const bool live = r.sampled && r.age_ms <= bound.count();
-    if (live && r.in_call && still(r)) waiters.push_back(static_cast<LogicalRank>(i));
+    if (((live && r.in_call) || in_gather[i]) && still(r))
+      waiters.push_back(static_cast<LogicalRank>(i));
     // A rank that never sent anything this epoch counts once the first step's bound is past.
     const bool stopped = r.seen ? still(r) : now - epoch_at_ > bound;
-    if (stopped) stalled.push_back(static_cast<LogicalRank>(i));
+    if (stopped && !in_gather[i]) {
+      stalled.push_back(static_cast<LogicalRank>(i));
+      is_stalled[i] = true;
+    }
   }
   if (waiters.empty()) return std::nullopt;
   // The culprits, from the clearest sign to the weakest: an application that stopped sampling
@@ -131,7 +143,6 @@ std::optional<HangDetector::Verdict> HangDetector::Check(Clock::time_point now) 
     }
   }
   std::vector<LogicalRank> culprits;
-  const size_t world = ranks_.size();
   for (const auto* group : {&silent, &outside, &unwaiting}) {
     if (!group->empty() && group->size() < world) {
       culprits = *group;
@@ -143,8 +154,27 @@ std::optional<HangDetector::Verdict> HangDetector::Check(Clock::time_point now) 
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
     const int ties = static_cast<int>(std::count_if(
         named.begin(), named.end(), [&](const auto& e) { return e.second == most->second; }));
-    if (ties == 1 && most->first >= 0 && static_cast<size_t>(most->first) < world)
-      culprits = {most->first};
+    if (ties == 1 && most->first >= 0 && static_cast<size_t>(most->first) < world) {
+      // The peer they wait on may itself wait inside its call on another, whose stall the
+      // heartbeats show a beat later (each rank's is stamped when its heartbeat comes): the
+      // end of that chain is the culprit, and only once it is stalled itself. A cycle of
+      // waits names the peer most wait on.
+      LogicalRank end = most->first;
+      std::vector<bool> on_chain(world, false);
+      while (true) {
+        on_chain[end] = true;
+        const Rank& r = ranks_[end];
+        const bool waits = r.sampled && r.in_call && r.peer >= 0 &&
+                           static_cast<size_t>(r.peer) < world && !in_gather[end];
+        if (!waits) break;
+        if (on_chain[r.peer]) {
+          end = most->first;
+          break;
+        }
+        end = r.peer;
+      }
+      if (is_stalled[end]) culprits = {end};
+    }
   }
   if (culprits.empty()) return std::nullopt;
   decided_ = true;

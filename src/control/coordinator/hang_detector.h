@@ -46,7 +46,11 @@ class HangDetector {
     std::string why;                 // what was seen, for the log
   };
   // The ranks found hung now, if any. One verdict per epoch: the next comes after Reset.
-  std::optional<Verdict> Check(Clock::time_point now);
+  // `gathering`: the ranks waiting in one of the coordinator's gathers of this epoch (a
+  // recovery's agreement): they wait on the others, like a rank inside a collective, and are
+  // never the culprit themselves.
+  std::optional<Verdict> Check(Clock::time_point now,
+                               const std::vector<LogicalRank>& gathering = {});
 
   // The bound a rank's peers must have waited past (first_step while no median is known or a
   // rank is in a long phase).

@@ -118,19 +118,21 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
   for (const auto& f : failures) {
     Member& mb = members_[f.slot];
     // A corrupt copy repaired from a peer (docs/protect.md, "Silent data corruption"): the rank
-    // stays where it is and every rank recovers into the new epoch; it counts as a restart, so a
-    // slot that keeps corrupting its state (a faulty device) is retired past the limit.
-    if (f.kind == FailureKind::kCorrupt && state_ == State::kRunning && mb.rank != kNoRank &&
-        mb.restarts < options_.max_restarts_per_slot) {
+    // stays where it is and every rank recovers into the new epoch; it counts as a restart. A
+    // slot whose copy is found corrupt a second time (a faulty device) is retired and a spare
+    // takes its rank, as is one past the restart limit.
+    const bool corrupt = f.kind == FailureKind::kCorrupt;
+    if (corrupt) ++mb.corruptions;
+    if (corrupt && mb.corruptions < 2 && mb.restarts < options_.max_restarts_per_slot) {
       ++mb.restarts;
       if (!reason.empty()) reason += "; ";
       reason += "slot " + std::to_string(f.slot) + " (rank " + std::to_string(mb.rank) +
-                "): " + FailureKindName(f.kind) + ", repaired from a peer " +
-                std::to_string(mb.restarts) + "/" + std::to_string(options_.max_restarts_per_slot);
+                "): " + FailureKindName(f.kind) + ", repaired from a peer (restart " +
+                std::to_string(mb.restarts) + "/" + std::to_string(options_.max_restarts_per_slot) +
+                ")";
       continue;
     }
-    const bool restartable = f.kind == FailureKind::kProcessCrash || f.kind == FailureKind::kHang ||
-                             f.kind == FailureKind::kCorrupt;
+    const bool restartable = f.kind == FailureKind::kProcessCrash || f.kind == FailureKind::kHang;
     // While draining (checkpoint-and-exit) nothing is restarted: a lost rank just fails.
     const bool transient =
         state_ == State::kRunning && restartable && mb.restarts < options_.max_restarts_per_slot;
@@ -140,6 +142,9 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
     reason += "slot " + std::to_string(f.slot) +
               (mb.rank != kNoRank ? " (rank " + std::to_string(mb.rank) + ")" : " (spare)") + ": " +
               FailureKindName(kind);
+    if (corrupt)
+      reason += mb.corruptions > 1 ? " again (" + std::to_string(mb.corruptions) + " times)"
+                                   : " past the restart limit";
     if (mb.rank != kNoRank) failed.push_back(mb.rank);
     if (transient) {
       ++mb.restarts;

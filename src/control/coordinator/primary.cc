@@ -84,14 +84,19 @@ void PrimaryRole::Tick(SteadyClock::time_point now) {
 }
 
 bool PrimaryRole::CheckHangs(SteadyClock::time_point now) {
+  if (state_.table().draining()) return false;  // a checkpoint-and-exit's writes are no step
+  const auto verdict = hangs_.Check(now, gathers_.Waiting(current_.membership.epoch));
+  return verdict && DeclareHung(verdict->ranks, verdict->why);
+}
+
+bool PrimaryRole::DeclareHung(const std::vector<LogicalRank>& ranks, const std::string& why) {
   const MembershipTable& table = state_.table();
-  if (table.draining()) return false;  // a checkpoint-and-exit's writes are no step
-  const auto verdict = hangs_.Check(now);
-  if (!verdict) return false;
-  ReplChange hung(ReplOp::kFail);
   const Membership& m = current_.membership;
+  // One verdict per epoch, from the detector or a gather: the next epoch's comes after.
+  if (hung_epoch_ == m.epoch) return false;
+  ReplChange hung(ReplOp::kFail);
   std::string where;
-  for (LogicalRank r : verdict->ranks) {
+  for (LogicalRank r : ranks) {
     if (r < 0 || static_cast<size_t>(r) >= m.rank_to_slot.size()) continue;
     const SlotId s = m.rank_to_slot[r];
     if (s < 0 || s >= table.slots()) continue;
@@ -100,7 +105,8 @@ bool PrimaryRole::CheckHangs(SteadyClock::time_point now) {
              std::to_string(s) + " (" + state_.slots()[s].host + ")";
   }
   if (hung.failures.empty()) return false;
-  RTFT_LOG(kWarn, kLogCtrl) << "hang: " << where << ": " << verdict->why;
+  hung_epoch_ = m.epoch;
+  RTFT_LOG(kWarn, kLogCtrl) << "hang: " << where << ": " << why;
   const Decision d = state_.Apply(hung);
   replicator_.Commit(hung, [this, d] { Apply(d, true); });
   return true;
@@ -214,6 +220,16 @@ SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
   for (const auto& w : kv.Expire(now)) {
     Send(w.peer, MsgType::kKvValue,
          KvValueBody(w.req, Status::DeadlineExceeded("KV key '" + w.key + "' not put in time")));
+  }
+  // A member waited past its own deadline on ranks that never came (a rank hung in the call it
+  // was in when the epoch ended never joins the recovery): they are failed as hung, and the
+  // others' answer is the new epoch, not an error that would end them.
+  if (hangs_.enabled() && !state_.table().draining()) {
+    for (const auto& o : gathers_.FindOverdue(current_.membership.epoch, now)) {
+      std::string why = o.why + " (rank(s)";
+      for (LogicalRank r : o.ranks) why += " " + std::to_string(r);
+      if (DeclareHung(o.ranks, why + " absent)")) gathers_.Blamed(o.key);
+    }
   }
   SendGatherAnswers(gathers_.Expire(now));
   if (auto d = kv.NextDeadline()) next = std::min(next, *d);

@@ -59,6 +59,8 @@ class PrimaryRole final : public CoordinatorRole {
   // agent kills and restarts it, or the slot is lost if the agent is gone too.
   // Returns whether it failed one.
   bool CheckHangs(SteadyClock::time_point now);
+  // Fails `ranks` as hung (at most once per epoch, whoever found them); `why` goes to the log.
+  bool DeclareHung(const std::vector<LogicalRank>& ranks, const std::string& why);
   // A rank whose own work per step is persistently slower than its peers' is swapped for a free
   // spare (through the lost-slot path: its slot is retired), or reported once when none is free.
   void CheckStragglers();
@@ -100,6 +102,7 @@ class PrimaryRole final : public CoordinatorRole {
   SteadyClock::time_point join_deadline_;
   GatherTable gathers_;
   HangDetector hangs_;
+  uint64_t hung_epoch_ = 0;  // the epoch whose hang was declared (one per epoch)
   StragglerDetector stragglers_;
   struct PlannedSwap {
     LogicalRank rank = kNoRank;

@@ -34,6 +34,7 @@ void StragglerDetector::Observe(LogicalRank rank, const StepWork& work) {
   changed_ = true;
   r.samples.push_back(work);
   r.steps += work.steps;
+  r.total += work.steps;
   // Keep the newest samples that still cover the window, and at least kMinSamples.
   const uint64_t window = static_cast<uint64_t>(o_.window);
   while (r.samples.size() > kMinSamples && r.steps - r.samples.front().steps >= window) {
@@ -67,27 +68,33 @@ std::optional<StragglerDetector::Verdict> StragglerDetector::Check() {
   // its group's list without it (O(world log world) per check, not a sort per rank).
   std::map<int64_t, std::vector<size_t>> groups;
   for (size_t i = 0; i < ranks_.size(); ++i) groups[group_[i]].push_back(i);
-  // The rank not named yet that is slowest against the median of its peers.
-  size_t worst = ranks_.size();
-  double median = 0, ratio = 0;
+  std::vector<double> peers(ranks_.size(), 0);
   for (auto& [group, members] : groups) {
     if (members.size() < 2) continue;
     std::sort(members.begin(), members.end(),
               [&](size_t a, size_t b) { return mean[a] < mean[b]; });
-    for (size_t k = 0; k < members.size(); ++k) {
-      const size_t i = members[k];
-      if (named_[i]) continue;
-      const double m = MedianOfSorted(members.size() - 1,
-                                      [&](size_t p) { return mean[members[p < k ? p : p + 1]]; });
-      if (m <= 0) continue;
-      if (worst == ranks_.size() || mean[i] / m > ratio) {
-        worst = i;
-        median = m;
-        ratio = mean[i] / m;
-      }
-    }
+    for (size_t k = 0; k < members.size(); ++k)
+      peers[members[k]] = MedianOfSorted(
+          members.size() - 1, [&](size_t p) { return mean[members[p < k ? p : p + 1]]; });
   }
-  if (worst == ranks_.size() || ratio <= 1.0 + o_.percent / 100.0) return std::nullopt;
+  // Every rank past the threshold now keeps the step it was first seen so; one under it starts
+  // over. Of those past it for a further window, the slowest against its peers not named yet.
+  const double limit = 1.0 + o_.percent / 100.0;
+  const uint64_t window = static_cast<uint64_t>(o_.window);
+  size_t worst = ranks_.size();
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    const bool over = peers[i] > 0 && mean[i] / peers[i] > limit;
+    if (!over) {
+      r.over_since.reset();
+      continue;
+    }
+    if (!r.over_since) r.over_since = r.total;
+    if (named_[i] || r.total - *r.over_since < window) continue;
+    if (worst == ranks_.size() || mean[i] / peers[i] > mean[worst] / peers[worst]) worst = i;
+  }
+  if (worst == ranks_.size()) return std::nullopt;
+  const double median = peers[worst];
   named_[worst] = true;
   Verdict v;
   v.rank = static_cast<LogicalRank>(worst);
@@ -97,8 +104,9 @@ std::optional<StragglerDetector::Verdict> StragglerDetector::Check() {
   char head[256];
   std::snprintf(head, sizeof(head),
                 "own work %.3f ms per step over its last %d+ steps, %.0f %% over its peers' "
-                "median %.3f ms (threshold %d %%); every rank's:",
-                v.work_ms, o_.window, (v.work_ms / median - 1.0) * 100.0, median, o_.percent);
+                "median %.3f ms (threshold %d %%, past it for %llu steps); every rank's:",
+                v.work_ms, o_.window, (v.work_ms / median - 1.0) * 100.0, median, o_.percent,
+                static_cast<unsigned long long>(ranks_[worst].total - *ranks_[worst].over_since));
   v.why = head;
   for (size_t i = 0; i < mean.size(); ++i) {
     char one[48];

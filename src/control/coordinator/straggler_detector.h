@@ -5,7 +5,9 @@
 // are the ranks that do the same work: on a tensor x pipeline grid (dp-launch --grid), the other
 // data-parallel replicas of its (t, p) place, never another stage. A rank's
 // work is the median of its heartbeats' means over the window (at least kMinSamples of them), so
-// a burst (the rank descheduled once, a page-cache flush) does not make it slow. Pure logic
+// a burst (the rank descheduled once, a page-cache flush) does not make it slow, and it must stay
+// past the threshold at every check for a further window of its steps before it is named, so a
+// rank that the scheduler leaves behind for a while is not swapped for it. Pure logic
 // over what it is given (tested alone, straggler_detector_test); the primary feeds it on its
 // event loop and turns a verdict into a planned swap when a spare is free, a report otherwise.
 #pragma once
@@ -22,7 +24,8 @@ namespace rtft::control {
 
 struct StragglerOptions {
   // A rank is a straggler when its work per step over its last `window` steps exceeds the median
-  // of its peers' by more than `percent` %. 0: no detection.
+  // of its peers' by more than `percent` %, and goes on doing so at every check for `window`
+  // more of its steps. 0: no detection.
   int32_t percent = 20;
   int32_t window = 50;  // steps
 };
@@ -49,14 +52,17 @@ class StragglerDetector {
     std::vector<double> ranks;  // every rank's (ms), by rank, for the log
     std::string why;            // the line for the log
   };
-  // The slowest rank past the threshold, once every rank has a full window; nothing otherwise.
+  // The slowest rank that stayed past the threshold for a further window, once every rank has a
+  // full window; nothing otherwise.
   // A rank is named once per epoch (the primary swaps it, or reports it once).
   std::optional<Verdict> Check();
 
  private:
   struct Rank {
-    std::deque<StepWork> samples;  // newest last; their steps cover the window, or just over
-    uint64_t steps = 0;            // the samples' sum
+    std::deque<StepWork> samples;        // newest last; their steps cover the window, or just over
+    uint64_t steps = 0;                  // the samples' sum
+    uint64_t total = 0;                  // its steps observed in this epoch
+    std::optional<uint64_t> over_since;  // `total` when it was first seen past the threshold
   };
   // The median of a full window's heartbeat means (ms per step); nothing before it is full.
   std::optional<double> Work(const Rank& r) const;

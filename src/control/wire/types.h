@@ -56,6 +56,7 @@ struct Member {
   Role role = Role::kSpare;
   std::string host;
   int32_t restarts = 0;
+  int32_t corruptions = 0;  // corrupt copies found on the slot (docs/protect.md, "Silent data...")
   // The CUDA device the slot holds (-1: none) and the GPUs its node has (0: none known), as its
   // agent said in its hello; an activated spare takes the device of the rank it fills
   // (docs/launcher.md, "GPUs").

@@ -1,9 +1,10 @@
 // Hangs that heartbeats miss, end to end (docs/protect.md, "Hangs"): `mpirun --enable-recovery
 // dp-launch --spares 1 -- rtft-train` with a rank that stops making progress while its agent is
-// fine: blocked inside a collective, blocked in its update, SIGSTOPped, and a spare that hangs
-// in its first step. The coordinator's hang detector, with its default settings, names the rank
-// and has its agent kill and restart it; every run ends with the digest of the run without the
-// hang, bit for bit. And a long clean run on a loaded machine raises no alarm.
+// fine: blocked inside a collective, blocked in its update, SIGSTOPped, a spare that hangs
+// in its first step, and a rank that never joins a recovery's agreement. The coordinator's hang
+// detector, with its default settings, names the rank and has its agent kill and restart it; every
+// run ends with the digest of the run without the hang, bit for bit. And a long clean run on a
+// loaded machine raises no alarm.
 #include "protect/jobs/train_job.h"
 
 #include <atomic>
@@ -69,6 +70,35 @@ TEST_F(HangJobTest, ASpareThatHangsInItsFirstStepIsRestarted) {
   env_.erase("RTFT_HANG_FIRST_STEP_S");
   EXPECT_NE(run.output.find("role=spare-activated rank=1"), std::string::npos) << run.output;
   ExpectRestartedForAHang(run, 1, 3, "the first step's bound");
+}
+
+// Slot 2 is killed at step 100; rank 1 hangs as it begins the recovery and never joins its
+// agreement, where ranks 0 and 2 wait. The coordinator's gather fails rank 1 as hung once a
+// member waited past its own deadline (RTFT_COMM_CREATE_TIMEOUT_MS, 15 s here); the others go on
+// to the next epoch's recovery instead of failing with the gather's error, and nobody waiting in
+// the gather is taken for hung (the detector's first-step bound, 60 s, is not reached).
+TEST_F(HangJobTest, ARankThatNeverJoinsTheRecoveryIsFailedByTheGather) {
+  env_["RTFT_FAULT"] = "2/protect.update@100,1/protect.recover:hang";
+  env_["RTFT_COMM_CREATE_TIMEOUT_MS"] = "15000";
+  Run run = Start("absent-from-gather", 3, 1, "", 0);
+  env_.erase("RTFT_FAULT");
+  env_.erase("RTFT_COMM_CREATE_TIMEOUT_MS");
+  ExpectRestartedForAHang(run, 1, 1, "gather 'protect/e2/agree' of epoch 2: 2 of 3 members");
+  EXPECT_NE(run.output.find("(rank(s) 1 absent)"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("DEADLINE_EXCEEDED"), std::string::npos) << run.output;
+}
+
+// The same with the detector's first-step bound shorter than the gather's deadline: the detector
+// names rank 1 (outside any collective), never the ranks that wait for it in the gather.
+TEST_F(HangJobTest, ARankThatNeverJoinsTheRecoveryIsFoundByTheDetector) {
+  env_["RTFT_FAULT"] = "2/protect.update@100,1/protect.recover:hang";
+  env_["RTFT_HANG_FIRST_STEP_S"] = "10";
+  Run run = Start("absent-detected", 3, 1, "", 0);
+  env_.erase("RTFT_FAULT");
+  env_.erase("RTFT_HANG_FIRST_STEP_S");
+  ExpectRestartedForAHang(run, 1, 1, "outside any collective");
+  EXPECT_EQ(run.output.find("hang: rank 0"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("DEADLINE_EXCEEDED"), std::string::npos) << run.output;
 }
 
 // 1000 steps with both cores of the machine kept busy by two spinning threads beside the job:
