@@ -39,6 +39,9 @@ class ProtectCommand final : public BenchCommand {
     cmd->add_option("--repeats", repeats_,
                     "runs (each about 40 s; single runs spread by several points)")
         ->capture_default_str();
+    cmd->add_flag("--sdc", sdc_,
+                  "also what the replicated copies' cross-check costs: each run paired with one "
+                  "under RTFT_PROTECT_SDC_CHECK=0, in alternating order");
   }
   int Run() override;
 
@@ -54,7 +57,8 @@ class ProtectCommand final : public BenchCommand {
     uint64_t l2_bytes = 0;
     double l2_s = 0;
   };
-  StatusOr<RunTimes> OneRun(int batch, uint64_t* params);
+  StatusOr<RunTimes> OneRun(int batch, uint64_t* params,
+                            const std::map<std::string, std::string>& env = {});
   std::vector<std::string> Extra(std::vector<std::string> a) const {
     const std::vector<std::string> d = dev_.Args();
     a.insert(a.end(), d.begin(), d.end());
@@ -62,17 +66,20 @@ class ProtectCommand final : public BenchCommand {
   }
 
   int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 7;
+  bool sdc_ = false;
   double step_s_ = 0.3;
   TrainDevice dev_;
 };
 
-StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(int batch, uint64_t* params) {
+StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(
+    int batch, uint64_t* params, const std::map<std::string, std::string>& env) {
   RTFT_ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("/tmp"));
   BenchJob job(dir, ranks_ + 1);
   RTFT_RETURN_IF_ERROR(
       job.Start(TrainJobArgs(ranks_, hidden_, batch, {},
                              Extra({"--steps", std::to_string(steps_), "--protect-blocks",
-                                    std::to_string(blocks_), "--log-every", "1000000"}))));
+                                    std::to_string(blocks_), "--log-every", "1000000"})),
+                env));
   RTFT_RETURN_IF_ERROR(job.Wait(milliseconds(1800000)));
   const std::string out = job.Output();
   static const std::regex done(R"(\[train (\d+)\] done .* step_s=([0-9.]+) cpu_step_s=([0-9.]+) )"
@@ -137,13 +144,31 @@ int ProtectCommand::Run() {
   uint64_t state_bytes = 0;
   std::vector<double> l2_rates;  // bytes per second, each run's
   uint64_t params = 0;
+  // --sdc: each run's protected step and CPU time over its twin's without the cross-check.
+  std::vector<double> sdc_step, sdc_cpu, unchecked_on;
   for (int r = 0; r < repeats_; ++r) {
     Progress("protect: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) + ", " +
-             std::to_string(steps_) + " steps in blocks of " + std::to_string(blocks_));
-    auto t = OneRun(batch, &params);
-    if (!t.ok()) {
-      Progress("protect: " + t.status().ToString());
-      return kExitFailed;
+             std::to_string(steps_) + " steps in blocks of " + std::to_string(blocks_) +
+             (sdc_ ? ", and its twin without the cross-check" : ""));
+    StatusOr<RunTimes> t = Status::Internal("not run");
+    StatusOr<RunTimes> twin = Status::Internal("not run");
+    // The twins' order alternates: the machine's drift favours neither.
+    for (int k = 0; k < (sdc_ ? 2 : 1); ++k) {
+      const bool checked = (k + r) % 2 == 0 || !sdc_;
+      auto run =
+          OneRun(batch, &params,
+                 checked ? std::map<std::string, std::string>{}
+                         : std::map<std::string, std::string>{{"RTFT_PROTECT_SDC_CHECK", "0"}});
+      if (!run.ok()) {
+        Progress("protect: " + run.status().ToString());
+        return kExitFailed;
+      }
+      (checked ? t : twin) = std::move(run);
+    }
+    if (sdc_) {
+      sdc_step.push_back(t->on_s / twin->on_s);
+      sdc_cpu.push_back(t->cpu_on_s / twin->cpu_on_s);
+      unchecked_on.push_back(twin->on_s);
     }
     on.push_back(t->on_s);
     off.push_back(t->off_s);
@@ -206,6 +231,23 @@ int ProtectCommand::Run() {
        {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
        {"target_pct", target},
        {"met", overhead <= target}});
+  if (sdc_) {
+    // The cross-check (docs/protect.md, "Silent data corruption"): one gather of 8 bytes per
+    // rank per step in place of the exchange's barrier; the checksums are L1's already.
+    std::vector<double> pct_runs;
+    for (double x : sdc_step) pct_runs.push_back((x - 1.0) * 100.0);
+    out.Emit({{"name", "protect-sdc"},
+              {"ranks", ranks_},
+              {"device", dev_.Name()},
+              {"batch", batch},
+              {"repeats", repeats_},
+              {"step_s_checked", Median(on)},
+              {"step_s_unchecked", Median(unchecked_on)},
+              {"check_overhead_pct", (Median(sdc_step) - 1.0) * 100.0},
+              {"check_overhead_pct_runs", pct_runs},
+              {"check_cpu_overhead_pct", (Median(sdc_cpu) - 1.0) * 100.0},
+              {"check_gather_bytes_per_step", 8 * ranks_}});
+  }
   return kExitOk;
 }
 

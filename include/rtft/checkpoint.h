@@ -55,6 +55,16 @@ struct CheckpointStats {
   std::string io_backend;
 };
 
+// What the writer vouches for about a version's state, recorded in its manifests (docs/format.md,
+// "Certification"): nothing by default. The Protector's L3 sets `checked` and `agreed` when the
+// data-parallel copies of the replicated tensors were compared and agreed (docs/protect.md,
+// "Silent data corruption").
+struct VersionMarks {
+  bool checked = false;   // the state's replicated copies were compared
+  bool agreed = false;    // ... and every copy agreed (false when not checked)
+  bool replayed = false;  // its step's compute was checked by a replay
+};
+
 class RTFT_EXPORT CheckpointEngine {
  public:
   static StatusOr<std::unique_ptr<CheckpointEngine>> Create(const CheckpointOptions& options);
@@ -64,6 +74,10 @@ class RTFT_EXPORT CheckpointEngine {
   // the memory that `state` describes must not change until WaitCaptured(version) returns.
   // Fails at once on an invalid description or when an earlier version failed.
   virtual Status Checkpoint(uint64_t version, const StateProvider& state) = 0;
+  // The same, with the marks every file of the version and its global manifest record (each
+  // rank gives its own; the version is marked only where every rank's file is).
+  virtual Status Checkpoint(uint64_t version, const StateProvider& state,
+                            const VersionMarks& marks) = 0;
   // Blocks until every byte of `version` is in host memory (the fence before an update). Even
   // when the version failed, it returns only once no copy reads the state's memory any more.
   virtual Status WaitCaptured(uint64_t version) = 0;
@@ -90,6 +104,7 @@ struct VersionInfo {
   int world_size = 0;
   bool complete = false;  // its global manifest exists and names every rank's file
   std::string path;       // the version's directory
+  VersionMarks marks;     // as its global manifest records them (complete versions)
 };
 
 // Every version directory under `dir`, oldest first, complete or not.

@@ -225,7 +225,7 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
   return v;
 }
 
-Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
+Status Engine::Checkpoint(uint64_t version, const StateProvider& state, const VersionMarks& marks) {
   const auto start = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -238,6 +238,8 @@ Status Engine::Checkpoint(uint64_t version, const StateProvider& state) {
   }
   RTFT_ASSIGN_OR_RETURN(std::shared_ptr<Version> v, Plan(version, state));
   v->start = start;
+  v->marks = marks;
+  v->marks.agreed = marks.checked && marks.agreed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_version_ = version;

@@ -61,7 +61,11 @@ class Engine : public CheckpointEngine {
   ~Engine() override;
   Status Start();
 
-  Status Checkpoint(uint64_t version, const StateProvider& state) override;
+  Status Checkpoint(uint64_t version, const StateProvider& state) override {
+    return Checkpoint(version, state, VersionMarks{});
+  }
+  Status Checkpoint(uint64_t version, const StateProvider& state,
+                    const VersionMarks& marks) override;
   Status WaitCaptured(uint64_t version) override;
   Status WaitCaptured(uint64_t version, std::chrono::milliseconds timeout) override;
   Status WaitPersisted(uint64_t version) override;

@@ -310,6 +310,7 @@ Status Engine::FinalizeVersion(Version* v) {
                                     t.file_offset, t.desc.bytes(), t.xxh3});
   }
   m.objects = v->object_entries;
+  m.marks = v->marks;
   RTFT_RETURN_IF_ERROR(FinalizeFile(io_.get(), v->tmp_path, {}, &m));
   FaultPoint("ckpt.manifest_written");
   {

@@ -46,6 +46,7 @@ struct Version {
   std::string tmp_path;
   std::string final_path;
   Clock::time_point start;
+  VersionMarks marks;                  // given to Checkpoint(), written into the file's manifest
   std::atomic<bool> direct_io{false};  // some flush thread got O_DIRECT for this file
 
   // Guarded by the engine's mutex.

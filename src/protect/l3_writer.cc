@@ -99,13 +99,13 @@ void L3Writer::Retire() {
   if (thread.ok()) retirement_ = std::move(*thread);
 }
 
-Status L3Writer::Write(uint64_t step, const StateProvider& view) {
+Status L3Writer::Write(uint64_t step, const StateProvider& view, const VersionMarks& marks) {
   // An engine that could not be opened writes nothing; its error was logged.
   if (const Status ready = Ready(); !ready.ok()) return Status::Ok();
   if (!engine_) return Status::Ok();
   const LongPhase long_phase;  // the wait for the last version's copy, and this one's start
   RTFT_RETURN_IF_ERROR(WaitCopied());
-  const Status s = engine_->Checkpoint(step, view);
+  const Status s = engine_->Checkpoint(step, view, marks);
   if (!s.ok()) {
     RTFT_LOG(kError, kLogRuntime) << "L3 checkpoint of step " << step << ": " << s;
     return s.code() == StatusCode::kAborted ? s : Status::Ok();

@@ -37,8 +37,9 @@ class L3Writer {
   bool open() const { return engine_ != nullptr || opener_.running(); }
   void Retire();
 
-  // Starts writing `step` from `view`; the engine copies out of L1 in the background.
-  Status Write(uint64_t step, const StateProvider& view);
+  // Starts writing `step` from `view`, with `marks` in its manifests; the engine copies out of
+  // L1 in the background.
+  Status Write(uint64_t step, const StateProvider& view, const VersionMarks& marks = {});
   // The capture of `step` overwrites the area of step - 2: waits until the engine copied it.
   void BeforeCapture(uint64_t step);
   // Until the version in flight is copied out of L1 (nothing in flight: Ok).

@@ -81,6 +81,8 @@ class Replicator {
   std::optional<Corruption> TakeCorruption();
   // Whether the check of `step` found a corrupt copy not taken yet.
   bool Disagreed(uint64_t step);
+  // Whether each step's exchange compares the copies (on, and more than one copy).
+  bool checking() const { return check_ && world_ > 1; }
   void set_check(bool check, std::function<void(uint64_t)> report = nullptr) {
     check_ = check;
     report_ = std::move(report);

@@ -155,6 +155,8 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   // Only a version whose replicated copies agreed goes to L3 (docs/protect.md, "Silent data
   // corruption"): their check ends with the step's L2 exchange. A corrupt one is repaired at the
   // next BeginStep, and the step that runs again writes its version then.
+  // The version's manifests say so (docs/format.md, "Certification").
+  VersionMarks marks;
   if (epoch_.replicator) {
     RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step));
     if (epoch_.replicator->Disagreed(step)) {
@@ -162,12 +164,13 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
           << "L3 version " << step << " not written: its replicated copies disagree";
       return Status::Ok();
     }
+    marks.checked = marks.agreed = epoch_.replicator->checking();
   }
   // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
   const GridPlace me = epoch_.grid.of(epoch_.train->rank());
   const AreaView view = OwnAreaView(held_.layout, held_.l1->payload(step),
                                     held_.l1->header(step)->object_bytes, me.d, me.data);
-  return l3_->Write(step, view);
+  return l3_->Write(step, view, marks);
 }
 
 Status ProtectorImpl::CheckpointNow() {

@@ -474,6 +474,45 @@ TEST(Engine, CommitWaitsForEveryRank) {
   EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 2)));
 }
 
+// Each rank's marks go into its file's manifest; the version's are what both files have
+// (docs/format.md, "Certification"), read back by ListVersions.
+TEST(Engine, VersionMarksReachTheManifests) {
+  TempDir dir;
+  CheckpointOptions o0 = SmallOptions(dir.path());
+  o0.world_size = 2;
+  o0.keep_versions = 0;  // all three stay
+  CheckpointOptions o1 = o0;
+  o1.rank = 1;
+  auto r0 = MakeEngine(o0);
+  auto r1 = MakeEngine(o1);
+  ASSERT_TRUE(r0 && r1);
+  TrainState s;
+  const VersionMarks agreed{true, true, false};
+  // Version 1: both ranks' copies agreed. Version 2: rank 1 wrote without marks. Version 3: no
+  // marks at all; `agreed` without `checked` is not kept.
+  ASSERT_TRUE(r0->Checkpoint(1, s.provider, agreed).ok());
+  ASSERT_TRUE(r1->Checkpoint(1, s.provider, agreed).ok());
+  ASSERT_TRUE(r0->Checkpoint(2, s.provider, agreed).ok());
+  ASSERT_TRUE(r1->Checkpoint(2, s.provider).ok());
+  ASSERT_TRUE(r0->Checkpoint(3, s.provider, VersionMarks{false, true, false}).ok());
+  ASSERT_TRUE(r1->Checkpoint(3, s.provider).ok());
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(r1->WaitPersisted(v).ok());
+    ASSERT_TRUE(r0->WaitPersisted(v).ok());
+  }
+  auto versions = ListVersions(dir.path());
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_EQ(versions->size(), 3u);
+  EXPECT_TRUE((*versions)[0].marks.checked && (*versions)[0].marks.agreed);
+  EXPECT_FALSE((*versions)[0].marks.replayed);
+  EXPECT_FALSE((*versions)[1].marks.checked || (*versions)[1].marks.agreed);
+  EXPECT_FALSE((*versions)[2].marks.checked || (*versions)[2].marks.agreed);
+  // The global manifest has the field only where something is marked.
+  auto global = ReadText(GlobalManifestPath(dir.path(), 1));
+  EXPECT_NE(global.find("\"certified\""), std::string::npos) << global;
+  EXPECT_EQ(ReadText(GlobalManifestPath(dir.path(), 3)).find("certified"), std::string::npos);
+}
+
 TEST(Engine, AnAbandonedCommitEndsAtOnceNotAtItsTimeout) {
   // Rank 1 never writes version 1 (it was lost). Rank 0's commit would wait an hour; abandoned,
   // it ends now with kAborted, nothing is committed, and the engine is destroyed without waiting.

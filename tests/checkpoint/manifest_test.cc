@@ -68,6 +68,46 @@ TEST(Manifest, ValidManifestsRoundTrip) {
   ASSERT_TRUE(g.ok()) << g.status();
 }
 
+// The optional `certified` marks (docs/format.md, "Certification"): absent when nothing is
+// marked, round-tripped when present, refused when malformed; a version has what every file has.
+TEST(Manifest, CertificationMarksAreOptionalAndStrict) {
+  json plain = ValidFileManifest();
+  EXPECT_FALSE(plain.contains("certified"));
+  auto m = FileManifest::FromJson(plain.dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(m->marks.checked || m->marks.agreed || m->marks.replayed);
+  m->marks.checked = m->marks.agreed = true;
+  auto again = FileManifest::FromJson(m->ToJson());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->marks.checked && again->marks.agreed && !again->marks.replayed);
+  GlobalManifest g = *GlobalManifest::FromJson(ValidGlobalManifest().dump());
+  g.marks.replayed = true;
+  auto g2 = GlobalManifest::FromJson(g.ToJson());
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  EXPECT_TRUE(g2->marks.replayed && !g2->marks.checked);
+  for (bool global : {false, true}) {
+    json j = global ? ValidGlobalManifest() : ValidFileManifest();
+    j["certified"] = true;
+    ExpectRefused(j, "'certified' must be an object", global);
+    j["certified"] = {{"checked", true}, {"agreed", true}};
+    ExpectRefused(j, "'certified.replayed' is missing", global);
+    j["certified"] = {{"checked", 1}, {"agreed", true}, {"replayed", false}};
+    ExpectRefused(j, "'certified.checked' must be true or false", global);
+    j["certified"] = {{"checked", false}, {"agreed", true}, {"replayed", false}};
+    ExpectRefused(j, "'certified.agreed' is true of copies never checked", global);
+  }
+  // A version's marks: only what every file has.
+  VersionMarks agreed{true, true, false}, unchecked{}, replayed{true, true, true};
+  VersionMarks all = CombineMarks({agreed, replayed});
+  EXPECT_TRUE(all.checked && all.agreed && !all.replayed);
+  all = CombineMarks({agreed, unchecked});
+  EXPECT_FALSE(all.checked || all.agreed || all.replayed);
+  all = CombineMarks({replayed, replayed});
+  EXPECT_TRUE(all.checked && all.agreed && all.replayed);
+  all = CombineMarks({});
+  EXPECT_FALSE(all.checked || all.agreed || all.replayed);
+}
+
 TEST(Manifest, IntegersMustBeIntegersOfTheirRange) {
   json j = ValidFileManifest();
   j["version"] = 7.0;

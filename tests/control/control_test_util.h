@@ -29,6 +29,7 @@ struct JobConfig {
   milliseconds heartbeat_timeout{1500};
   milliseconds handshake_timeout{5000};
   int max_pending_connections = 0;  // 0: from the descriptor limit
+  bool hang_detection = true;       // the primary's (HangOptions::k 10, or 0)
 };
 
 class TestJob {
@@ -48,6 +49,7 @@ class TestJob {
     o.on_spares_exhausted = cfg.policy;
     o.handshake_timeout = cfg.handshake_timeout;
     o.max_pending_connections = cfg.max_pending_connections;
+    if (!cfg.hang_detection) o.hang.k = 0;
     auto c = Coordinator::Start(o);
     EXPECT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);

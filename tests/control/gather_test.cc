@@ -90,14 +90,32 @@ TEST(Gather, AFailureDuringTheGatherAbortsIt) {
   }
 }
 
+// Without the primary's hang detection, a member whose deadline passes gets the gather's error.
 TEST(Gather, AMissingMemberTimesOut) {
-  TestJob job(JobConfig{4, 1});
+  JobConfig cfg{4, 1};
+  cfg.hang_detection = false;
+  TestJob job(cfg);
   ASSERT_TRUE(job.JoinAll());
   GatherRequest g = Req(1, 1);
   g.timeout_ms = 200;
   auto r = job.agent(1).Gather(g);
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_NE(r.status().message().find("1 of 3"), std::string::npos) << r.status();
+}
+
+// With it (the default), the members that never came are failed as hung at that deadline, and
+// the member that came gets the next epoch: its gather ends kAborted, not with an error.
+TEST(Gather, AMissingMemberIsFailedAsHung) {
+  TestJob job(JobConfig{4, 1});
+  ASSERT_TRUE(job.JoinAll());
+  GatherRequest g = Req(1, 1);
+  g.timeout_ms = 200;
+  auto r = job.agent(1).Gather(g);
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted) << r.status();
+  ControlEvent e = job.NextEvent(1, milliseconds(5000));
+  EXPECT_EQ(e.membership.epoch, 2u);
+  EXPECT_EQ(e.failed_ranks, (std::vector<LogicalRank>{0, 2}));
+  EXPECT_NE(e.reason.find("slot 0 (rank 0): hang"), std::string::npos) << e.reason;
 }
 
 TEST(EventDelta, EveryAgentRebuildsTheCoordinatorsMembership) {

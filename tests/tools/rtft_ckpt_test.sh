@@ -32,10 +32,14 @@ expect 0 '^2 +complete +2 .*v000000000002 +<- LATEST$' -- "$ckpt" ls "$tmp/good"
 expect 0 '^1 +complete +2 ' -- "$ckpt" ls "$tmp/good"
 expect 0 '^3 +incomplete +2/\? ' -- "$ckpt" ls "$tmp/good"
 expect 1 '^rtft-ckpt: .*nowhere' -- "$ckpt" ls "$tmp/nowhere"
+# The writer marked nothing (docs/format.md, "Certification"): column COPIES says "-".
+expect 0 '^2 +complete +2 .* - +/' -- "$ckpt" ls "$tmp/good"
 
 # verify: 0 only when everything verified.
 expect 0 'version 2 of .*: OK' -- "$ckpt" verify "$tmp/good"
 expect 0 'version 1 of .*: OK' -- "$ckpt" verify "$tmp/good" --version 1
+expect 0 '^version 2: replicated copies not compared by the writer; its compute not replayed$' -- \
+  "$ckpt" verify "$tmp/good"
 expect 1 '^rtft-ckpt: .*incomplete' -- "$ckpt" verify "$tmp/good" --version 3
 expect 1 "^rtft-ckpt: tensor 'model/w' in .*rank-00000.h5: checksum mismatch in chunk 0" -- \
   "$ckpt" verify "$tmp/bad"

@@ -93,6 +93,7 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   GlobalManifest global;
   global.version = version;
   global.world_size = world_size;
+  std::vector<VersionMarks> marks;
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string path = RankFilePath(root, version, rank);
     RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
@@ -109,7 +110,9 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
     global.format_version = std::max(global.format_version, m.format_version);
     global.files.push_back(
         GlobalFileEntry{rank, RankFileName(rank), bytes, Xxh3(json.data(), json.size())});
+    marks.push_back(m.marks);
   }
+  global.marks = CombineMarks(marks);
   global.created_unix_ms = NowUnixMs();
   RTFT_RETURN_IF_ERROR(WriteFileAtomically(io, GlobalManifestPath(root, version), global.ToJson()));
   FaultPoint("ckpt.committed");

@@ -94,6 +94,21 @@ Status JsonFields::String(const char* key, std::string* out) const {
   return Status::Ok();
 }
 
+Status JsonFields::Bool(const char* key, bool* out) const {
+  RTFT_ASSIGN_OR_RETURN(const json* j, Find(key));
+  if (!j->is_boolean())
+    return Error(key, std::string("must be true or false, not ") + TypeName(*j));
+  *out = j->get<bool>();
+  return Status::Ok();
+}
+
+Status JsonFields::Object(const char* key, const json** out) const {
+  RTFT_ASSIGN_OR_RETURN(const json* j, Find(key));
+  if (!j->is_object()) return Error(key, std::string("must be an object, not ") + TypeName(*j));
+  *out = j;
+  return Status::Ok();
+}
+
 Status JsonFields::List(const char* key, const json** out) const {
   RTFT_ASSIGN_OR_RETURN(const json* j, Find(key));
   if (!j->is_array()) return Error(key, std::string("must be a list, not ") + TypeName(*j));

@@ -33,8 +33,11 @@ class JsonFields {
   Status Uint(const char* key, uint64_t max, uint64_t* out) const;
   Status Int(const char* key, int64_t min, int64_t max, int64_t* out) const;
   Status String(const char* key, std::string* out) const;
+  Status Bool(const char* key, bool* out) const;
   // A list; its entries are read by the caller (with JsonFields of their own).
   Status List(const char* key, const nlohmann::json** out) const;
+  // An object; its fields are read by the caller (with JsonFields of its own).
+  Status Object(const char* key, const nlohmann::json** out) const;
   // Up to kMaxTensorRank integers, each in [0, INT64_MAX].
   Status Dims(const char* key, std::vector<int64_t>* out) const;
   // 16 lowercase hex digits (core/checksum.h).

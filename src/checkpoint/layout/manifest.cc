@@ -125,7 +125,38 @@ std::string Item(const char* list, size_t i) {
   return std::string(list) + "[" + std::to_string(i) + "].";
 }
 
+// The optional `certified` object (docs/format.md, "Certification"): written only when something
+// is marked; when present, all three fields, and `agreed` only with `checked`.
+void PutMarks(const VersionMarks& m, json* j) {
+  if (!m.checked && !m.replayed) return;
+  (*j)["certified"] = {{"checked", m.checked}, {"agreed", m.agreed}, {"replayed", m.replayed}};
+}
+
+Status ParseMarks(const JsonFields& f, VersionMarks* m) {
+  if (!f.Has("certified")) return Status::Ok();
+  const json* certified = nullptr;
+  RTFT_RETURN_IF_ERROR(f.Object("certified", &certified));
+  const JsonFields c(*certified, "certified.");
+  RTFT_RETURN_IF_ERROR(c.Bool("checked", &m->checked));
+  RTFT_RETURN_IF_ERROR(c.Bool("agreed", &m->agreed));
+  RTFT_RETURN_IF_ERROR(c.Bool("replayed", &m->replayed));
+  if (m->agreed && !m->checked) return c.Error("agreed", "is true of copies never checked");
+  return Status::Ok();
+}
+
 }  // namespace
+
+VersionMarks CombineMarks(const std::vector<VersionMarks>& files) {
+  VersionMarks all;
+  if (files.empty()) return all;
+  all.checked = all.agreed = all.replayed = true;
+  for (const VersionMarks& f : files) {
+    all.checked = all.checked && f.checked;
+    all.agreed = all.agreed && f.checked && f.agreed;
+    all.replayed = all.replayed && f.replayed;
+  }
+  return all;
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -198,6 +229,7 @@ std::string FileManifest::ToJson() const {
                        {"xxh3", ChecksumToHex(o.xxh3)}});
   }
   j["objects"] = std::move(objects);
+  PutMarks(marks, &j);
   return j.dump();
 }
 
@@ -214,6 +246,7 @@ StatusOr<FileManifest> FileManifest::FromJson(const std::string& text) {
   if (m.chunk_bytes == 0 || m.chunk_bytes % kChunkAlignment != 0)
     return f.Error("chunk_bytes",
                    "is not a positive multiple of " + std::to_string(kChunkAlignment));
+  RTFT_RETURN_IF_ERROR(ParseMarks(f, &m.marks));
   const json* tensors = nullptr;
   const json* objects = nullptr;
   RTFT_RETURN_IF_ERROR(f.List("tensors", &tensors));
@@ -263,6 +296,7 @@ std::string GlobalManifest::ToJson() const {
                      {"manifest_xxh3", ChecksumToHex(f.manifest_xxh3)}});
   }
   j["files"] = std::move(files);
+  PutMarks(marks, &j);
   return j.dump(1);
 }
 
@@ -272,6 +306,7 @@ StatusOr<GlobalManifest> GlobalManifest::FromJson(const std::string& text) {
   GlobalManifest m;
   RTFT_RETURN_IF_ERROR(
       ParseHead(f, &m.format_version, &m.version, &m.world_size, &m.created_unix_ms));
+  RTFT_RETURN_IF_ERROR(ParseMarks(f, &m.marks));
   const json* files = nullptr;
   RTFT_RETURN_IF_ERROR(f.List("files", &files));
   if (files->size() != static_cast<size_t>(m.world_size))

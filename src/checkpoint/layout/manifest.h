@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "rtft/checkpoint.h"
 #include "rtft/state.h"
 #include "rtft/status.h"
 
@@ -59,6 +60,7 @@ struct FileManifest {
   int64_t created_unix_ms = 0;
   std::vector<TensorEntry> tensors;
   std::vector<ObjectEntry> objects;
+  VersionMarks marks;  // the optional `certified` field: absent when nothing is marked
 
   std::string ToJson() const;
   static StatusOr<FileManifest> FromJson(const std::string& json);
@@ -79,6 +81,7 @@ struct GlobalManifest {
   int world_size = 1;
   int64_t created_unix_ms = 0;
   std::vector<GlobalFileEntry> files;
+  VersionMarks marks;  // what every file's marks share (CombineMarks)
 
   std::string ToJson() const;
   static StatusOr<GlobalManifest> FromJson(const std::string& json);
@@ -88,6 +91,9 @@ struct GlobalManifest {
 int FormatVersionOf(DType dtype);
 // The oldest format version that has every one of `dtypes` (kFirstFormatVersion for none).
 int FormatVersionFor(const std::vector<DType>& dtypes);
+
+// A version's marks from its files': checked, agreed and replayed only where every file is.
+VersionMarks CombineMarks(const std::vector<VersionMarks>& files);
 
 // Wall-clock milliseconds since the epoch, for the manifests' created_unix_ms.
 int64_t NowUnixMs();

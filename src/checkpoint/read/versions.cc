@@ -150,6 +150,7 @@ StatusOr<std::vector<VersionInfo>> ListVersions(const std::string& dir) {
     if (global.ok()) {
       info.complete = true;
       info.world_size = global->world_size;
+      info.marks = global->marks;
     }
     versions.push_back(std::move(info));
   }

@@ -69,6 +69,21 @@ class ProgressLine {
   bool printed_ = false;
 };
 
+// What the writer vouched for (docs/format.md, "Certification"), in a word or two.
+std::string MarksText(const VersionMarks& m) {
+  std::string s = !m.checked ? "-" : m.agreed ? "agreed" : "DISAGREED";
+  return m.replayed ? s + ",replayed" : s;
+}
+
+// The marks of `version` as its global manifest records them (none when it cannot be read).
+VersionMarks MarksOf(const std::string& dir, uint64_t version) {
+  auto versions = ListVersions(dir);
+  if (!versions.ok()) return {};
+  for (const VersionInfo& v : *versions)
+    if (v.version == version) return v.marks;
+  return {};
+}
+
 }  // namespace
 
 int ListCommand(const std::string& dir) {
@@ -81,16 +96,18 @@ int ListCommand(const std::string& dir) {
   } else if (l.status().code() != StatusCode::kNotFound) {
     std::fprintf(stderr, "rtft-ckpt: warning: %s\n", l.status().message().c_str());
   }
-  std::printf("%-8s %-10s %6s %12s  %s\n", "VERSION", "STATE", "RANKS", "SIZE", "PATH");
+  std::printf("%-8s %-10s %6s %12s %-10s  %s\n", "VERSION", "STATE", "RANKS", "SIZE", "COPIES",
+              "PATH");
   for (const VersionInfo& v : *versions) {
     uint64_t bytes;
     int rank_files;
     DirectoryUsage(v.path, &bytes, &rank_files);
     std::string ranks =
         v.complete ? std::to_string(v.world_size) : std::to_string(rank_files) + "/?";
-    std::printf("%-8llu %-10s %6s %12s  %s%s\n", static_cast<unsigned long long>(v.version),
+    std::printf("%-8llu %-10s %6s %12s %-10s  %s%s\n", static_cast<unsigned long long>(v.version),
                 v.complete ? "complete" : "incomplete", ranks.c_str(), FormatBytes(bytes).c_str(),
-                v.path.c_str(), latest && *latest == v.version ? "  <- LATEST" : "");
+                v.complete ? MarksText(v.marks).c_str() : "?", v.path.c_str(),
+                latest && *latest == v.version ? "  <- LATEST" : "");
   }
   return 0;
 }
@@ -116,6 +133,14 @@ int VerifyCommand(const std::string& dir, std::optional<uint64_t> version) {
   std::printf("version %llu of %s: OK, %s verified in %.2f s (%.2f GB/s)\n",
               static_cast<unsigned long long>(*version), dir.c_str(), FormatBytes(total).c_str(),
               secs, secs > 0 ? total / 1e9 / secs : 0.0);
+  // The checksums say the bytes are those written; the marks, what the writer knew of them.
+  const VersionMarks marks = MarksOf(dir, *version);
+  std::printf("version %llu: replicated copies %s; its compute %s\n",
+              static_cast<unsigned long long>(*version),
+              !marks.checked ? "not compared by the writer"
+              : marks.agreed ? "agreed when written"
+                             : "DISAGREED when written",
+              marks.replayed ? "checked by a replay" : "not replayed");
   return 0;
 }
 

@@ -23,7 +23,11 @@ class SdcJobTest : public TrainJobTest {
 
   // `rtft-ckpt cat FILE params -n 0`: every value of a rank file's replicated parameters.
   static std::string Params(const std::string& file) {
-    const std::string cmd = std::string(RTFT_CKPT) + " cat '" + file + "' params -n 0 2>&1";
+    return Ckpt("cat '" + file + "' params -n 0");
+  }
+  // What `rtft-ckpt ARGS` prints, stderr too.
+  static std::string Ckpt(const std::string& args) {
+    const std::string cmd = std::string(RTFT_CKPT) + " " + args + " 2>&1";
     std::string out;
     if (FILE* p = popen(cmd.c_str(), "r")) {
       char buf[4096];
@@ -91,7 +95,10 @@ TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
 TEST_F(SdcJobTest, L3WritesOnlyVersionsWhoseCopiesAgreed) {
   const std::string ref_ckpt = root_ + "/l3-ref-ckpt", flip_ckpt = root_ + "/l3-flip-ckpt";
   env_["RTFT_CKPT_KEEP_VERSIONS"] = "0";  // every version stays on disk, the corrupt step's too
+  // The reference runs without the cross-check: the same values, its versions unmarked.
+  env_["RTFT_PROTECT_SDC_CHECK"] = "0";
   Run ref = Start("l3-ref", 3, 1, "", 0, {"--l3-every", "10", "--ckpt-dir", ref_ckpt});
+  env_.erase("RTFT_PROTECT_SDC_CHECK");
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   Run run = Start("l3-flip", 3, 1, "1:train.flip@40:flag", 0,
                   {"--l3-every", "10", "--ckpt-dir", flip_ckpt});
@@ -122,6 +129,21 @@ TEST_F(SdcJobTest, L3WritesOnlyVersionsWhoseCopiesAgreed) {
   }
   EXPECT_GE(compared, 30u) << "versions 10 to 110 of 3 ranks";
   EXPECT_TRUE(corrupt_step) << "version 40, the corrupt step's, was compared";
+  // Their manifests say whether the copies were compared (docs/format.md, "Certification"):
+  // every version of the checked run agreed, none of the reference's was compared.
+  for (const auto& [dir, mark] : {std::pair(flip_ckpt, "agreed"), std::pair(ref_ckpt, "-")}) {
+    const std::string ls = Ckpt("ls '" + dir + "'");
+    size_t versions = 0;
+    for (size_t at = ls.find(" complete "); at != std::string::npos;
+         at = ls.find(" complete ", at + 1)) {
+      const std::string line = ls.substr(at, ls.find('\n', at) - at);
+      EXPECT_NE(line.find(std::string(" ") + mark + " "), std::string::npos) << line << "\n" << ls;
+      ++versions;
+    }
+    EXPECT_GE(versions, 10u) << ls;
+  }
+  EXPECT_NE(Ckpt("verify '" + flip_ckpt + "'").find("replicated copies agreed when written"),
+            std::string::npos);
 }
 
 }  // namespace
