@@ -204,7 +204,8 @@ Status Trainer::Failed(const rtft::StepContext& ctx, const Status& s) {
   return s;
 }
 
-Status Trainer::Compute(rtft::StepContext& ctx) {
+// What each step's first function does first: the start line, the recovery's report, the clock.
+void Trainer::Prologue(rtft::StepContext& ctx) {
   if (!started_) {
     const std::string device =
         gpu_ ? "cuda:" + std::to_string(gpu_->device()) + "/" + o_.comm : std::string("cpu");
@@ -218,19 +219,52 @@ Status Trainer::Compute(rtft::StepContext& ctx) {
   }
   if (ctx.recovered) Report(*ctx.recovered);
   Time(ctx);
+}
+
+Status Trainer::Compute(rtft::StepContext& ctx) {
+  Prologue(ctx);
   if (gpu_) return Failed(ctx, ComputeGpu(ctx));
-  float loss = 0;
   Status s;
   if (block_) {
-    s = block_->Step(ctx, o_.seed, &grad_, &loss);
+    s = block_->Step(ctx, o_.seed, &grad_, &loss_);
   } else {
-    // Test hook: "train.compute:repeat=F" makes this rank slow (the same bits, F times the work).
-    const int repeats = rtft::FaultRepeats("train.compute");
-    for (int i = 0; i < repeats; ++i) {
-      MakeBatch(shape_, o_.seed, ctx.step, ctx.rank, o_.batch, &x_, &y_);
-      loss = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
-    }
+    ctx.data_rank = ctx.rank;
+    LocalGradients(ctx);
   }
+  if (!s.ok()) return Failed(ctx, s);
+  return Reduce(ctx);
+}
+
+// StepFns::local (the replay of steps, RTFT_PROTECT_REPLAY_EVERY): forward and backward on the
+// data of ctx.data_rank, no collective. A replay of a peer's step changes no clock or line.
+Status Trainer::Local(rtft::StepContext& ctx) {
+  if (!ctx.replaying) Prologue(ctx);
+  LocalGradients(ctx);
+  ctx.gradients = grad_.data();
+  ctx.gradient_bytes = grad_.size() * sizeof(float);
+  return Status::Ok();
+}
+
+void Trainer::LocalGradients(const rtft::StepContext& ctx) {
+  // Test hook: "train.compute:repeat=F" makes this rank slow (the same bits, F times the work).
+  const int repeats = ctx.replaying ? 1 : rtft::FaultRepeats("train.compute");
+  for (int i = 0; i < repeats; ++i) {
+    MakeBatch(shape_, o_.seed, ctx.step, ctx.data_rank, o_.batch, &x_, &y_);
+    loss_ = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+  }
+  // Test hook: "train.grad_flip:flag" flips a bit of this rank's own gradients (a faulty SM).
+  if (!ctx.replaying && !grad_.empty() && rtft::FaultFlag("train.grad_flip")) {
+    uint32_t bits;
+    std::memcpy(&bits, &grad_[0], sizeof(bits));
+    bits ^= 1u << 20;
+    std::memcpy(&grad_[0], &bits, sizeof(bits));
+  }
+}
+
+// The gradients' collectives (StepFns::reduce) and the step's mean loss.
+Status Trainer::Reduce(rtft::StepContext& ctx) {
+  Status s;
+  float loss = loss_;
   rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
   rtft::Communicator* data = DataGroup(ctx);
   if (s.ok() && data) {

@@ -84,6 +84,10 @@ class Trainer {
   rtft::Status Group(const std::string& name, int rank, int size,
                      std::unique_ptr<rtft::Communicator>* c) const;
   rtft::Status Compute(rtft::StepContext& ctx);
+  // The compute split for the replay of steps (StepFns::local and ::reduce; the CPU path of a
+  // data-parallel run only).
+  rtft::Status Local(rtft::StepContext& ctx);
+  rtft::Status Reduce(rtft::StepContext& ctx);
   rtft::Status Update(rtft::StepContext& ctx);
   // The parameters this rank updates a shard of: the whole model, or its partition's block.
   float* Params() { return block_ ? block_->data() : params_.data(); }
@@ -99,6 +103,8 @@ class Trainer {
   rtft::Status UpdateGpu(rtft::StepContext& ctx);
   void ArmFaults(int rank) const;
   void Time(const rtft::StepContext& ctx);
+  void Prologue(rtft::StepContext& ctx);
+  void LocalGradients(const rtft::StepContext& ctx);
   rtft::Status Failed(const rtft::StepContext& ctx, const rtft::Status& s);
   void Say(const std::string& line) const;
   int Fail(const char* what, const rtft::Status& s) const;
@@ -130,6 +136,7 @@ class Trainer {
   std::shared_ptr<rtft::StateProvider> state_;
   double loss_ema_ = 0;
   float mean_loss_ = 0;  // this step's, from compute to update
+  float loss_ = 0;       // this rank's, from the local compute to the reduction
   uint64_t listener_ = 0;
   std::vector<float> x_;
   std::vector<int> y_;

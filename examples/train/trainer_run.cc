@@ -122,8 +122,14 @@ int Trainer::Run() {
                   e.failed_ranks.size(), e.shutdown ? 1 : 0);
     Say(text);
   });
-  const rtft::StepFns fns{[this](rtft::StepContext& c) { return Compute(c); },
-                          [this](rtft::StepContext& c) { return Update(c); }};
+  rtft::StepFns fns{[this](rtft::StepContext& c) { return Compute(c); },
+                    [this](rtft::StepContext& c) { return Update(c); }};
+  // The CPU path of a data-parallel run splits its compute, for the replay of steps by a peer
+  // (RTFT_PROTECT_REPLAY_EVERY; the same bits either way).
+  if (!gpu_ && !block_) {
+    fns.local = [this](rtft::StepContext& c) { return Local(c); };
+    fns.reduce = [this](rtft::StepContext& c) { return Reduce(c); };
+  }
   if (o_.drop_replica >= 0) return DropReplica(fns);
   auto run = p_->Run(o_.steps, fns);
   if (!run.ok()) return Fail("training", run.status());

@@ -84,6 +84,11 @@ struct ProtectOptions {
   // partition describes its own tensors (names unique to the partition); the ranks of one
   // data-parallel group must describe the same state.
   Grid grid;
+  // The replay of a step by a peer (docs/protect.md, "Replay"): every this many steps (0:
+  // RTFT_PROTECT_REPLAY_EVERY, off by default; negative: never), each rank also runs its left
+  // neighbour's local compute (StepFns::local) and the gradients' digests are compared before
+  // the reduction. Needs StepFns::local and ::reduce, host gradients, a data-parallel layout.
+  int64_t replay_every = 0;
   // Which steps take a snapshot (empty: every step). A failure rolls back to the last step that
   // took one, so more than one step may run again. `rtft-bench protect` alternates protected and
   // unprotected blocks of steps in one run to measure what protection costs.
@@ -145,6 +150,14 @@ struct StepContext {
   // Set on the first step after a recovery (a spare's, a restarted process's, or every rank's
   // after a failure); null otherwise.
   const RecoveryInfo* recovered = nullptr;
+  // For StepFns::local. The data-parallel index whose data the step uses: place.d, but the
+  // replayed rank's while `replaying` (the compute must be a function of the protected state,
+  // `step` and `data_rank` alone: its data and random numbers drawn from them).
+  int data_rank = 0;
+  bool replaying = false;
+  // Set by StepFns::local: the gradient buffer it wrote (host memory), which the replay digests.
+  const void* gradients = nullptr;
+  size_t gradient_bytes = 0;
 };
 
 using StepFn = std::function<Status(StepContext&)>;
@@ -154,6 +167,12 @@ struct StepFns {
   // Changes the state (the optimizer update, then the parameters' all-gather): runs once the
   // step's snapshot is taken.
   StepFn update;
+  // Optional: `compute` in two parts, which the replay of steps by a peer needs (then `compute`
+  // may be empty). `local`: forward and backward into a gradient buffer it names in
+  // ctx.gradients, with no collective, from the data of ctx.data_rank. `reduce`: the gradients'
+  // collectives and what follows them.
+  StepFn local = nullptr;
+  StepFn reduce = nullptr;
 };
 
 // kDone (every step up to the end ran) or kShutdown (the job is ending: no spare was left, or

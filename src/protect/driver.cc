@@ -21,8 +21,12 @@ const char* RunOutcomeName(RunOutcome outcome) {
 namespace protect {
 
 StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns) {
-  if (!fns.compute || !fns.update)
-    return Status::InvalidArgument("Protector::Run needs both a compute and an update function");
+  const bool split = fns.local && fns.reduce;
+  if ((!fns.compute && !split) || !fns.update)
+    return Status::InvalidArgument(
+        "Protector::Run needs an update function and a compute function (or local and reduce)");
+  if (static_cast<bool>(fns.local) != static_cast<bool>(fns.reduce))
+    return Status::InvalidArgument("Protector::Run: local and reduce come together");
   const bool fresh = !p->started();
   StatusOr<uint64_t> start = p->Start();
   const RecoveryInfo& info = p->last_recovery();
@@ -32,6 +36,10 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
   uint64_t step = *start;
   // A spare, a restarted process or a job started again from L3 begins with a recovery.
   const RecoveryInfo* recovered = fresh && info.epoch > 0 ? &info : nullptr;
+  if (p->replay_every() > 0 && !split)
+    return Status::InvalidArgument(
+        "the replay of steps (RTFT_PROTECT_REPLAY_EVERY, ProtectOptions::replay_every) needs the "
+        "step's compute split into local and reduce functions (StepFns)");
   while (step < end_step) {
     StepContext ctx = p->Context(step);
     ctx.recovered = recovered;
@@ -41,7 +49,7 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
     t[0] = Clock::now();
     Status s = p->BeginStep(step);
     t[1] = Clock::now();
-    if (s.ok()) s = fns.compute(ctx);
+    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every());
     t[2] = Clock::now();
     if (s.ok()) s = p->BeforeUpdate();
     t[3] = Clock::now();

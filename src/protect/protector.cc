@@ -90,6 +90,11 @@ Status ProtectorImpl::Open() {
                                    ": 1 to 16 connections per neighbour");
   settings_.l2_streams = static_cast<int>(streams);
   RTFT_ASSIGN_OR_RETURN(settings_.sdc_check, ParamBool(Param::kProtectSdcCheck));
+  int64_t replay = o.replay_every;
+  if (replay == 0) {
+    RTFT_ASSIGN_OR_RETURN(replay, ParamInt(Param::kProtectReplayEvery));
+  }
+  settings_.replay_every = std::max<int64_t>(replay, 0);
   const std::string ckpt = o.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o.ckpt_dir;
   int64_t every = o.l3_every;
   if (every == 0) {
@@ -160,6 +165,7 @@ StepContext ProtectorImpl::Context(uint64_t step) const {
   ctx.pipeline = epoch_.pipeline.get();
   ctx.data = epoch_.grid.flat() ? epoch_.train.get() : epoch_.data.get();
   ctx.stream = settings_.options.stream;
+  ctx.data_rank = ctx.place.d;
   return ctx;
 }
 

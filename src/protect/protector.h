@@ -47,6 +47,7 @@ class ProtectorImpl final : public Protector {
   // What a step's functions are given (all but `recovered`).
   StepContext Context(uint64_t step) const;
   void ReportDeviceError(const std::string& detail) { (void)rt_->ReportDeviceError(detail); }
+  int64_t replay_every() const { return settings_.replay_every; }
   // The capture in flight over (a step failed for good); its status is the step's error's to give.
   void EndCapture() { (void)capture_->Wait(); }
 
@@ -98,5 +99,8 @@ class ProtectorImpl final : public Protector {
 
 // driver.cc: the bracket and the recovery every protected loop needs, once.
 StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns);
+// replay.cc: a step's compute, `compute` or `local` then `reduce`, with the replay of the step by
+// a peer every `every` steps (docs/protect.md, "Replay").
+Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every);
 
 }  // namespace rtft::protect

@@ -1,0 +1,82 @@
+// The replay of a step by a peer, end to end (docs/protect.md, "Replay"): `mpirun
+// --enable-recovery dp-launch --spares 1 -- rtft-train` under RTFT_PROTECT_REPLAY_EVERY, where one
+// rank flips a bit of its own gradients before the reduction (`train.grad_flip`: a faulty SM).
+// The replicated copies would agree on the result (the reduction spreads it to every rank): only
+// the replay sees it. Once, it is a transient fault and the step goes on with the right
+// gradients; at every step, the rank is taken for a faulty device and a spare takes it. Every run
+// ends with the digest of the run without the flip, bit for bit; without the replay the same flip
+// changes the result.
+#include "protect/jobs/train_job.h"
+
+namespace rtft::launch::test {
+namespace {
+
+const std::vector<std::string> kTrain = {"--steps", "80", "--hidden",    "128",
+                                         "--batch", "8",  "--log-every", "1000"};
+
+class ReplayJobTest : public TrainJobTest {
+ protected:
+  ReplayJobTest() : TrainJobTest(kTrain, 1000) {}
+
+  // Every rank ended with the reference's digest, with no recovery.
+  void ExpectSameWithoutRecovery(const Run& run) {
+    const std::string& want = Reference(3);
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << rank << run.output;
+    EXPECT_EQ(run.recoveries, 0) << run.output;
+  }
+};
+
+// Replaying every step changes nothing: the same bits as the run without it.
+TEST_F(ReplayJobTest, ACleanRunReplayedAtEveryStepEndsTheSame) {
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "1";
+  Run run = Start("clean", 3, 1, "", 0);
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectSameWithoutRecovery(run);
+  EXPECT_EQ(run.output.find("silent data corruption"), std::string::npos) << run.output;
+}
+
+// The flip, once: rank 1's gradients differ from its replay by rank 2; its second run agrees
+// with the replay, and the step goes on with the right gradients (nothing runs again).
+TEST_F(ReplayJobTest, AFlippedGradientIsCaughtBeforeTheReduction) {
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "1";
+  Run run = Start("flip-once", 3, 1, "1:train.grad_flip@30:flag", 0);
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectSameWithoutRecovery(run);
+  EXPECT_NE(run.output.find("the gradients of data-parallel rank 1 differ from its replay by "
+                            "rank 2; its second run agrees with the replay: a transient fault"),
+            std::string::npos)
+      << run.output;
+}
+
+// The flip at every step from the 30th: rank 1 disagrees twice, its slot is retired as a faulty
+// device and the spare takes its rank from the last snapshot.
+TEST_F(ReplayJobTest, ARankThatFlipsAtEveryStepIsReplacedByTheSpare) {
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "1";
+  Run run = Start("flip-always", 3, 1, "1:train.grad_flip@30:flags", 0);
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectIdentical(run, 3, "a faulty device");
+  EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("slot 1 (rank 1): device error, slot retired; rank 1 -> spare slot 3"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("role=spare-activated rank=1"), std::string::npos) << run.output;
+}
+
+// Without the replay the same flip reaches every rank through the reduction: the result differs
+// (what the tests above guard against), and nothing notices.
+TEST_F(ReplayJobTest, WithoutTheReplayTheFlipChangesTheResult) {
+  const std::string& want = Reference(3);
+  Run run = Start("flip-unseen", 3, 1, "1:train.grad_flip@30:flag", 0);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 3u) << run.output;
+  for (const auto& [rank, digest] : run.digests) EXPECT_NE(digest, want) << rank;
+  EXPECT_EQ(run.output.find("silent data corruption"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace rtft::launch::test
