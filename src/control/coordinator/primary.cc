@@ -228,7 +228,9 @@ SteadyClock::time_point PrimaryRole::Expire(SteadyClock::time_point now,
     for (const auto& o : gathers_.FindOverdue(current_.membership.epoch, now)) {
       std::string why = o.why + " (rank(s)";
       for (LogicalRank r : o.ranks) why += " " + std::to_string(r);
-      if (DeclareHung(o.ranks, why + " absent)")) gathers_.Blamed(o.key);
+      // A hang already declared in this epoch (its change being committed) moves it too.
+      if (DeclareHung(o.ranks, why + " absent)") || hung_epoch_ == current_.membership.epoch)
+        gathers_.Blamed(o.key);
     }
   }
   SendGatherAnswers(gathers_.Expire(now));
