@@ -11,6 +11,7 @@ marked; each rank ends with the digest of its shards in a run without the failur
 """
 import argparse
 import hashlib
+import os
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
@@ -24,6 +25,7 @@ parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 parser.add_argument("--replicate", type=int, default=1, help="HSDP: replicas of each shard")
 args = parser.parse_args()
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA starts
 torch.use_deterministic_algorithms(True)  # the same bits on every run
 torch.set_num_threads(1)
 

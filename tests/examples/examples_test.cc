@@ -291,5 +291,27 @@ TEST_F(PythonGpuExampleTest, PythonTrainOnTheGpuEndsLikeARunWithoutTheFailures) 
   ExpectLikeTheReference(lost, ref);
 }
 
+// train_ddp.py with the model on the GPU: DDP's buckets staged through host buffers.
+TEST_F(PythonGpuExampleTest, DdpOnTheGpuEndsLikeARunWithoutTheFailures) {
+  const std::vector<std::string> args = {"train_ddp.py", "--steps", "24", "--device", "cuda"};
+  const Run ref = StartScript("ddp-gpu-ref", args);
+  const Run lost = StartScript("ddp-gpu-lost", args, "1/protect.update@12:hang", /*lose=*/true);
+  ExpectLikeTheReference(lost, ref);
+  const Run crash = StartScript("ddp-gpu-crash", args, "1/protect.capture@9:kill");
+  ExpectLikeTheReference(crash, ref);
+}
+
+// train_gpt2.py: a transformers GPT-2 with its default dropout under DDP on the GPU; the State
+// holds the random generators by default, so the steps run again draw the same masks.
+TEST_F(PythonGpuExampleTest, Gpt2WithDropoutEndsLikeARunWithoutTheFailures) {
+  SkipUnless("__import__(\"transformers\").GPT2LMHeadModel", "the interpreter has no transformers");
+  const std::vector<std::string> args = {"train_gpt2.py", "--steps", "16", "--device", "cuda"};
+  const Run ref = StartScript("gpt2-ref", args);
+  const Run lost = StartScript("gpt2-lost", args, "1/protect.update@9:hang", /*lose=*/true);
+  ExpectLikeTheReference(lost, ref);
+  const Run crash = StartScript("gpt2-crash", args, "1/protect.capture@6:kill");
+  ExpectLikeTheReference(crash, ref);
+}
+
 }  // namespace
 }  // namespace rtft::launch::test

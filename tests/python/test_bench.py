@@ -1,7 +1,8 @@
 """python3 -m rtft.bench (docs/python.md, "Benchmarks") on a small host state: every variant this
 torch has runs and prints its line, rt-ft's files are real (its persisted bytes counted by the
 engine), the C++ path runs as a child, bad options are refused, and the scratch directory goes;
-``python3 -m rtft.bench ddp`` on 2 ranks under mpirun and dp-launch (skipped without them)."""
+``python3 -m rtft.bench ddp`` on 2 ranks under mpirun and dp-launch (skipped without them), and
+``python3 -m rtft.bench fsdp2`` on 2 ranks and a spare (a skip line where torch has no FSDP2)."""
 
 import contextlib
 import io
@@ -76,6 +77,48 @@ class BenchTest(unittest.TestCase):
                     contextlib.redirect_stderr(io.StringIO()):
                 bench.main(["ddp"] + argv)
             self.assertEqual(caught.exception.code, 2, argv)
+
+    @unittest.skipUnless(os.path.exists(os.path.join(os.environ.get("RTFT_TEST_BIN_DIR", ""),
+                                                      "dp-launch")) and shutil.which("mpirun"),
+                         "needs dp-launch (RTFT_TEST_BIN_DIR) and mpirun")
+    def test_fsdp2_step_and_recovery(self):
+        launcher = os.path.join(os.environ["RTFT_TEST_BIN_DIR"], "dp-launch")
+        for argv in (["--ranks", "1", "--dp-launch", launcher], ["--dp-launch", "/nonexistent"],
+                     ["--figures", "step,speed", "--dp-launch", launcher],
+                     ["--fail-at", "0", "--dp-launch", launcher]):
+            with self.assertRaises(SystemExit, msg=argv) as caught, \
+                    contextlib.redirect_stderr(io.StringIO()):
+                bench.main(["fsdp2"] + argv)
+            self.assertEqual(caught.exception.code, 2, argv)
+        rc, lines, err = self.run_bench("fsdp2", "--ranks", "2", "--steps", "2", "--blocks", "2",
+                                        "--hidden", "64", "--layers", "2", "--fail-at", "4",
+                                        "--dp-launch", launcher)
+        self.assertEqual(rc, 0, (lines, err))
+        try:
+            from torch.distributed.fsdp import fully_shard  # noqa: F401
+        except Exception:  # noqa: BLE001 (1.13's fsdp fails to import on Python 3.11 with a
+            # ValueError): one line saying why, nothing run
+            self.assertEqual(len(lines), 1)
+            self.assertIn("FSDP2", lines[0]["skipped"])
+            return
+        by = {line["figure"]: line for line in lines}
+        self.assertEqual(set(by), {"step", "recovery"})
+        for line in lines:
+            self.assertEqual(line["name"], "py_fsdp2")
+            self.assertNotIn("error", line)
+        step = by["step"]
+        self.assertEqual(len(step["protected_blocks_s"]), 2)
+        self.assertEqual(len(step["unprotected_blocks_s"]), 2)
+        self.assertAlmostEqual(step["overhead_pct"],
+                               (step["protected_step_s"] / step["unprotected_step_s"] - 1) * 100)
+        # The local shards: 2 linear layers of 64 x 64 + 64, with AdamW's two moments, halved.
+        self.assertGreaterEqual(step["state_bytes"], 3 * 2 * (64 * 64 + 64) * 4 // 2)
+        recovery = by["recovery"]
+        self.assertGreater(recovery["resumed_s"], 0)
+        self.assertGreater(recovery["relaunch_s"], recovery["relaunch_load_s"])
+        self.assertLessEqual(recovery["recovered_at_step"], 5)  # at most the lost step again
+        self.assertAlmostEqual(recovery["speedup"],
+                               recovery["relaunch_s"] / recovery["resumed_s"])
 
     def test_bad_options_refused(self):
         for argv in (["--bytes", "0"], ["--bytes", "12Q"], ["--variants", "torch.load"],

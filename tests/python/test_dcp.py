@@ -94,6 +94,38 @@ class DcpTest(unittest.TestCase):
         self.assertEqual(loaded["extra"]["epoch"], 3)
         self.assertTrue(equal(loaded["odd"], torch.arange(5, dtype=torch.int16)))
 
+    def test_async_save_of_dtensors_and_versions_in_a_row(self):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+        from rtft.dcp import RtftStorageReader, RtftStorageWriter
+        path = os.path.join(self.root, "dtensor")
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(5)
+        saved = {"w": distribute_tensor(torch.randn(6, 4), mesh, [Shard(0)]),
+                 "b": distribute_tensor(torch.randn(4), mesh, [Replicate()])}
+        expected = {k: v.to_local().clone() for k, v in saved.items()}
+        writer = RtftStorageWriter(path, **POOL)
+        first = dcp.async_save(saved, storage_writer=writer)
+        for value in saved.values():  # staged: the checkpoint keeps the values as they were
+            value.to_local().add_(1.0)
+        # A second save before the first is committed takes the next version, not the same.
+        second = dcp.async_save(saved, storage_writer=writer)
+        for result in (first, second):
+            getattr(result, "upload_completion", result).result()
+        self.assertEqual([v.version for v in rtft.list_versions(path)], [1, 2])
+        loaded = {"w": distribute_tensor(torch.zeros(6, 4), mesh, [Shard(0)]),
+                  "b": distribute_tensor(torch.zeros(4), mesh, [Replicate()])}
+        # .metadata is the second save's; version 1's bytes are the first's, read by rt-ft.
+        dcp.load(loaded, storage_reader=RtftStorageReader(path))
+        for name, value in loaded.items():
+            self.assertTrue(torch.equal(value.to_local(), expected[name] + 1.0), name)
+        weight = torch.zeros(6, 4)
+        rtft.restore(path, rtft.State({"dcp": {"tensors": {"w": rtft.Shard(weight, [6, 4],
+                                                                             [0, 0])}}}),
+                     version=1)
+        self.assertTrue(torch.equal(weight, expected["w"]))
+
 
 class SkipMessageTest(unittest.TestCase):
     def test_the_reason_is_clear_where_dcp_is_missing(self):

@@ -15,7 +15,9 @@ memory), saved by each variant in turn into a fresh directory under ``--dir``:
   a child process, for the module's ratio against the C++ path (target: within 5 %).
 
 ``python3 -m rtft.bench ddp`` times DDP's step over ``rtft.torch.ProcessGroup`` against torch's
-own Gloo group instead (``rtft/bench_ddp.py``).
+own Gloo group instead (``rtft/bench_ddp.py``); ``python3 -m rtft.bench fsdp2`` FSDP2's step
+protected against not and a lost slot's recovery against a relaunch from a DCP checkpoint
+(``rtft/bench_fsdp2.py``).
 
 Prints one JSON object per line (``name`` "py_ckpt", then one "py_ckpt_summary") and a table on
 stderr. A variant that fails prints its error in its line and the others go on.
@@ -231,7 +233,10 @@ def main(argv=None):
     if argv[:1] == ["ddp"]:  # python3 -m rtft.bench ddp: DDP's step over rt-ft's group
         from rtft import bench_ddp
         return bench_ddp.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python3 -m rtft.bench [ddp]",
+    if argv[:1] == ["fsdp2"]:  # python3 -m rtft.bench fsdp2: the protected step, the recovery
+        from rtft import bench_fsdp2
+        return bench_fsdp2.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python3 -m rtft.bench [ddp|fsdp2]",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bytes", type=parse_bytes, default=parse_bytes("16G"),

@@ -34,9 +34,10 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 import rtft
-from rtft.state import _key
+from rtft.state import _dtensor_type, _key, _local_shard
 
 _METADATA = ".metadata"
+_STAGE_WAIT_S = 600.0  # how long a stage() waits for the previous save to take its staging
 _SUPPORTED = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
               torch.int32, torch.int64, torch.uint8, torch.bool}
 
@@ -104,7 +105,9 @@ class RtftStorageWriter(StorageWriter):
         self.path = None if path is None else os.fspath(path)
         self.engine_options = engine_options
         self._engine = None
-        self._staged = None
+        self._staged = None  # what stage() captured, until this save's write_data takes it
+        self._staged_taken = threading.Condition()
+        self._last_version = 0  # this writer's newest version, committed or not yet
         self.is_coordinator = False
 
     # ---- StorageWriter -----------------------------------------------------------------------
@@ -123,18 +126,23 @@ class RtftStorageWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans):
-        # The coordinator numbers the version, so that every rank writes the same one.
-        version = self._next_version()
+        # The coordinator numbers the version, so that every rank writes the same one (the
+        # staged one where async_save agreed on it already).
+        version = self._staged[0] if self._staged is not None else \
+            self._take_version(self._next_version())
         return [dataclasses.replace(plan, storage_data=version) for plan in plans]
 
     def write_data(self, plan, planner):
         if self._staged is not None:
-            version, names, pickled = self._staged
-            self._staged = None
-            results = [self._staged_result(item, names, pickled, version) for item in plan.items]
+            with self._staged_taken:
+                version, names, pickled, offsets = self._staged
+                self._staged = None
+                self._staged_taken.notify_all()
+            results = [self._staged_result(item, names, pickled, offsets, version)
+                       for item in plan.items]
         else:
-            version = plan.storage_data if isinstance(plan.storage_data, int) else \
-                self._next_version()
+            version = self._take_version(plan.storage_data if isinstance(
+                plan.storage_data, int) else self._next_version())
             state, results = rtft.State(rng=False), []
             new_name = _Names()
             for item in plan.items:
@@ -161,17 +169,56 @@ class RtftStorageWriter(StorageWriter):
 
     def stage(self, state_dict):
         """Captures the state into rt-ft's pinned host memory and returns once it is there; the
-        tensors may change from then on. Non-tensor values are copied."""
-        from torch.distributed.checkpoint._nested_dict import (flatten_state_dict,
-                                                               unflatten_state_dict)
+        tensors may change from then on. Non-tensor values are copied. A DTensor is staged as
+        its local shard at its offset (DCP's plan, made later from its metadata, names the same
+        chunk); the version is agreed by every rank of the default group."""
+        from torch.distributed.checkpoint._nested_dict import flatten_state_dict
         flat, mapping = flatten_state_dict(state_dict)
-        version, state, names, staged = self._next_version(), rtft.State(rng=False), {}, {}
+        # One staged save at a time: torch stages on a thread of its own, so a second
+        # async_save may stage while the first's save has not yet taken what it staged.
+        with self._staged_taken:
+            if not self._staged_taken.wait_for(lambda: self._staged is None,
+                                               timeout=_STAGE_WAIT_S):
+                raise RuntimeError(
+                    f"rtft.dcp: the previous async_save on this writer staged version "
+                    f"{self._staged[0]} and did not write it within {_STAGE_WAIT_S:g} s (did "
+                    "its save fail?): a writer serves one async_save at a time")
+            self._staged = (None,)  # staging: a concurrent stage() waits for this one
+        try:
+            return self._stage(flat, mapping)
+        except BaseException:
+            with self._staged_taken:
+                self._staged = None
+                self._staged_taken.notify_all()
+            raise
+
+    def _stage(self, flat, mapping):
+        from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
+        version, state, names, staged = self._agreed_version(), rtft.State(rng=False), {}, {}
         new_name = _Names()
         pickled = {}  # fqn -> the size of the bytes of a tensor of a dtype rt-ft lacks
+        offsets = {}  # fqn -> the offset a DTensor's shard was staged at
+        dtensor = _dtensor_type()
         for fqn, value in flat.items():
+            if dtensor is not None and isinstance(value, dtensor):
+                local, shape, offset = _local_shard(fqn, value)
+                local = local.detach()
+                if shape is None:  # replicated: the whole tensor, at the origin
+                    shape, offset = list(local.shape), [0] * local.dim()
+                offsets[fqn] = offset
+                staged[fqn] = value  # DCP plans from its metadata; its bytes are captured here
+                if not _fits(local):
+                    names[fqn] = new_name("pickled", fqn)
+                    pickled[fqn] = _add_bytes(state, names[fqn],
+                                              _torch_bytes(local.cpu().clone()))
+                    continue
+                local = local if local.is_contiguous() else local.contiguous()
+                names[fqn] = new_name("tensors", fqn)
+                state.add_tensor(names[fqn], local, shape, offset)
+                continue
             if torch.is_tensor(value) and type(value) is not torch.Tensor:
                 raise NotImplementedError(
-                    f"rtft.dcp: async staging takes plain tensors; '{fqn}' is a "
+                    f"rtft.dcp: async staging takes plain tensors and DTensors; '{fqn}' is a "
                     f"{type(value).__name__} (use dcp.save)")
             if torch.is_tensor(value) and not _fits(value):
                 # The bytes DCP's own writer would store, as dcp.save's path does (_describe).
@@ -191,7 +238,8 @@ class RtftStorageWriter(StorageWriter):
         engine = self._engine_for()
         engine.checkpoint(version, state)
         engine.wait_captured(version)
-        self._staged = (version, names, pickled)
+        with self._staged_taken:
+            self._staged = (version, names, pickled, offsets)
         return unflatten_state_dict(staged, mapping)
 
     def synchronize_staging(self):
@@ -214,7 +262,24 @@ class RtftStorageWriter(StorageWriter):
         return self._engine
 
     def _next_version(self):
-        return (rtft.latest_version(self.path) or 0) + 1
+        """The version after the newest committed one and after this writer's own (whose
+        commit may still be in flight)."""
+        return max(rtft.latest_version(self.path) or 0, self._last_version) + 1
+
+    def _take_version(self, version):
+        self._last_version = max(self._last_version, version)
+        return version
+
+    def _agreed_version(self):
+        """One version for every rank: each proposes its next one and the largest is taken (a
+        rank may see the previous version committed where another does not yet)."""
+        version = self._next_version()
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            proposals = [None] * dist.get_world_size()
+            dist.all_gather_object(proposals, version)
+            version = max(proposals)
+        return self._take_version(version)
 
     def _describe(self, state, new_name, item, planner, version):
         fqn = item.index.fqn
@@ -235,10 +300,15 @@ class RtftStorageWriter(StorageWriter):
         return WriteResult(item.index, tensor.numel() * tensor.element_size(),
                            {"name": name, "version": version, "offsets": list(chunk.offsets)})
 
-    def _staged_result(self, item, names, pickled, version):
+    def _staged_result(self, item, names, pickled, offsets, version):
         fqn = item.index.fqn
         if fqn not in names:
             raise RuntimeError(f"rtft.dcp: '{fqn}' was planned but not staged")
+        if fqn in offsets and item.tensor_data is not None and \
+                list(item.tensor_data.chunk.offsets) != list(offsets[fqn]):
+            raise RuntimeError(f"rtft.dcp: DCP planned the chunk of '{fqn}' at "
+                               f"{list(item.tensor_data.chunk.offsets)}, staged at "
+                               f"{offsets[fqn]}")
         if fqn in pickled:
             return WriteResult(item.index, pickled[fqn],
                                {"name": names[fqn], "version": version, "pickled": True})
