@@ -230,8 +230,14 @@ def _recovery_figure(args, config):
     command, env = _rtft_job(args, config, "recover", args.ranks + 1, 1, {
         "RTFT_FAULT": f"1/protect.update@{args.fail_at}:hang", "RTFT_FAULT_LOG": faults,
         "RTFT_HANG_K": "0"})  # the slot is lost: the hang must not be cured in place first
-    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    log_path = os.path.join(root, "job.log")  # a file: a pipe left unread could stall the job
+    log = open(log_path, "w")  # noqa: SIM115 (closed below, whatever happens)
+    job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    def output():
+        with open(log_path) as f:
+            return f.read()
+
     killed = None
     try:
         deadline = time.monotonic() + args.timeout
@@ -243,11 +249,14 @@ def _recovery_figure(args, config):
                     killed = time.time()
                     break
             time.sleep(0.01)
-        out, _ = job.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        job.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         job.kill()
-        out, _ = job.communicate()
-        raise _JobError(f"the rt-ft job: timed out after {args.timeout} s", out) from None
+        job.wait()
+        raise _JobError(f"the rt-ft job: timed out after {args.timeout} s", output()) from None
+    finally:
+        log.close()
+    out = output()
     if killed is None:
         raise _JobError("slot 1 never reached the fault point (or its dp-launch was not found)",
                         out)
