@@ -185,6 +185,19 @@ class PythonExampleTest : public ExamplesTest {
     return {};
 #endif
   }
+  // examples/python/<args[0]>: slot 1 lost at the update of step `lost_at`, and slot 1's process
+  // killed at the capture of step `crash_at`, each ending like a run without the failure.
+  void ExpectLostAndCrashLikeTheReference(const std::string& name,
+                                          const std::vector<std::string>& args, int lost_at,
+                                          int crash_at) {
+    const Run ref = StartScript(name + "-ref", args);
+    const Run lost = StartScript(name + "-lost", args,
+                                 "1/protect.update@" + std::to_string(lost_at) + ":hang", true);
+    ExpectLikeTheReference(lost, ref);
+    const Run crash = StartScript(name + "-crash", args,
+                                  "1/protect.capture@" + std::to_string(crash_at) + ":kill");
+    ExpectLikeTheReference(crash, ref);
+  }
   // Skips unless the interpreter's torch has what `probe` (a Python expression) needs.
   void SkipUnless(const std::string& probe, const std::string& why) {
 #if defined(RTFT_PYTHON_EXECUTABLE)
@@ -293,24 +306,16 @@ TEST_F(PythonGpuExampleTest, PythonTrainOnTheGpuEndsLikeARunWithoutTheFailures) 
 
 // train_ddp.py with the model on the GPU: DDP's buckets staged through host buffers.
 TEST_F(PythonGpuExampleTest, DdpOnTheGpuEndsLikeARunWithoutTheFailures) {
-  const std::vector<std::string> args = {"train_ddp.py", "--steps", "24", "--device", "cuda"};
-  const Run ref = StartScript("ddp-gpu-ref", args);
-  const Run lost = StartScript("ddp-gpu-lost", args, "1/protect.update@12:hang", /*lose=*/true);
-  ExpectLikeTheReference(lost, ref);
-  const Run crash = StartScript("ddp-gpu-crash", args, "1/protect.capture@9:kill");
-  ExpectLikeTheReference(crash, ref);
+  ExpectLostAndCrashLikeTheReference("ddp-gpu",
+                                     {"train_ddp.py", "--steps", "24", "--device", "cuda"}, 12, 9);
 }
 
 // train_gpt2.py: a transformers GPT-2 with its default dropout under DDP on the GPU; the State
 // holds the random generators by default, so the steps run again draw the same masks.
 TEST_F(PythonGpuExampleTest, Gpt2WithDropoutEndsLikeARunWithoutTheFailures) {
   SkipUnless("__import__(\"transformers\").GPT2LMHeadModel", "the interpreter has no transformers");
-  const std::vector<std::string> args = {"train_gpt2.py", "--steps", "16", "--device", "cuda"};
-  const Run ref = StartScript("gpt2-ref", args);
-  const Run lost = StartScript("gpt2-lost", args, "1/protect.update@9:hang", /*lose=*/true);
-  ExpectLikeTheReference(lost, ref);
-  const Run crash = StartScript("gpt2-crash", args, "1/protect.capture@6:kill");
-  ExpectLikeTheReference(crash, ref);
+  ExpectLostAndCrashLikeTheReference("gpt2", {"train_gpt2.py", "--steps", "16", "--device", "cuda"},
+                                     9, 6);
 }
 
 }  // namespace

@@ -35,18 +35,13 @@ import sys
 import tempfile
 import time
 
+from rtft.bench_ddp import _positive
+
 OVERHEAD_TARGET_PCT = 3.0  # the protected step at most this much slower
 SPEEDUP_TARGET = 5.0  # a lost slot's recovery against the relaunch
 WARMUP = 3  # steps before the first timed block
 _TAG = "RTFT_BENCH_FSDP2 "
 FIGURES = ("step", "recovery")
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def _figures(text):
