@@ -47,6 +47,7 @@ struct CheckpointStats {
   uint64_t tensor_bytes = 0;
   uint64_t object_bytes = 0;
   size_t tensors = 0;
+  uint64_t early_bytes = 0;      // of tensor_bytes: copied inside Checkpoint() (changed_in_compute)
   double checkpoint_call_s = 0;  // time Checkpoint() held the caller
   double capture_s = 0;          // Checkpoint() call to last byte in the pool
   double persist_s = 0;          // Checkpoint() call to durable (file renamed, directory synced)
@@ -71,7 +72,9 @@ class RTFT_EXPORT CheckpointEngine {
   virtual ~CheckpointEngine();  // waits for versions in flight; errors are logged
 
   // Starts a lazy checkpoint of `state` as `version`. Versions must increase. Returns at once;
-  // the memory that `state` describes must not change until WaitCaptured(version) returns.
+  // the memory that `state` describes must not change until WaitCaptured(version) returns, but
+  // for the tensors marked changed_in_compute (a module's buffers that forward updates), which
+  // are copied before it returns.
   // Fails at once on an invalid description or when an earlier version failed.
   virtual Status Checkpoint(uint64_t version, const StateProvider& state) = 0;
   // The same, with the marks every file of the version and its global manifest record (each

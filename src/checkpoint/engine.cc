@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <new>
 
 #include "checkpoint/layout/manifest.h"
 #include "checkpoint/layout/naming.h"
@@ -206,12 +208,15 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
     v->stats.object_bytes += bytes->size();
     v->object_blobs.push_back(ObjectBlob{o.name, std::move(*bytes)});
   }
-  v->units = PlanCaptureUnits(desc.tensors, options_.chunk_bytes);
   for (TensorDesc& t : desc.tensors) {
     if (t.memory == MemoryKind::kDevice && t.bytes() > 0) {
       RTFT_RETURN_IF_ERROR(Copier(t.device).status());
       RTFT_RETURN_IF_ERROR(CheckDevicePointer(t.data, t.device, "tensor '" + t.name + "'"));
     }
+    if (t.changed_in_compute && t.bytes() > 0) RTFT_RETURN_IF_ERROR(CopyEarly(v.get(), &t));
+  }
+  v->units = PlanCaptureUnits(desc.tensors, options_.chunk_bytes);
+  for (TensorDesc& t : desc.tensors) {
     TensorState ts;
     ts.xxh3.assign(ChunkCount(t.bytes(), options_.chunk_bytes), 0);
     if (t.bytes() == 0) ts.xxh3[0] = Xxh3("", 0);
@@ -223,6 +228,34 @@ StatusOr<std::shared_ptr<Version>> Engine::Plan(uint64_t version, const StatePro
   v->final_path = RankFilePath(options_.dir, version, options_.rank);
   v->tmp_path = TempPath(v->final_path);
   return v;
+}
+
+// A tensor that the caller's next compute changes (a module buffer that forward updates) is
+// copied here, before Checkpoint() returns, into host memory the version owns; the capture reads
+// that copy. A device tensor is copied on the copier's stream and waited for: as for the other
+// device tensors, the caller has finished the work that wrote it (docs/checkpoint.md).
+Status Engine::CopyEarly(Version* v, TensorDesc* t) {
+  const uint64_t bytes = t->bytes();
+  std::unique_ptr<char[]> copy(new (std::nothrow) char[bytes]);
+  if (!copy)
+    return Status::ResourceExhausted("no host memory for the early copy of tensor '" + t->name +
+                                     "' (" + std::to_string(bytes) + " bytes)");
+  if (t->memory == MemoryKind::kHost) {
+    std::memcpy(copy.get(), t->data, bytes);
+  } else {
+    RTFT_ASSIGN_OR_RETURN(DeviceCopier * copier, Copier(t->device));
+    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<CopyTicket> ticket,
+                          copier->CopyToHost({CopyPiece{copy.get(), t->data, bytes}}));
+    RTFT_RETURN_IF_ERROR(
+        ticket->Wait().Annotate("copying tensor '" + t->name + "' inside Checkpoint()"));
+  }
+  t->data = copy.get();
+  t->memory = MemoryKind::kHost;
+  t->device = 0;
+  t->coalesce_group = -1;
+  v->early_copies.push_back(std::move(copy));
+  v->stats.early_bytes += bytes;
+  return Status::Ok();
 }
 
 Status Engine::Checkpoint(uint64_t version, const StateProvider& state, const VersionMarks& marks) {

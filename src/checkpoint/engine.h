@@ -78,6 +78,7 @@ class Engine : public CheckpointEngine {
  private:
   // engine.cc
   StatusOr<std::shared_ptr<Version>> Plan(uint64_t version, const StateProvider& state);
+  Status CopyEarly(Version* v, TensorDesc* t);
   Status WaitFor(uint64_t version, std::chrono::milliseconds timeout, bool persisted);
   StatusOr<DeviceCopier*> Copier(int device);
   // Records the version's first error (and the engine's), under mu_.

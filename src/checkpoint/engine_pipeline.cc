@@ -50,6 +50,7 @@ void Engine::CaptureLoop() {
 }
 
 void Engine::CaptureVersion(const std::shared_ptr<Version>& v) {
+  FaultPoint("ckpt.capture_begin");
   const size_t n = v->units.size();
   for (size_t i = 0; i < n; ++i) {
     const PlannedUnit& unit = v->units[i];

@@ -43,6 +43,9 @@ struct Version {
   std::vector<ObjectBlob> object_blobs;     // serialized inside Checkpoint()
   std::vector<ObjectEntry> object_entries;  // where the skeleton put them
   std::vector<PlannedUnit> units;
+  // Copies made inside Checkpoint() of the tensors the next compute changes
+  // (TensorDesc::changed_in_compute): their TensorState reads these, not the caller's memory.
+  std::vector<std::unique_ptr<char[]>> early_copies;
   std::string tmp_path;
   std::string final_path;
   Clock::time_point start;

@@ -62,6 +62,7 @@ class PyEngine {
     d["tensor_bytes"] = s.tensor_bytes;
     d["object_bytes"] = s.object_bytes;
     d["tensors"] = s.tensors;
+    d["early_bytes"] = s.early_bytes;
     d["checkpoint_call_s"] = s.checkpoint_call_s;
     d["capture_s"] = s.capture_s;
     d["persist_s"] = s.persist_s;

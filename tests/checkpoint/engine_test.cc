@@ -6,12 +6,14 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "checkpoint/io/fault/fault_backend.h"
 #include "checkpoint/layout/naming.h"
 #include "engine_test_util.h"
+#include "rtft/testing.h"
 #include "test_util.h"
 
 namespace rtft {
@@ -292,6 +294,51 @@ TEST(Engine, ExceptionsInBackgroundThreadsBecomeErrors) {
     ASSERT_TRUE((*engine)->Checkpoint(2, s.provider).ok());
     EXPECT_EQ((*engine)->WaitPersisted(2).code(), StatusCode::kInternal);
   }
+}
+
+// A tensor the next compute changes (a module's buffers: changed_in_compute) is copied inside
+// Checkpoint(); the others are copied by the capture thread, which is held here until the caller
+// has changed both: the file holds the marked tensor as it was at the call, the other as it was
+// after (which shows that the thread did copy late). Both a tensor of its own and one among
+// coalesced small tensors.
+TEST(Engine, TensorsChangedInComputeAreCopiedInsideTheCall) {
+  TempDir dir;
+  auto engine = MakeEngine(SmallOptions(dir.path()));
+  ASSERT_TRUE(engine);
+  std::vector<float> stats = Iota(20000, 1), small = Iota(10, 5), plain = Iota(20000, 3);
+  CompositeProvider provider{/*small_tensor_bytes=*/8192, /*group_bytes=*/64 << 10};
+  TensorDesc running = HostTensor("bn/running_mean", &stats);
+  running.changed_in_compute = true;
+  TensorDesc count = HostTensor("bn/small", &small);
+  count.changed_in_compute = true;
+  provider.AddTensor(running);
+  provider.AddTensor(count);
+  provider.AddTensor(HostTensor("plain", &plain));
+  const std::vector<float> stats_at_call = stats, small_at_call = small;
+  const std::string go = dir.path() + "/go";
+  ArmFaults(("ckpt.capture_begin:wait=" + go).c_str());
+  ASSERT_TRUE(engine->Checkpoint(1, provider).ok());
+  for (float& x : stats) x = -1;  // forward updates the buffers
+  for (float& x : small) x = -2;
+  for (float& x : plain) x = -3;  // against the contract: copied after the change
+  std::ofstream(go).close();
+  Status captured = engine->WaitCaptured(1);
+  ArmFaults("");
+  ASSERT_TRUE(captured.ok()) << captured;
+  ASSERT_TRUE(engine->WaitPersisted(1).ok());
+  auto stored = [&](const std::string& name) {
+    std::vector<char> b = StoredBytes(RankFilePath(dir.path(), 1, 0), name);
+    std::vector<float> f(b.size() / 4);
+    std::memcpy(f.data(), b.data(), f.size() * 4);
+    return f;
+  };
+  EXPECT_EQ(stored("bn/running_mean"), stats_at_call);
+  EXPECT_EQ(stored("bn/small"), small_at_call);
+  EXPECT_EQ(stored("plain"), plain);
+  StatusOr<CheckpointStats> st = engine->Stats(1);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->early_bytes, (stats.size() + small.size()) * 4);
+  EXPECT_TRUE(VerifyVersion(dir.path(), 1).ok());
 }
 
 // Versions finish out of order when their flushes overlap: here version 1's only tensor write is

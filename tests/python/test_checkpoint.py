@@ -108,6 +108,38 @@ class CheckpointTest(unittest.TestCase):
         self.assertEqual(pickle.loads(objects["extra/name"]), "run-7")
         self.assertEqual(json.loads(objects["rtft/logical_dtypes"]), {"flags": "bool"})
 
+    def test_buffers_are_copied_inside_checkpoint(self):
+        # A module's buffers (BatchNorm's running statistics, which the next forward changes) are
+        # copied inside checkpoint(); the other tensors by the capture thread, held here until the
+        # forward has run: the file holds the buffers from the call, a tensor changed against
+        # the contract from after (which shows that the thread copied late).
+        torch.manual_seed(0)
+        bn = torch.nn.BatchNorm1d(4)
+        bn(torch.randn(8, 4))
+        plain = torch.zeros(4)
+        state = rtft.State({"bn": bn, "plain": plain}, rng=False)
+        at_call = {k: v.clone() for k, v in bn.state_dict().items()}
+        go = os.path.join(self.dir, "go")
+        engine = engine_for(self.dir)
+        rtft._core.arm_faults(f"ckpt.capture_begin:wait={go}")
+        try:
+            engine.checkpoint(1, state)
+            bn(torch.randn(8, 4) + 3)  # the next forward: running_mean, _var, num_batches_tracked
+            plain.add_(1)
+            open(go, "w").close()
+            engine.wait_persisted(1)
+        finally:
+            rtft._core.arm_faults("")
+        self.assertGreater(engine.stats(1)["early_bytes"], 0)
+        engine.close()
+        self.assertFalse(torch.equal(bn.running_mean, at_call["running_mean"]))
+        path = os.path.join(self.dir, "v000000000001", "rank-00000.h5")
+        with h5py.File(path, "r") as f:
+            for name, value in at_call.items():
+                np.testing.assert_array_equal(f["tensors/bn/" + name][()], value.numpy(),
+                                              err_msg=name)
+            np.testing.assert_array_equal(f["tensors/plain"][()], np.ones(4, np.float32))
+
     def test_shards_of_two_ranks_restore_into_one(self):
         full = torch.arange(10 * 3, dtype=torch.float32).reshape(10, 3)
         engines = [engine_for(self.dir, rank=r, world_size=2) for r in range(2)]

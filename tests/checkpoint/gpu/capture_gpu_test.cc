@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "checkpoint/capture/device_copy.h"
 #include "checkpoint/layout/naming.h"
 #include "core/build_config.h"
 #include "engine_test_util.h"
+#include "rtft/testing.h"
 #include "test_util.h"
 
 #if RTFT_WITH_CUDA
@@ -90,6 +92,55 @@ TEST(GpuCapture, DeviceTensorsRoundTrip) {
   std::vector<float> back(big.size());
   ASSERT_EQ(cudaMemcpy(back.data(), d_big.ptr, d_big.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(std::memcmp(back.data(), big.data(), d_big.bytes), 0);
+}
+
+// A device tensor marked changed_in_compute (a BatchNorm buffer on the GPU) is copied inside
+// Checkpoint(): with the capture thread held until both device tensors were overwritten, the
+// file holds the marked one as at the call and the other as after.
+TEST(GpuCapture, DeviceTensorsChangedInComputeAreCopiedInsideTheCall) {
+  if (!CudaDevicePresent()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  std::vector<float> stats = Iota(1 << 18, 2), plain = Iota(1 << 18, 5);
+  DeviceBuffer d_stats(stats.size() * 4), d_plain(plain.size() * 4);
+  ASSERT_EQ(cudaMemcpy(d_stats.ptr, stats.data(), d_stats.bytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_plain.ptr, plain.data(), d_plain.bytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  CompositeProvider provider(64 << 10, 1 << 20);
+  TensorDesc t;
+  t.name = "bn/running_var";
+  t.shape = {static_cast<int64_t>(stats.size())};
+  t.data = d_stats.ptr;
+  t.memory = MemoryKind::kDevice;
+  t.changed_in_compute = true;
+  provider.AddTensor(t);
+  t.name = "plain";
+  t.data = d_plain.ptr;
+  t.changed_in_compute = false;
+  provider.AddTensor(t);
+  CheckpointOptions o;
+  o.dir = dir.path();
+  o.pool_bytes = 8 << 20;
+  o.chunk_bytes = 1 << 20;
+  auto engine = CheckpointEngine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::string go = dir.path() + "/go";
+  ArmFaults(("ckpt.capture_begin:wait=" + go).c_str());
+  ASSERT_TRUE((*engine)->Checkpoint(1, provider).ok());
+  ASSERT_EQ(cudaMemset(d_stats.ptr, 0, d_stats.bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_plain.ptr, 0, d_plain.bytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::ofstream(go).close();
+  Status captured = (*engine)->WaitPersisted(1);
+  ArmFaults("");
+  ASSERT_TRUE(captured.ok()) << captured;
+  const std::string file = RankFilePath(dir.path(), 1, 0);
+  std::vector<char> kept = StoredBytes(file, "bn/running_var");
+  ASSERT_EQ(kept.size(), stats.size() * 4);
+  EXPECT_EQ(std::memcmp(kept.data(), stats.data(), kept.size()), 0);
+  std::vector<char> late = StoredBytes(file, "plain");
+  ASSERT_EQ(late.size(), plain.size() * 4);
+  EXPECT_EQ(late, std::vector<char>(late.size(), 0));
 }
 #else
 TEST(GpuCapture, DeviceTensorsRoundTrip) { GTEST_SKIP() << "built without CUDA"; }
