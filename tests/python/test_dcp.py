@@ -126,6 +126,26 @@ class DcpTest(unittest.TestCase):
                      version=1)
         self.assertTrue(torch.equal(weight, expected["w"]))
 
+    def test_async_save_over_a_group_of_its_own(self):
+        # The writer's group is DCP's process_group: the engine's place and the version's
+        # agreement are the group's (a group of one rank here: the path, not the meeting).
+        import torch.distributed as dist
+
+        from rtft.dcp import RtftStorageReader, RtftStorageWriter
+        path = os.path.join(self.root, "group")
+        group = dist.new_group([0])
+        saved = state_dict(6)
+        expected = {k: v.clone() for k, v in saved["model"].items()}
+        writer = RtftStorageWriter(path, group=group, **POOL)
+        result = dcp.async_save(saved, storage_writer=writer, process_group=group)
+        getattr(result, "upload_completion", result).result()
+        self.assertEqual(rtft.latest_version(path), 1)
+        loaded = state_dict(7)
+        dcp.load(loaded, storage_reader=RtftStorageReader(path), process_group=group)
+        self.assertTrue(equal(loaded["model"], expected))
+        with self.assertRaisesRegex(TypeError, "group is a torch.distributed.ProcessGroup"):
+            RtftStorageWriter(path, group="world")
+
 
 class SkipMessageTest(unittest.TestCase):
     def test_the_reason_is_clear_where_dcp_is_missing(self):

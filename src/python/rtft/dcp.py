@@ -42,10 +42,14 @@ _SUPPORTED = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch
               torch.int32, torch.int64, torch.uint8, torch.bool}
 
 
-def _place():
+def _place(group=None):
+    """This rank's place in ``group`` (None: the default group), or (0, 1) without one."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+        return dist.get_rank(group), dist.get_world_size(group)
+    if group is not None:
+        raise RuntimeError("rtft.dcp: the writer was given a group, but torch.distributed is "
+                           "not initialised")
     return 0, 1
 
 
@@ -96,13 +100,22 @@ def _write_atomically(path, data):
 
 
 class RtftStorageWriter(StorageWriter):
-    """Writes DCP checkpoints with rt-ft's engine; ``engine_options`` go to CheckpointEngine."""
+    """Writes DCP checkpoints with rt-ft's engine; ``engine_options`` go to CheckpointEngine.
+
+    ``group``: the process group whose ranks write the checkpoint, the one given to DCP as
+    ``process_group`` (None: the default group): the engine's rank and world size are the
+    rank's place in it, and ``async_save``'s version is agreed over it."""
 
     _synchronize_after_execute = False  # staging is complete when stage() returns
 
-    def __init__(self, path=None, **engine_options):
+    def __init__(self, path=None, *, group=None, **engine_options):
         super().__init__()
+        kind = getattr(torch.distributed, "ProcessGroup", ())
+        if group is not None and not isinstance(group, kind):
+            raise TypeError(f"RtftStorageWriter: group is a torch.distributed.ProcessGroup, "
+                            f"not {type(group).__name__}")
         self.path = None if path is None else os.fspath(path)
+        self.group = group
         self.engine_options = engine_options
         self._engine = None
         self._staged = None  # what stage() captured, until this save's write_data takes it
@@ -171,7 +184,7 @@ class RtftStorageWriter(StorageWriter):
         """Captures the state into rt-ft's pinned host memory and returns once it is there; the
         tensors may change from then on. Non-tensor values are copied. A DTensor is staged as
         its local shard at its offset (DCP's plan, made later from its metadata, names the same
-        chunk); the version is agreed by every rank of the default group."""
+        chunk); the version is agreed by every rank of the writer's group."""
         from torch.distributed.checkpoint._nested_dict import flatten_state_dict
         flat, mapping = flatten_state_dict(state_dict)
         # One staged save at a time: torch stages on a thread of its own, so a second
@@ -253,7 +266,7 @@ class RtftStorageWriter(StorageWriter):
     # ---- parts ---------------------------------------------------------------------------------
 
     def _engine_for(self):
-        rank, world = _place()
+        rank, world = _place(self.group)
         if self._engine is None or self._engine.dir != self.path or \
                 (self._engine.rank, self._engine.world_size) != (rank, world):
             self.close()
@@ -275,9 +288,10 @@ class RtftStorageWriter(StorageWriter):
         rank may see the previous version committed where another does not yet)."""
         version = self._next_version()
         dist = torch.distributed
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            proposals = [None] * dist.get_world_size()
-            dist.all_gather_object(proposals, version)
+        if dist.is_available() and dist.is_initialized() and \
+                dist.get_world_size(self.group) > 1:
+            proposals = [None] * dist.get_world_size(self.group)
+            dist.all_gather_object(proposals, version, group=self.group)
             version = max(proposals)
         return self._take_version(version)
 
