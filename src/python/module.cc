@@ -21,6 +21,11 @@ PYBIND11_MODULE(_core, m) {
       "A named fault point of the application's own (include/rtft/testing.h): RTFT_FAULT makes "
       "the process fail here, for tests");
   m.def(
+      "fault_flag", [](const std::string& point) { return rtft::FaultFlag(point.c_str()); },
+      pybind11::arg("point"),
+      "True where RTFT_FAULT arms `point` with flag (once) or flags (from then on): the "
+      "application corrupts its own data there, for tests (include/rtft/testing.h)");
+  m.def(
       "arm_faults", [](const std::string& spec) { rtft::ArmFaults(spec.c_str()); },
       pybind11::arg("spec"), "Arms fault points as RTFT_FAULT would (empty: disarms them)");
 }

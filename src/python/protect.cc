@@ -5,12 +5,15 @@
 // other exception ends run() and is raised again from it, with its traceback.
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "python/bind.h"
 #include "python/comm.h"
 #include "python/runtime_wrapper.h"
 #include "python/state.h"
+#include "python/tensor.h"
 #include "rtft/protect.h"
 
 namespace rtft::python {
@@ -34,6 +37,18 @@ struct PyStepContext {
   uintptr_t stream = 0;
   GridPlace place;
   py::object comm, tensor, pipeline, data, recovered;
+  // For `local` (the replay of steps): whose data the step uses, whether it is a peer's step
+  // replayed here, and the gradient buffer(s) the function names for the replay's digest.
+  int data_rank = 0;
+  bool replaying = false;
+  py::object gradients = py::none();
+};
+
+// The gradient buffer a `local` step function named, held until the next one: the replay digests
+// it after the function returned, without the GIL.
+struct GradientHold {
+  std::vector<std::shared_ptr<TensorRef>> refs;
+  std::vector<char> joined;  // several tensors, one after another
 };
 
 py::object Borrow(Communicator* c, const Valid& valid) {
@@ -55,7 +70,54 @@ py::object MakeContext(const StepContext& c, const Valid& valid) {
   ctx->pipeline = Borrow(c.pipeline, valid);
   ctx->data = c.data == c.comm ? ctx->comm : Borrow(c.data, valid);
   ctx->recovered = c.recovered ? py::cast(*c.recovered) : py::none();
+  ctx->data_rank = c.data_rank;
+  ctx->replaying = c.replaying;
   return py::cast(std::move(ctx));
+}
+
+// ctx.gradients after `local`: a host tensor, or a list or tuple of them (copied one after
+// another into one buffer), into c.gradients and c.gradient_bytes. None leaves them unset, which
+// the replay reports.
+void TakeGradients(py::handle g, GradientHold* hold, StepContext& c) {
+  hold->refs.clear();
+  hold->joined.clear();
+  if (g.is_none()) return;
+  std::vector<py::handle> items;
+  if (py::hasattr(g, "__dlpack__")) {
+    items.push_back(g);
+  } else if (py::isinstance<py::list>(g) || py::isinstance<py::tuple>(g)) {
+    for (py::handle item : g) items.push_back(item);
+  } else {
+    throw StatusError(
+        Status::InvalidArgument("ctx.gradients is a tensor or a list of tensors, not a " +
+                                py::str(g.get_type().attr("__name__")).cast<std::string>()));
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string what = "ctx.gradients" + (items.size() > 1 || !py::hasattr(g, "__dlpack__")
+                                                    ? "[" + std::to_string(i) + "]"
+                                                    : std::string());
+    std::shared_ptr<TensorRef> ref = TensorRef::From(items[i], what);
+    if (ref->memory() != MemoryKind::kHost)
+      throw StatusError(Status::InvalidArgument(
+          what +
+          " is in device memory: the replay digests host gradients (copy them to the "
+          "host, e.g. into one flat CPU tensor, before local returns)"));
+    total += ref->bytes();
+    hold->refs.push_back(std::move(ref));
+  }
+  if (hold->refs.size() == 1) {
+    c.gradients = hold->refs[0]->data();
+  } else {
+    hold->joined.resize(total);
+    uint64_t at = 0;
+    for (const auto& ref : hold->refs) {
+      if (ref->bytes() > 0) std::memcpy(hold->joined.data() + at, ref->data(), ref->bytes());
+      at += ref->bytes();
+    }
+    c.gradients = hold->joined.data();
+  }
+  c.gradient_bytes = total;
 }
 
 // Runs a Python callable from rt-ft's side; its exception becomes a Status and is kept in
@@ -78,10 +140,13 @@ Status CallBack(const std::shared_ptr<Pending>& pending, const std::string& what
   }
 }
 
-StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending> pending) {
+// `hold`: for `local`, where the gradient buffer the function names is kept.
+StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending> pending,
+                std::shared_ptr<GradientHold> hold = nullptr) {
+  if (fn.is_none()) return nullptr;
   if (!PyCallable_Check(fn.ptr())) throw py::type_error(what + " must be callable");
   PyHandle h = Hold(std::move(fn));
-  return [h, what, pending](StepContext& c) {
+  return [h, what, pending, hold](StepContext& c) {
     return CallBack(pending, what, [&]() -> Status {
       Valid valid = std::make_shared<std::atomic<bool>>(true);
       struct Expire {
@@ -93,7 +158,15 @@ StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending>
         }
       } expire{valid, pending.get()};
       pending->step = valid;
-      h->get()(MakeContext(c, valid));
+      py::object ctx = MakeContext(c, valid);
+      h->get()(ctx);
+      if (hold) {
+        try {
+          TakeGradients(ctx.cast<PyStepContext*>()->gradients, hold.get(), c);
+        } catch (const py::builtin_exception& e) {  // not a tensor: an error of the call
+          return Status::InvalidArgument(e.what());
+        }
+      }
       return Status::Ok();
     });
   };
@@ -139,9 +212,17 @@ class PyProtector {
     state_ = std::move(state);
   }
 
-  RunResult Run(uint64_t end_step, py::object compute, py::object update) {
+  RunResult Run(uint64_t end_step, py::object compute, py::object update, py::object local,
+                py::object reduce) {
+    if (update.is_none()) throw py::type_error("update must be callable");
+    if (compute.is_none() && (local.is_none() || reduce.is_none()))
+      throw py::type_error("compute must be callable (or None with local and reduce)");
+    if (local.is_none() != reduce.is_none())
+      throw py::type_error("local and reduce are given together");
     StepFns fns{WrapStep(std::move(compute), "compute", pending_),
                 WrapStep(std::move(update), "update", pending_)};
+    fns.local = WrapStep(std::move(local), "local", pending_, std::make_shared<GradientHold>());
+    fns.reduce = WrapStep(std::move(reduce), "reduce", pending_);
     return Call<RunResult>([&](Protector* p) { return p->Run(end_step, fns); });
   }
 
@@ -227,7 +308,7 @@ ProtectOptions Options(bool enabled, const std::string& backend, int device, uin
                        const std::string& comm_name, int64_t l3_every, const std::string& ckpt_dir,
                        const std::string& shm_dir, uint64_t max_object_bytes,
                        std::optional<double> recovery_timeout, std::optional<Grid> grid,
-                       py::object protect_step) {
+                       py::object protect_step, int64_t replay_every) {
   ProtectOptions o;
   o.enabled = enabled;
   if (!ParseCommBackend(backend, &o.backend))
@@ -242,6 +323,7 @@ ProtectOptions Options(bool enabled, const std::string& backend, int device, uin
   o.recovery_timeout =
       Timeout(recovery_timeout, "recovery_timeout").value_or(std::chrono::milliseconds(0));
   if (grid) o.grid = *grid;
+  o.replay_every = replay_every;
   if (!protect_step.is_none()) {
     if (!PyCallable_Check(protect_step.ptr()))
       throw py::type_error("protect_step must be callable or None");
@@ -312,28 +394,41 @@ void BindProtect(py::module_& m) {
       .def_readonly("tensor", &PyStepContext::tensor)
       .def_readonly("pipeline", &PyStepContext::pipeline)
       .def_readonly("data", &PyStepContext::data)
-      .def_readonly("recovered", &PyStepContext::recovered);
+      .def_readonly("recovered", &PyStepContext::recovered)
+      .def_readonly("data_rank", &PyStepContext::data_rank,
+                    "local: the data-parallel index whose data the step uses (a peer's while "
+                    "replaying)")
+      .def_readonly("replaying", &PyStepContext::replaying,
+                    "local: this is a peer's step, run here to check its gradients")
+      .def_readwrite("gradients", &PyStepContext::gradients,
+                     "local sets it: the host tensor (or list of them) its gradients are in");
   py::class_<PyProtector>(m, "Protector", "Per-step protection and the step driver")
       .def(py::init([](PyRuntime& rt, bool enabled, const std::string& backend, int device,
                        uintptr_t stream, const std::string& comm_name, int64_t l3_every,
                        const std::string& ckpt_dir, const std::string& shm_dir,
                        uint64_t max_object_bytes, std::optional<double> recovery_timeout,
-                       std::optional<Grid> grid, py::object protect_step) {
+                       std::optional<Grid> grid, py::object protect_step, int64_t replay_every) {
              return std::make_unique<PyProtector>(
-                 rt, Options(enabled, backend, device, stream, comm_name, l3_every, ckpt_dir,
-                             shm_dir, max_object_bytes, recovery_timeout, grid, protect_step));
+                 rt,
+                 Options(enabled, backend, device, stream, comm_name, l3_every, ckpt_dir, shm_dir,
+                         max_object_bytes, recovery_timeout, grid, protect_step, replay_every));
            }),
            py::arg("runtime"), py::kw_only(), py::arg("enabled") = true,
            py::arg("backend") = "gloo", py::arg("device") = -1, py::arg("stream") = 0,
            py::arg("comm_name") = "train", py::arg("l3_every") = 0, py::arg("ckpt_dir") = "",
            py::arg("shm_dir") = "", py::arg("max_object_bytes") = 0,
            py::arg("recovery_timeout") = py::none(), py::arg("grid") = py::none(),
-           py::arg("protect_step") = py::none(), py::keep_alive<1, 2>())
+           py::arg("protect_step") = py::none(), py::arg("replay_every") = 0,
+           py::keep_alive<1, 2>())
       .def("protect", &PyProtector::Protect, py::arg("state"), py::arg("resize") = py::none(),
            "Describes the protected state once, before the first step")
       .def("run", &PyProtector::Run, py::arg("end_step"), py::arg("compute"), py::arg("update"),
+           py::arg("local") = py::none(), py::arg("reduce") = py::none(),
            "Runs the steps up to end_step (exclusive): compute(ctx), then update(ctx) once the "
-           "step's snapshot is taken; recovers inside; returns a RunResult")
+           "step's snapshot is taken; recovers inside; returns a RunResult. local(ctx) and "
+           "reduce(ctx) split compute for the replay of steps (replay_every): local computes "
+           "the gradients of ctx.data_rank's data with no collective and names them in "
+           "ctx.gradients, reduce runs their collectives")
       .def("start",
            [](PyProtector& s) { return s.Call<uint64_t>([](Protector* p) { return p->Start(); }); })
       .def("begin_step",

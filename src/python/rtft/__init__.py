@@ -22,8 +22,8 @@ from rtft import _core
 from rtft._core import (  # noqa: F401 (re-exported)
     CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore,
     RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
-    StepContext, VersionInfo, fault_point, latest_version, list_versions, split_evenly,
-    verify_version)
+    StepContext, VersionInfo, fault_flag, fault_point, latest_version, list_versions,
+    split_evenly, verify_version)
 from rtft.errors import *  # noqa: F401,F403 (the exception classes)
 from rtft.errors import Error, error_class  # noqa: F401
 from rtft.state import Shard, State, init_optimizer_state  # noqa: F401
@@ -42,10 +42,11 @@ class Protector(_core.Protector):
         self._runtime = runtime
         self._groups = weakref.WeakSet()
 
-    def run(self, end_step, compute, update):
-        if self._groups and callable(compute) and callable(update):
-            compute, update = _bind_step(self._groups, compute), _bind_step(self._groups, update)
-        return super().run(end_step, compute, update)
+    def run(self, end_step, compute, update, local=None, reduce=None):
+        if self._groups:
+            compute, update, reduce = (_bind_step(self._groups, f) if callable(f) else f
+                                       for f in (compute, update, reduce))
+        return super().run(end_step, compute, update, local, reduce)
 
 
 def restore(dir, state, version=None, *, verify_checksums=True, rank=None):
@@ -64,6 +65,6 @@ __all__ = [
     "CheckpointEngine", "Communicator", "Error", "FailureEvent", "Grid", "GridPlace",
     "LocalCommStore", "Protector", "RecoveryInfo", "RunOutcome", "RunResult", "Runtime",
     "RuntimeInfo", "RuntimeRole", "Shard", "State", "StatusCode", "StepContext", "VersionInfo",
-    "error_class", "fault_point", "init_optimizer_state", "latest_version", "list_versions",
-    "restore", "split_evenly", "verify_version",
+    "error_class", "fault_flag", "fault_point", "init_optimizer_state", "latest_version",
+    "list_versions", "restore", "split_evenly", "verify_version",
 ]
