@@ -5,172 +5,18 @@
 // other exception ends run() and is raised again from it, with its traceback.
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <utility>
-#include <vector>
 
 #include "python/bind.h"
 #include "python/comm.h"
 #include "python/runtime_wrapper.h"
 #include "python/state.h"
-#include "python/tensor.h"
+#include "python/step.h"
 #include "rtft/protect.h"
 
 namespace rtft::python {
 
 namespace {
-
-using Valid = std::shared_ptr<std::atomic<bool>>;
-
-// The first exception a callable of the protector raised, and the validity of the step that
-// runs now (guarded by the GIL).
-struct Pending {
-  PyHandle exception;
-  // Set while a step function runs: `protector.comm` taken inside it is that step's, gone with
-  // it (a recovery inside run() frees the communicators of the epoch it leaves).
-  Valid step;
-};
-
-struct PyStepContext {
-  uint64_t step = 0, epoch = 0;
-  int rank = 0, world_size = 1, device = 0;
-  uintptr_t stream = 0;
-  GridPlace place;
-  py::object comm, tensor, pipeline, data, recovered;
-  // For `local` (the replay of steps): whose data the step uses, whether it is a peer's step
-  // replayed here, and the gradient buffer(s) the function names for the replay's digest.
-  int data_rank = 0;
-  bool replaying = false;
-  py::object gradients = py::none();
-};
-
-// The gradient buffer a `local` step function named, held until the next one: the replay digests
-// it after the function returned, without the GIL.
-struct GradientHold {
-  std::vector<std::shared_ptr<TensorRef>> refs;
-  std::vector<char> joined;  // several tensors, one after another
-};
-
-py::object Borrow(Communicator* c, const Valid& valid) {
-  if (c == nullptr) return py::none();
-  return py::cast(std::make_unique<PyComm>(c, valid));
-}
-
-py::object MakeContext(const StepContext& c, const Valid& valid) {
-  auto ctx = std::make_unique<PyStepContext>();
-  ctx->step = c.step;
-  ctx->epoch = c.epoch;
-  ctx->rank = c.rank;
-  ctx->world_size = c.world_size;
-  ctx->device = c.device;
-  ctx->stream = reinterpret_cast<uintptr_t>(c.stream);
-  ctx->place = c.place;
-  ctx->comm = Borrow(c.comm, valid);
-  ctx->tensor = Borrow(c.tensor, valid);
-  ctx->pipeline = Borrow(c.pipeline, valid);
-  ctx->data = c.data == c.comm ? ctx->comm : Borrow(c.data, valid);
-  ctx->recovered = c.recovered ? py::cast(*c.recovered) : py::none();
-  ctx->data_rank = c.data_rank;
-  ctx->replaying = c.replaying;
-  return py::cast(std::move(ctx));
-}
-
-// ctx.gradients after `local`: a host tensor, or a list or tuple of them (copied one after
-// another into one buffer), into c.gradients and c.gradient_bytes. None leaves them unset, which
-// the replay reports.
-void TakeGradients(py::handle g, GradientHold* hold, StepContext& c) {
-  hold->refs.clear();
-  hold->joined.clear();
-  if (g.is_none()) return;
-  std::vector<py::handle> items;
-  if (py::hasattr(g, "__dlpack__")) {
-    items.push_back(g);
-  } else if (py::isinstance<py::list>(g) || py::isinstance<py::tuple>(g)) {
-    for (py::handle item : g) items.push_back(item);
-  } else {
-    throw StatusError(
-        Status::InvalidArgument("ctx.gradients is a tensor or a list of tensors, not a " +
-                                py::str(g.get_type().attr("__name__")).cast<std::string>()));
-  }
-  uint64_t total = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const std::string what = "ctx.gradients" + (items.size() > 1 || !py::hasattr(g, "__dlpack__")
-                                                    ? "[" + std::to_string(i) + "]"
-                                                    : std::string());
-    std::shared_ptr<TensorRef> ref = TensorRef::From(items[i], what);
-    if (ref->memory() != MemoryKind::kHost)
-      throw StatusError(Status::InvalidArgument(
-          what +
-          " is in device memory: the replay digests host gradients (copy them to the "
-          "host, e.g. into one flat CPU tensor, before local returns)"));
-    total += ref->bytes();
-    hold->refs.push_back(std::move(ref));
-  }
-  if (hold->refs.size() == 1) {
-    c.gradients = hold->refs[0]->data();
-  } else {
-    hold->joined.resize(total);
-    uint64_t at = 0;
-    for (const auto& ref : hold->refs) {
-      if (ref->bytes() > 0) std::memcpy(hold->joined.data() + at, ref->data(), ref->bytes());
-      at += ref->bytes();
-    }
-    c.gradients = hold->joined.data();
-  }
-  c.gradient_bytes = total;
-}
-
-// Runs a Python callable from rt-ft's side; its exception becomes a Status and is kept in
-// `pending` unless it is an AbortedError, from which the protector recovers.
-template <typename F>
-Status CallBack(const std::shared_ptr<Pending>& pending, const std::string& what, F&& call) {
-  if (!PythonAlive()) return Status::FailedPrecondition(what + ": Python is exiting");
-  py::gil_scoped_acquire gil;
-  try {
-    return call();
-  } catch (py::error_already_set& e) {
-    py::object exc = TakeException(e);
-    Status s = StatusFromException(exc, what);
-    if (s.code() != StatusCode::kAborted && !pending->exception) pending->exception = Hold(exc);
-    return s;
-  } catch (const StatusError& e) {
-    return e.status().Annotate(what);
-  } catch (const std::exception& e) {
-    return Status::Internal(what + ": " + e.what());
-  }
-}
-
-// `hold`: for `local`, where the gradient buffer the function names is kept.
-StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending> pending,
-                std::shared_ptr<GradientHold> hold = nullptr) {
-  if (fn.is_none()) return nullptr;
-  if (!PyCallable_Check(fn.ptr())) throw py::type_error(what + " must be callable");
-  PyHandle h = Hold(std::move(fn));
-  return [h, what, pending, hold](StepContext& c) {
-    return CallBack(pending, what, [&]() -> Status {
-      Valid valid = std::make_shared<std::atomic<bool>>(true);
-      struct Expire {
-        Valid v;
-        Pending* p;
-        ~Expire() {
-          v->store(false);
-          p->step.reset();
-        }
-      } expire{valid, pending.get()};
-      pending->step = valid;
-      py::object ctx = MakeContext(c, valid);
-      h->get()(ctx);
-      if (hold) {
-        try {
-          TakeGradients(ctx.cast<PyStepContext*>()->gradients, hold.get(), c);
-        } catch (const py::builtin_exception& e) {  // not a tensor: an error of the call
-          return Status::InvalidArgument(e.what());
-        }
-      }
-      return Status::Ok();
-    });
-  };
-}
 
 py::list ShardList(const ShrinkPlace& place) {
   py::list out;
@@ -221,7 +67,7 @@ class PyProtector {
       throw py::type_error("local and reduce are given together");
     StepFns fns{WrapStep(std::move(compute), "compute", pending_),
                 WrapStep(std::move(update), "update", pending_)};
-    fns.local = WrapStep(std::move(local), "local", pending_, std::make_shared<GradientHold>());
+    fns.local = WrapStep(std::move(local), "local", pending_, /*names_gradients=*/true);
     fns.reduce = WrapStep(std::move(reduce), "reduce", pending_);
     return Call<RunResult>([&](Protector* p) { return p->Run(end_step, fns); });
   }
@@ -382,26 +228,7 @@ void BindProtect(py::module_& m) {
         return std::string("RunResult(outcome=") + RunOutcomeName(r.outcome) +
                ", next_step=" + std::to_string(r.next_step) + ")";
       });
-  py::class_<PyStepContext>(m, "StepContext", "What a step function sees (valid for its step)")
-      .def_readonly("step", &PyStepContext::step)
-      .def_readonly("epoch", &PyStepContext::epoch)
-      .def_readonly("rank", &PyStepContext::rank)
-      .def_readonly("world_size", &PyStepContext::world_size)
-      .def_readonly("device", &PyStepContext::device)
-      .def_readonly("stream", &PyStepContext::stream)
-      .def_readonly("place", &PyStepContext::place)
-      .def_readonly("comm", &PyStepContext::comm)
-      .def_readonly("tensor", &PyStepContext::tensor)
-      .def_readonly("pipeline", &PyStepContext::pipeline)
-      .def_readonly("data", &PyStepContext::data)
-      .def_readonly("recovered", &PyStepContext::recovered)
-      .def_readonly("data_rank", &PyStepContext::data_rank,
-                    "local: the data-parallel index whose data the step uses (a peer's while "
-                    "replaying)")
-      .def_readonly("replaying", &PyStepContext::replaying,
-                    "local: this is a peer's step, run here to check its gradients")
-      .def_readwrite("gradients", &PyStepContext::gradients,
-                     "local sets it: the host tensor (or list of them) its gradients are in");
+  BindStepContext(m);
   py::class_<PyProtector>(m, "Protector", "Per-step protection and the step driver")
       .def(py::init([](PyRuntime& rt, bool enabled, const std::string& backend, int device,
                        uintptr_t stream, const std::string& comm_name, int64_t l3_every,
