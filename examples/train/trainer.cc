@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "blocking_save.h"
 #include "rtft/testing.h"
@@ -242,6 +243,7 @@ Status Trainer::Local(rtft::StepContext& ctx) {
   LocalGradients(ctx);
   ctx.gradients = grad_.data();
   ctx.gradient_bytes = grad_.size() * sizeof(float);
+  ctx.gradient_dtype = DType::kFloat32;
   return Status::Ok();
 }
 
@@ -259,6 +261,11 @@ void Trainer::LocalGradients(const rtft::StepContext& ctx) {
     bits ^= 1u << 20;
     std::memcpy(&grad_[0], &bits, sizeof(bits));
   }
+  // Test hooks: "train.grad_nan:flag" writes a NaN into this rank's own gradients (a device
+  // fault); "train.diverge:flags" into every local compute's, replays too (the model's own).
+  const bool diverge = !grad_.empty() && rtft::FaultFlag("train.diverge");
+  if (!grad_.empty() && (diverge || (!ctx.replaying && rtft::FaultFlag("train.grad_nan"))))
+    grad_[grad_.size() / 2] = std::numeric_limits<float>::quiet_NaN();
 }
 
 // The gradients' collectives (StepFns::reduce) and the step's mean loss.

@@ -89,6 +89,15 @@ struct ProtectOptions {
   // neighbour's local compute (StepFns::local) and the gradients' digests are compared before
   // the reduction. Needs StepFns::local and ::reduce, host gradients, a data-parallel layout.
   int64_t replay_every = 0;
+  // The check for non-finite gradients (docs/protect.md, "Non-finite gradients"): 0:
+  // RTFT_PROTECT_CHECK_FINITE (off by default); 1: on; -1: off. Every step, before the
+  // reduction, each rank looks for a NaN or an infinity in the gradients StepFns::local names
+  // (or takes StepContext::nonfinite) and the data-parallel group shares one flag per rank; a
+  // step with one is replayed as a replayed step is, so a device fault is caught (its slot
+  // retired when its rank computes it twice); gradients whose replay is not finite either end
+  // Run() with FAILED_PRECONDITION before the update: the model's own, not a device's. Needs
+  // StepFns::local and ::reduce.
+  int check_finite = 0;
   // Which steps take a snapshot (empty: every step). A failure rolls back to the last step that
   // took one, so more than one step may run again. `rtft-bench protect` alternates protected and
   // unprotected blocks of steps in one run to measure what protection costs.
@@ -155,9 +164,14 @@ struct StepContext {
   // `step` and `data_rank` alone: its data and random numbers drawn from them).
   int data_rank = 0;
   bool replaying = false;
-  // Set by StepFns::local: the gradient buffer it wrote (host memory), which the replay digests.
+  // Set by StepFns::local: the gradient buffer it wrote (host memory), which the replay digests,
+  // and the type of its elements (uint8: bytes of no one type).
   const void* gradients = nullptr;
   size_t gradient_bytes = 0;
+  DType gradient_dtype = DType::kUInt8;
+  // Set by StepFns::local: the application found its loss or gradients not finite (the check
+  // for non-finite gradients takes it as it takes a NaN in the named buffer).
+  bool nonfinite = false;
 };
 
 using StepFn = std::function<Status(StepContext&)>;

@@ -71,6 +71,10 @@ module rtft
       import :: c_int, c_char
       character(kind=c_char), intent(in) :: name(*)
     end function
+    integer(c_int) function c_fault_flag(name) bind(c, name='rtft_fault_flag')
+      import :: c_int, c_char
+      character(kind=c_char), intent(in) :: name(*)
+    end function
   end interface
 
 contains
@@ -173,6 +177,12 @@ contains
   integer(c_int) function rtft_fault_point(name)
     character(*), intent(in) :: name
     rtft_fault_point = c_fault_point(rtft_c_string(name))
+  end function
+
+  ! 1 where RTFT_FAULT arms `name` with flag or flags (rtft.h), else 0.
+  integer(c_int) function rtft_fault_flag(name)
+    character(*), intent(in) :: name
+    rtft_fault_flag = c_fault_flag(rtft_c_string(name))
   end function
 
 end module rtft

@@ -306,6 +306,13 @@ typedef struct rtft_protect_options {
   size_t grid_rank_count;
   rtft_protect_step_fn protect_step; /* NULL: every step takes a snapshot */
   void* protect_step_user;           /* protect_step's first argument */
+  /* ---- from here, fields a caller's size may not cover (added in rt-ft 0.3) ---- */
+  /* The replay of a step by a peer every this many steps (0: RTFT_PROTECT_REPLAY_EVERY, off by
+   * default; <0: never), and the check for non-finite gradients at every step (0:
+   * RTFT_PROTECT_CHECK_FINITE, off by default; 1: on; -1: off); both need
+   * rtft_protector_run_split. */
+  int32_t replay_every;
+  int32_t check_finite;
 } rtft_protect_options_t;
 /* Fills the first `size` bytes at `options` with the defaults (enabled 1, backend
  * RTFT_BACKEND_GLOO, device -1, grid 1 x 1, every other field 0 or NULL) and sets options->size
@@ -358,6 +365,10 @@ typedef struct rtft_step_context {
   int32_t recovered; /* 1 on the first step after a recovery */
   int32_t device;    /* the step's CUDA device and stream (the options' device and stream) */
   void* stream;
+  /* For local (rtft_protector_run_split): the data-parallel index whose data the step uses, the
+   * rank's own, but the replayed peer's while `replaying` is 1 (rt-ft 0.3). */
+  int32_t data_rank;
+  int32_t replaying;
 } rtft_step_context_t;
 /* compute: reads the state, never changes it; update: changes it (after the snapshot). Return
  * RTFT_OK, or the status of the call that failed (RTFT_ABORTED recovers). */
@@ -378,11 +389,29 @@ typedef struct rtft_run_result {
 RTFT_CAPI rtft_status_t rtft_protector_run(rtft_protector_t* protector, uint64_t end_step,
                                            rtft_step_fn compute, rtft_step_fn update, void* user,
                                            rtft_run_result_t* result);
+/* The driver with compute in two parts, which the replay of steps (options.replay_every) needs:
+ * local computes the gradients of context->data_rank's data with no collective (its data and
+ * random numbers drawn from the state, the step and data_rank alone) and names their buffer with
+ * rtft_step_gradients; reduce runs their collectives. At a replayed step each rank runs its left
+ * neighbour's local (replaying 1) and then its own, and the digests of the buffers are compared
+ * before reduce (docs/protect.md, "Replay"). */
+RTFT_CAPI rtft_status_t rtft_protector_run_split(rtft_protector_t* protector, uint64_t end_step,
+                                                 rtft_step_fn local, rtft_step_fn reduce,
+                                                 rtft_step_fn update, void* user,
+                                                 rtft_run_result_t* result);
+/* Inside local, with its context: its gradients are the `count` elements of `dtype` in host
+ * memory at `data`, which must stay unchanged until local returns. RTFT_FAILED_PRECONDITION
+ * elsewhere. */
+RTFT_CAPI rtft_status_t rtft_step_gradients(const rtft_step_context_t* context, const void* data,
+                                            size_t count, int dtype);
 
 /* ---- Test hooks (docs/testing.md) ------------------------------------------------------- */
 
 /* A named fault point of the application's (rtft::FaultPoint), armed by RTFT_FAULT. */
 RTFT_CAPI rtft_status_t rtft_fault_point(const char* name);
+/* 1 where RTFT_FAULT arms `name` with flag (once) or flags (from then on): the application
+ * corrupts its own data there (rtft::FaultFlag); 0 otherwise, and for a bad name. */
+RTFT_CAPI int rtft_fault_flag(const char* name);
 
 #ifdef __cplusplus
 }

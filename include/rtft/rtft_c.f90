@@ -92,6 +92,7 @@ module rtft_c
     integer(c_size_t) :: grid_rank_count
     type(c_funptr) :: protect_step
     type(c_ptr) :: protect_step_user
+    integer(c_int32_t) :: replay_every, check_finite
   end type
   type, bind(c) :: rtft_step_context
     integer(c_int64_t) :: step, epoch
@@ -99,6 +100,7 @@ module rtft_c
     type(c_ptr) :: comm
     integer(c_int32_t) :: recovered, device
     type(c_ptr) :: stream
+    integer(c_int32_t) :: data_rank, replaying
   end type
   type, bind(c) :: rtft_run_result
     integer(c_int32_t) :: outcome, checkpointed
@@ -335,6 +337,23 @@ module rtft_c
       integer(c_int64_t), value :: end_step
       type(c_funptr), value :: compute, update
       type(rtft_run_result), intent(out) :: result
+    end function
+    ! local, reduce, update: as compute and update (the replay of steps: rtft.h).
+    integer(c_int) function rtft_protector_run_split(protector, end_step, local, reduce, update, &
+                                                     user, result) bind(c)
+      import :: c_int, c_ptr, c_funptr, c_int64_t, rtft_run_result
+      type(c_ptr), value :: protector, user
+      integer(c_int64_t), value :: end_step
+      type(c_funptr), value :: local, reduce, update
+      type(rtft_run_result), intent(out) :: result
+    end function
+    ! Inside local: context is its argument; data is c_loc of the gradients' TARGET array.
+    integer(c_int) function rtft_step_gradients(context, data, count, dtype) bind(c)
+      import :: c_int, c_ptr, c_size_t, rtft_step_context
+      type(rtft_step_context), intent(in) :: context
+      type(c_ptr), value :: data
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
     end function
   end interface
 

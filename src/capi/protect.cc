@@ -22,7 +22,7 @@ constexpr const char* kType = "rtft_protect_options";
 // size ends there get the later fields' defaults; the number is the ABI and never changes.
 constexpr size_t kFirstSize = offsetof(rtft_protect_options_t, comm_name) + sizeof(const char*);
 static_assert(kFirstSize == 40, "rtft_protect_options_t's first version is 40 bytes (ABI)");
-static_assert(offsetof(rtft_protect_options_t, protect_step_user) + sizeof(void*) ==
+static_assert(offsetof(rtft_protect_options_t, check_finite) + sizeof(int32_t) ==
                   sizeof(rtft_protect_options_t),
               "no padding at the end: a field added later would land in an older caller's");
 // More ranks than a grid of any job has: a bound on what is copied from the caller.
@@ -80,6 +80,12 @@ Status Convert(const rtft_protect_options_t& c, rtft::ProtectOptions* o) {
     return Status::InvalidArgument("options.recovery_timeout_ms: 0 (the setting) or more");
   o->recovery_timeout = std::chrono::milliseconds(c.recovery_timeout_ms);
   RTFT_RETURN_IF_ERROR(ConvertGrid(c, &o->grid));
+  o->replay_every = c.replay_every;
+  if (c.check_finite < -1 || c.check_finite > 1)
+    return Status::InvalidArgument(
+        "options.check_finite: 0 (RTFT_PROTECT_CHECK_FINITE), 1 (on) "
+        "or -1 (off)");
+  o->check_finite = c.check_finite;
   if (c.protect_step) {
     o->protect_step = [fn = c.protect_step, user = c.protect_step_user](uint64_t step) {
       return fn(user, step) != 0;
@@ -101,8 +107,16 @@ rtft::ResizeState Resize(rtft_resize_fn resize, void* user) {
   };
 }
 
-rtft::StepFn Step(rtft_protector_t* p, rtft_step_fn fn, void* user, const char* what) {
-  return [p, fn, user, what](rtft::StepContext& c) {
+// The local step function that runs on this thread now, for rtft_step_gradients.
+struct LocalStep {
+  const rtft_step_context_t* c = nullptr;
+  rtft::StepContext* cc = nullptr;
+};
+thread_local LocalStep current_local;
+
+rtft::StepFn Step(rtft_protector_t* p, rtft_step_fn fn, void* user, const char* what,
+                  bool local = false) {
+  return [p, fn, user, what, local](rtft::StepContext& c) {
     rtft_step_context_t ctx;
     std::memset(&ctx, 0, sizeof(ctx));
     ctx.step = c.step;
@@ -113,8 +127,21 @@ rtft::StepFn Step(rtft_protector_t* p, rtft_step_fn fn, void* user, const char* 
     ctx.recovered = c.recovered ? 1 : 0;
     ctx.device = c.device;
     ctx.stream = c.stream;
-    return FromC(fn(user, &ctx), what);
+    ctx.data_rank = c.data_rank;
+    ctx.replaying = c.replaying ? 1 : 0;
+    if (!local) return FromC(fn(user, &ctx), what);
+    const LocalStep outer = current_local;
+    current_local = LocalStep{&ctx, &c};
+    const rtft_status_t s = fn(user, &ctx);
+    current_local = outer;
+    return FromC(s, what);
   };
+}
+
+void Fill(const rtft::RunResult& r, rtft_run_result_t* result) {
+  result->outcome = r.outcome == rtft::RunOutcome::kDone ? RTFT_RUN_DONE : RTFT_RUN_SHUTDOWN;
+  result->checkpointed = r.checkpointed ? 1 : 0;
+  result->next_step = r.next_step;
 }
 
 }  // namespace
@@ -239,9 +266,50 @@ rtft_status_t rtft_protector_run(rtft_protector_t* protector, uint64_t end_step,
         rtft::RunResult r,
         protector->protector->Run(end_step, {Step(protector, compute, user, "compute"),
                                              Step(protector, update, user, "update")}));
-    result->outcome = r.outcome == rtft::RunOutcome::kDone ? RTFT_RUN_DONE : RTFT_RUN_SHUTDOWN;
-    result->checkpointed = r.checkpointed ? 1 : 0;
-    result->next_step = r.next_step;
+    Fill(r, result);
+    return Status::Ok();
+  });
+}
+
+rtft_status_t rtft_protector_run_split(rtft_protector_t* protector, uint64_t end_step,
+                                       rtft_step_fn local, rtft_step_fn reduce, rtft_step_fn update,
+                                       void* user, rtft_run_result_t* result) {
+  return Call([&]() -> Status {
+    RTFT_RETURN_IF_ERROR(Check(protector));
+    if (!local || !reduce || !update)
+      return Status::InvalidArgument(
+          "rtft_protector_run_split: local, reduce and update are required");
+    RTFT_RETURN_IF_ERROR(NotNull(result, "rtft_protector_run_split: result"));
+    std::memset(result, 0, sizeof(*result));
+    rtft::StepFns fns;
+    fns.update = Step(protector, update, user, "update");
+    fns.local = Step(protector, local, user, "local", /*local=*/true);
+    fns.reduce = Step(protector, reduce, user, "reduce");
+    RTFT_ASSIGN_OR_RETURN(rtft::RunResult r, protector->protector->Run(end_step, fns));
+    Fill(r, result);
+    return Status::Ok();
+  });
+}
+
+rtft_status_t rtft_step_gradients(const rtft_step_context_t* context, const void* data,
+                                  size_t count, int dtype) {
+  return Call([&]() -> Status {
+    if (!context || context != current_local.c)
+      return Status::FailedPrecondition(
+          "rtft_step_gradients: only inside the local step function of "
+          "rtft_protector_run_split, with the context it was given");
+    rtft::DType type;
+    RTFT_RETURN_IF_ERROR(rtft::capi::CheckDType(dtype, &type));
+    size_t bytes = 0;
+    if (__builtin_mul_overflow(count, rtft::DTypeSize(type), &bytes))
+      return Status::InvalidArgument("rtft_step_gradients: " + std::to_string(count) +
+                                     " elements are more bytes than memory holds");
+    if (!data && bytes > 0)
+      return Status::InvalidArgument("rtft_step_gradients: NULL data of " + std::to_string(count) +
+                                     " elements");
+    current_local.cc->gradients = data;
+    current_local.cc->gradient_bytes = bytes;
+    current_local.cc->gradient_dtype = type;
     return Status::Ok();
   });
 }

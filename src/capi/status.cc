@@ -145,4 +145,9 @@ rtft_status_t rtft_fault_point(const char* name) {
   });
 }
 
+int rtft_fault_flag(const char* name) {
+  if (!rtft::capi::CheckName(name, 256, "rtft_fault_flag: name").ok()) return 0;
+  return rtft::FaultFlag(name) ? 1 : 0;
+}
+
 }  // extern "C"

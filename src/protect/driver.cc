@@ -40,6 +40,11 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
     return Status::InvalidArgument(
         "the replay of steps (RTFT_PROTECT_REPLAY_EVERY, ProtectOptions::replay_every) needs the "
         "step's compute split into local and reduce functions (StepFns)");
+  if (p->check_finite() && !split)
+    return Status::InvalidArgument(
+        "the check for non-finite gradients (RTFT_PROTECT_CHECK_FINITE, "
+        "ProtectOptions::check_finite) needs the step's compute split into local and reduce "
+        "functions (StepFns): local names the gradients it checks");
   while (step < end_step) {
     StepContext ctx = p->Context(step);
     ctx.recovered = recovered;
@@ -49,7 +54,7 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
     t[0] = Clock::now();
     Status s = p->BeginStep(step);
     t[1] = Clock::now();
-    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every());
+    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every(), p->check_finite());
     t[2] = Clock::now();
     if (s.ok()) s = p->BeforeUpdate();
     t[3] = Clock::now();

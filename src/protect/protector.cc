@@ -95,6 +95,16 @@ Status ProtectorImpl::Open() {
     RTFT_ASSIGN_OR_RETURN(replay, ParamInt(Param::kProtectReplayEvery));
   }
   settings_.replay_every = std::max<int64_t>(replay, 0);
+  if (o.check_finite < -1 || o.check_finite > 1)
+    return Status::InvalidArgument(
+        "ProtectOptions::check_finite: 0 (RTFT_PROTECT_CHECK_FINITE), "
+        "1 (on) or -1 (off), not " +
+        std::to_string(o.check_finite));
+  if (o.check_finite == 0) {
+    RTFT_ASSIGN_OR_RETURN(settings_.check_finite, ParamBool(Param::kProtectCheckFinite));
+  } else {
+    settings_.check_finite = o.check_finite > 0;
+  }
   const std::string ckpt = o.ckpt_dir.empty() ? ParamString(Param::kProtectCkptDir) : o.ckpt_dir;
   int64_t every = o.l3_every;
   if (every == 0) {

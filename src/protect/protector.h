@@ -48,6 +48,7 @@ class ProtectorImpl final : public Protector {
   StepContext Context(uint64_t step) const;
   void ReportDeviceError(const std::string& detail) { (void)rt_->ReportDeviceError(detail); }
   int64_t replay_every() const { return settings_.replay_every; }
+  bool check_finite() const { return settings_.check_finite; }
   // The capture in flight over (a step failed for good); its status is the step's error's to give.
   void EndCapture() { (void)capture_->Wait(); }
 
@@ -101,6 +102,6 @@ class ProtectorImpl final : public Protector {
 StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns);
 // replay.cc: a step's compute, `compute` or `local` then `reduce`, with the replay of the step by
 // a peer every `every` steps (docs/protect.md, "Replay").
-Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every);
+Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite);
 
 }  // namespace rtft::protect

@@ -10,7 +10,14 @@
 // with r + 2's replay shows the replay by r + 1 was wrong; otherwise the rank disagreed twice and
 // its device is taken for faulty: it reports a device error (its slot is retired, a spare takes
 // its rank) and the others wait for that epoch.
+//
+// The check for non-finite gradients (RTFT_PROTECT_CHECK_FINITE) runs at every step: each rank
+// looks for a NaN or an infinity in its own gradients and the group gathers one flag a rank; a
+// step with one is replayed as above (a transient fault's second run is finite, a faulty device
+// computes it twice). A NaN that the replay reproduces is the model's own: every rank ends the
+// step with FAILED_PRECONDITION before the reduction, so it never reaches the state.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,51 +29,151 @@
 namespace rtft::protect {
 namespace {
 
-// Runs the local compute as `data_rank`'s step: the digest of the gradient buffer it names.
-StatusOr<uint64_t> RunLocal(const StepFns& fns, StepContext& ctx, int data_rank, bool replaying) {
+// A local compute's result: the digest of its gradient buffer and whether it holds a NaN or an
+// infinity (or the application said so).
+struct LocalResult {
+  uint64_t digest = 0;
+  bool nonfinite = false;
+};
+
+// Whether any of the `n` elements of width U at `p` has every bit of `mask` (an exponent of all
+// ones: a NaN or an infinity). Bits, not floating-point compares: no trap, no denormal flush.
+template <typename U>
+bool AnyAllOnes(const char* p, size_t n, U mask) {
+  constexpr size_t kBlock = 4096;
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t end = std::min(n, at + kBlock);
+    bool found = false;
+    for (size_t i = at; i < end; ++i) {
+      U v;
+      std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+      found |= (v & mask) == mask;
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
+bool NonFinite(const StepContext& ctx) {
+  if (ctx.nonfinite) return true;
+  const char* p = static_cast<const char*>(ctx.gradients);
+  const size_t bytes = ctx.gradient_bytes;
+  switch (ctx.gradient_dtype) {
+    case DType::kFloat32:
+      return AnyAllOnes<uint32_t>(p, bytes / 4, 0x7F800000u);
+    case DType::kFloat64:
+      return AnyAllOnes<uint64_t>(p, bytes / 8, 0x7FF0000000000000ull);
+    case DType::kFloat16:
+      return AnyAllOnes<uint16_t>(p, bytes / 2, 0x7C00u);
+    case DType::kBFloat16:
+      return AnyAllOnes<uint16_t>(p, bytes / 2, 0x7F80u);
+    default:
+      return false;  // integers and bytes of no one type hold no NaN
+  }
+}
+
+// Runs the local compute as `data_rank`'s step.
+StatusOr<LocalResult> RunLocal(const StepFns& fns, StepContext& ctx, int data_rank,
+                               bool replaying) {
   ctx.data_rank = data_rank;
   ctx.replaying = replaying;
   ctx.gradients = nullptr;
   ctx.gradient_bytes = 0;
+  ctx.gradient_dtype = DType::kUInt8;
+  ctx.nonfinite = false;
   RTFT_RETURN_IF_ERROR(fns.local(ctx));
   if (!ctx.gradients || ctx.gradient_bytes == 0)
     return Status::FailedPrecondition(
         "the replay of step " + std::to_string(ctx.step) +
         " needs the local step function to name its gradient buffer (StepContext::gradients and "
         "::gradient_bytes)");
-  return Xxh3(ctx.gradients, ctx.gradient_bytes);
+  return LocalResult{Xxh3(ctx.gradients, ctx.gradient_bytes), NonFinite(ctx)};
 }
 
 bool Has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// The ranks of `data` whose flag is set, the same list on every rank.
+StatusOr<std::vector<int>> Flagged(Communicator* data, bool mine) {
+  const int n = data->world_size();
+  const uint8_t flag = mine ? 1 : 0;
+  std::vector<uint8_t> all(static_cast<size_t>(n));
+  RTFT_RETURN_IF_ERROR(data->AllGather(&flag, all.data(), 1, DType::kUInt8));
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r)
+    if (all[static_cast<size_t>(r)]) out.push_back(r);
+  return out;
+}
+
 }  // namespace
 
-Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every) {
+Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite) {
   if (!fns.local) return fns.compute(ctx);
   Communicator* data = ctx.data ? ctx.data : ctx.comm;
   const int n = data->world_size(), d = ctx.place.d;
+  const std::string at = "at step " + std::to_string(ctx.step);
+  std::vector<int> flagged;  // the ranks whose gradients were not finite at first
+  // The reduction, once no rank's gradients are left non-finite: what the replays kept
+  // non-finite is the model's own, and no rank reduces it.
+  const auto reduce = [&]() -> Status {
+    if (check_finite) {
+      RTFT_ASSIGN_OR_RETURN(const std::vector<int> left, Flagged(data, NonFinite(ctx)));
+      if (left.empty() && !flagged.empty() && d == flagged.front())
+        RTFT_LOG(kError, kLogRuntime)
+            << at << " the gradients of data-parallel rank(s) " << RankList(flagged)
+            << " are finite when computed again: a transient fault, the step goes on";
+      if (!left.empty())
+        return Status::FailedPrecondition(
+            at + " the gradients of data-parallel rank(s) " + RankList(left) +
+            " are not finite, and computed again they are not finite either: the model's own "
+            "NaN or infinity (a loss that diverged), not a device's fault; the step was not "
+            "applied");
+    }
+    return fns.reduce(ctx);
+  };
   const bool replay = every > 0 && n > 1 && ctx.step % static_cast<uint64_t>(every) == 0;
   if (!replay) {
-    RTFT_RETURN_IF_ERROR(RunLocal(fns, ctx, d, false).status());
-    return fns.reduce(ctx);
+    RTFT_ASSIGN_OR_RETURN(const LocalResult own, RunLocal(fns, ctx, d, false));
+    if (!check_finite) return fns.reduce(ctx);
+    RTFT_ASSIGN_OR_RETURN(flagged, Flagged(data, own.nonfinite));
+    if (flagged.empty()) return fns.reduce(ctx);
+    if (d == flagged.front())
+      RTFT_LOG(kError, kLogRuntime)
+          << at << " the gradients of data-parallel rank(s) " << RankList(flagged)
+          << " are not finite: the step is " << (n > 1 ? "replayed by a peer" : "run again");
+    if (n == 1) {  // no peer to replay it: a second run tells a transient fault
+      RTFT_RETURN_IF_ERROR(RunLocal(fns, ctx, d, false).status());
+      return reduce();
+    }
   }
   if (ctx.place.tensor * ctx.place.pipeline > 1)
     return Status::InvalidArgument(
-        "the replay of steps is for data-parallel layouts: a tensor or pipeline group's local "
-        "compute has collectives of its own (set RTFT_PROTECT_REPLAY_EVERY=0)");
+        "the replay of steps and the check for non-finite gradients are for data-parallel "
+        "layouts: a tensor or pipeline group's local compute has collectives of its own (set "
+        "RTFT_PROTECT_REPLAY_EVERY=0 and RTFT_PROTECT_CHECK_FINITE=0)");
   // Round 1: the left neighbour's step here, then this rank's own (its gradients stay in the
-  // buffer). Rank r's digest is all[2r]; its replay by r + 1 is all[2(r + 1) + 1].
+  // buffer). Rank r's digest is all[3r]; its replay by r + 1 is all[3(r + 1) + 1]; all[3r + 2]
+  // holds r's own run's non-finite bit (1) and its replay's (2).
   const int left = (d + n - 1) % n;
-  RTFT_ASSIGN_OR_RETURN(const uint64_t theirs, RunLocal(fns, ctx, left, true));
-  RTFT_ASSIGN_OR_RETURN(const uint64_t mine, RunLocal(fns, ctx, d, false));
-  const uint64_t pair[2] = {mine, theirs};
-  std::vector<uint64_t> all(2 * static_cast<size_t>(n));
-  RTFT_RETURN_IF_ERROR(data->AllGather(pair, all.data(), sizeof(pair), DType::kUInt8));
-  const auto replayed = [&](int r) { return all[2 * static_cast<size_t>((r + 1) % n) + 1]; };
+  RTFT_ASSIGN_OR_RETURN(const LocalResult theirs, RunLocal(fns, ctx, left, true));
+  RTFT_ASSIGN_OR_RETURN(const LocalResult mine, RunLocal(fns, ctx, d, false));
+  const uint64_t triple[3] = {mine.digest, theirs.digest,
+                              (mine.nonfinite ? 1u : 0u) | (theirs.nonfinite ? 2u : 0u)};
+  std::vector<uint64_t> all(3 * static_cast<size_t>(n));
+  RTFT_RETURN_IF_ERROR(data->AllGather(triple, all.data(), sizeof(triple), DType::kUInt8));
+  const auto at3 = [&](int r, int i) { return all[3 * static_cast<size_t>(r % n) + i]; };
+  const auto replayed = [&](int r) { return at3(r + 1, 1); };
+  // Both non-finite: the model's own NaN (whose bits need not repeat), not a disagreement.
+  const auto both_nonfinite = [&](int r) { return (at3(r, 2) & 1) && (at3(r + 1, 2) & 2); };
   std::vector<int> bad;
   for (int r = 0; r < n; ++r)
-    if (all[2 * static_cast<size_t>(r)] != replayed(r)) bad.push_back(r);
-  if (bad.empty()) return fns.reduce(ctx);
+    if (at3(r, 0) != replayed(r) && !both_nonfinite(r)) bad.push_back(r);
+  if (bad.empty()) return reduce();
 
   // Round 2: each disagreeing rank runs its step again; with three ranks or more, r + 2 replays
   // it too, then runs its own step again (what the local compute left for the reduction, the
@@ -76,17 +183,19 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every) {
   const bool i_replay = n >= 3 && Has(bad, two_left);
   uint64_t again = 0, third = 0;
   if (i_replay) {
-    RTFT_ASSIGN_OR_RETURN(third, RunLocal(fns, ctx, two_left, true));
+    RTFT_ASSIGN_OR_RETURN(const LocalResult r3, RunLocal(fns, ctx, two_left, true));
+    third = r3.digest;
   }
   if (me_bad || i_replay) {
-    RTFT_ASSIGN_OR_RETURN(again, RunLocal(fns, ctx, d, false));
+    RTFT_ASSIGN_OR_RETURN(const LocalResult r2, RunLocal(fns, ctx, d, false));
+    again = r2.digest;
   }
   // A rank that agreed with its replay and ran its step again for the reduction must get the
   // same gradients again; if not, it is one more rank that disagrees with itself.
-  if (!me_bad && i_replay && again != mine)
-    return Status::DataLoss("at step " + std::to_string(ctx.step) +
-                            " this rank's local compute "
-                            "gave other gradients when run again after a replay");
+  if (!me_bad && i_replay && again != mine.digest)
+    return Status::DataLoss(at +
+                            " this rank's local compute gave other gradients when run "
+                            "again after a replay");
   if (!me_bad) again = 0;
   const uint64_t pair2[2] = {again, third};
   std::vector<uint64_t> all2(2 * static_cast<size_t>(n));
@@ -107,22 +216,22 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every) {
     }
     if (d == 0 || d == r)
       RTFT_LOG(kError, kLogRuntime)
-          << "silent data corruption: at step " << ctx.step << " the gradients of data-parallel "
-          << "rank " << r << " differ from its replay by rank " << (r + 1) % n << "; " << what;
+          << "silent data corruption: " << at << " the gradients of data-parallel rank " << r
+          << " differ from its replay by rank " << (r + 1) % n << "; " << what;
   }
-  if (faulty.empty()) return fns.reduce(ctx);
+  if (faulty.empty()) return reduce();
   // With two ranks, one that disagrees twice with its replay may be right and its replayer wrong
   // (a faulty device replays wrong too): no third device can tell which.
   if (n == 2)
-    return Status::DataLoss("silent data corruption at step " + std::to_string(ctx.step) +
+    return Status::DataLoss("silent data corruption " + at +
                             ": the gradients and their replays disagree twice, and with two "
                             "ranks no third can tell which is wrong");
   if (Has(faulty, d))
-    return Status::DeviceLost("at step " + std::to_string(ctx.step) + " this rank's gradients " +
-                              "disagreed twice with its replays by its peers");
-  return Status::Aborted("at step " + std::to_string(ctx.step) + " data-parallel rank(s) " +
-                         std::to_string(faulty.front()) + (faulty.size() > 1 ? " and others" : "") +
-                         " computed wrong gradients twice: waiting for the epoch that retires " +
+    return Status::DeviceLost(at +
+                              " this rank's gradients disagreed twice with their replays "
+                              "by its peers");
+  return Status::Aborted(at + " data-parallel rank(s) " + RankList(faulty) +
+                         " computed wrong gradients twice: waiting for the epoch that retires "
                          "their slots");
 }
 

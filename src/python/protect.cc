@@ -154,7 +154,8 @@ ProtectOptions Options(bool enabled, const std::string& backend, int device, uin
                        const std::string& comm_name, int64_t l3_every, const std::string& ckpt_dir,
                        const std::string& shm_dir, uint64_t max_object_bytes,
                        std::optional<double> recovery_timeout, std::optional<Grid> grid,
-                       py::object protect_step, int64_t replay_every) {
+                       py::object protect_step, int64_t replay_every,
+                       std::optional<bool> check_finite) {
   ProtectOptions o;
   o.enabled = enabled;
   if (!ParseCommBackend(backend, &o.backend))
@@ -170,6 +171,7 @@ ProtectOptions Options(bool enabled, const std::string& backend, int device, uin
       Timeout(recovery_timeout, "recovery_timeout").value_or(std::chrono::milliseconds(0));
   if (grid) o.grid = *grid;
   o.replay_every = replay_every;
+  o.check_finite = !check_finite ? 0 : *check_finite ? 1 : -1;
   if (!protect_step.is_none()) {
     if (!PyCallable_Check(protect_step.ptr()))
       throw py::type_error("protect_step must be callable or None");
@@ -234,11 +236,12 @@ void BindProtect(py::module_& m) {
                        uintptr_t stream, const std::string& comm_name, int64_t l3_every,
                        const std::string& ckpt_dir, const std::string& shm_dir,
                        uint64_t max_object_bytes, std::optional<double> recovery_timeout,
-                       std::optional<Grid> grid, py::object protect_step, int64_t replay_every) {
+                       std::optional<Grid> grid, py::object protect_step, int64_t replay_every,
+                       std::optional<bool> check_finite) {
              return std::make_unique<PyProtector>(
-                 rt,
-                 Options(enabled, backend, device, stream, comm_name, l3_every, ckpt_dir, shm_dir,
-                         max_object_bytes, recovery_timeout, grid, protect_step, replay_every));
+                 rt, Options(enabled, backend, device, stream, comm_name, l3_every, ckpt_dir,
+                             shm_dir, max_object_bytes, recovery_timeout, grid, protect_step,
+                             replay_every, check_finite));
            }),
            py::arg("runtime"), py::kw_only(), py::arg("enabled") = true,
            py::arg("backend") = "gloo", py::arg("device") = -1, py::arg("stream") = 0,
@@ -246,7 +249,7 @@ void BindProtect(py::module_& m) {
            py::arg("shm_dir") = "", py::arg("max_object_bytes") = 0,
            py::arg("recovery_timeout") = py::none(), py::arg("grid") = py::none(),
            py::arg("protect_step") = py::none(), py::arg("replay_every") = 0,
-           py::keep_alive<1, 2>())
+           py::arg("check_finite") = py::none(), py::keep_alive<1, 2>())
       .def("protect", &PyProtector::Protect, py::arg("state"), py::arg("resize") = py::none(),
            "Describes the protected state once, before the first step")
       .def("run", &PyProtector::Run, py::arg("end_step"), py::arg("compute"), py::arg("update"),

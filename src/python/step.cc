@@ -60,6 +60,7 @@ void TakeGradients(py::handle g, GradientHold* hold, StepContext& c) {
         Status::InvalidArgument("ctx.gradients is a tensor or a list of tensors, not a " +
                                 py::str(g.get_type().attr("__name__")).cast<std::string>()));
   }
+  if (items.empty()) return;  // an empty list names nothing, as None
   uint64_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string what = "ctx.gradients" + (items.size() > 1 || !py::hasattr(g, "__dlpack__")
@@ -86,6 +87,10 @@ void TakeGradients(py::handle g, GradientHold* hold, StepContext& c) {
     c.gradients = hold->joined.data();
   }
   c.gradient_bytes = total;
+  // One type for all of them, or bytes.
+  c.gradient_dtype = hold->refs[0]->dtype();
+  for (const auto& ref : hold->refs)
+    if (ref->dtype() != c.gradient_dtype) c.gradient_dtype = DType::kUInt8;
 }
 
 }  // namespace
@@ -112,7 +117,9 @@ StepFn WrapStep(py::object fn, const std::string& what, std::shared_ptr<Pending>
       h->get()(ctx);
       if (hold) {
         try {
-          TakeGradients(ctx.cast<PyStepContext*>()->gradients, hold.get(), c);
+          auto* py_ctx = ctx.cast<PyStepContext*>();
+          TakeGradients(py_ctx->gradients, hold.get(), c);
+          c.nonfinite = py_ctx->nonfinite;
         } catch (const py::builtin_exception& e) {  // not a tensor: an error of the call
           return Status::InvalidArgument(e.what());
         }
@@ -142,7 +149,9 @@ void BindStepContext(py::module_& m) {
       .def_readonly("replaying", &PyStepContext::replaying,
                     "local: this is a peer's step, run here to check its gradients")
       .def_readwrite("gradients", &PyStepContext::gradients,
-                     "local sets it: the host tensor (or list of them) its gradients are in");
+                     "local sets it: the host tensor (or list of them) its gradients are in")
+      .def_readwrite("nonfinite", &PyStepContext::nonfinite,
+                     "local sets it: its loss or gradients are not finite (check_finite)");
 }
 
 }  // namespace rtft::python

@@ -34,6 +34,7 @@ struct PyStepContext {
   int data_rank = 0;
   bool replaying = false;
   py::object gradients = py::none();
+  bool nonfinite = false;  // local sets it: its loss or gradients are not finite
 };
 
 // A communicator of the step as a Python Communicator, valid while `valid` holds.

@@ -2,8 +2,11 @@
  * collective checked across the ranks, then a data-parallel model protected through the driver
  * (rtft_protector_run with C step functions): replicated weights, a momentum shard, a step counter
  * as an object. It prints a digest of the final state, which a lost slot must not change.
+ * With `split`, compute is split in local and reduce (rtft_protector_run_split); with `replay`,
+ * every step is also replayed by a peer. "capi.grad_flip" armed with flag or flags flips a bit of
+ * the rank's own gradients in local (a faulty SM), which the replay must catch.
  *
- *   capi_job STEPS */
+ *   capi_job STEPS [split|replay] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +103,27 @@ static rtft_status_t compute(void* user, const rtft_step_context_t* ctx) {
   return rtft_comm_all_reduce(ctx->comm, m->grad, m->sum, N, RTFT_FLOAT64, RTFT_SUM);
 }
 
+/* The replayed form: the gradient of data rank ctx->data_rank's sample (a peer's while
+ * replaying), named for the replay's digest; no collective. */
+static rtft_status_t local(void* user, const rtft_step_context_t* ctx) {
+  model_t* m = (model_t*)user;
+  int i;
+  for (i = 0; i < N; ++i)
+    m->grad[i] = sin(0.01 * i + 1.3 * ctx->step + 0.7 * ctx->data_rank) - m->weights[i];
+  if (!ctx->replaying && rtft_fault_flag("capi.grad_flip")) {
+    uint64_t bits;
+    memcpy(&bits, &m->grad[0], sizeof(bits));
+    bits ^= 1ull << 40;
+    memcpy(&m->grad[0], &bits, sizeof(bits));
+  }
+  return rtft_step_gradients(ctx, m->grad, N, RTFT_FLOAT64);
+}
+
+static rtft_status_t reduce(void* user, const rtft_step_context_t* ctx) {
+  model_t* m = (model_t*)user;
+  return rtft_comm_all_reduce(ctx->comm, m->grad, m->sum, N, RTFT_FLOAT64, RTFT_SUM);
+}
+
 static rtft_status_t update(void* user, const rtft_step_context_t* ctx) {
   model_t* m = (model_t*)user;
   int64_t i;
@@ -139,14 +163,18 @@ int main(int argc, char** argv) {
   rtft_state_t* state = NULL;
   rtft_comm_t* comm = NULL;
   rtft_run_result_t result;
+  rtft_protect_options_t options;
   model_t m;
   double all_momentum[N];
   int rank, world, role, r;
   const int64_t shape[1] = {N}, global[1] = {N};
   int64_t offset[1], count[1], o;
   uint64_t h;
-  const long steps = argc == 2 ? strtol(argv[1], NULL, 10) : 0;
-  if (steps < 1 || steps > 100000) return fprintf(stderr, "usage: capi_job STEPS\n"), 2;
+  const long steps = argc >= 2 ? strtol(argv[1], NULL, 10) : 0;
+  const int replay = argc == 3 && strcmp(argv[2], "replay") == 0;
+  const int split = replay || (argc == 3 && strcmp(argv[2], "split") == 0);
+  if (steps < 1 || steps > 100000 || argc > 3 || (argc == 3 && !split))
+    return fprintf(stderr, "usage: capi_job STEPS [split|replay]\n"), 2;
   memset(&m, 0, sizeof(m));
   CHECK(rtft_runtime_create(&rt));
   CHECK(rtft_runtime_rank(rt, &rank));
@@ -169,10 +197,15 @@ int main(int argc, char** argv) {
   CHECK(
       rtft_state_add_shard(state, "momentum", RTFT_FLOAT64, 1, count, global, offset, m.momentum));
   CHECK(rtft_state_add_object(state, "counter", save_counter, load_counter, &m));
-  CHECK(rtft_protector_create(rt, NULL, &p));
+  CHECK(rtft_protect_options_init(&options));
+  options.replay_every = replay ? 1 : -1;
+  CHECK(rtft_protector_create(rt, &options, &p));
   CHECK(rtft_protector_protect(p, state, NULL, NULL));
   CHECK(rtft_state_destroy(state));
-  CHECK(rtft_protector_run(p, (uint64_t)steps, compute, update, &m, &result));
+  if (split)
+    CHECK(rtft_protector_run_split(p, (uint64_t)steps, local, reduce, update, &m, &result));
+  else
+    CHECK(rtft_protector_run(p, (uint64_t)steps, compute, update, &m, &result));
   if (result.outcome == RTFT_RUN_SHUTDOWN) return 0;
 
   report_events(rt, rank);

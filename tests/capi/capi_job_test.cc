@@ -40,13 +40,16 @@ class CapiJobTest : public ::testing::Test {
     std::map<int, std::string> done;  // rank -> "steps=... counter=... digest=..."
   };
 
-  Run Start(const std::string& name, const std::string& fault = "", bool lose = false) {
+  // `mode`: "" (compute), "split" (local and reduce) or "replay" (split, every step replayed).
+  Run Start(const std::string& name, const std::string& fault = "", bool lose = false,
+            const std::string& mode = "") {
     const std::string dir = root_ + "/" + name;
     std::filesystem::create_directories(dir);
     JobSpec spec;
     spec.slots = 4;
     spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
     spec.app = {RTFT_CAPI_JOB, "30"};
+    if (!mode.empty()) spec.app.push_back(mode);
     const SlotLossRun job = RunLosingSlotOne(dir, spec, fault, lose);
     Run run;
     run.exit_code = job.exit_code;
@@ -85,6 +88,47 @@ TEST_F(CapiJobTest, CollectivesAndTheDriverSurviveALostSlotAndACrash) {
     ASSERT_EQ(run.done.size(), 3u) << run.output;
     for (const auto& [rank, done] : run.done) EXPECT_EQ(done, want) << rank << "\n" << run.output;
   }
+}
+
+// The replay of steps through the C API (rtft_protector_run_split, rtft_step_gradients,
+// options.replay_every = 1): rank 1 flips a bit of its own gradients ("capi.grad_flip"), once
+// (a transient fault: the step goes on) and from the 9th step on (a faulty device: its slot is
+// retired and the spare takes rank 1). Each run ends with the digest of the replayed run without
+// the flip (and of the split run without the replay: the replay changes no bit); without the
+// replay the flip changes it.
+TEST_F(CapiJobTest, TheReplayCatchesAFlippedGradient) {
+  const Run ref = Start("replay-ref", "", false, "replay");
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(ref.done.size(), 3u) << ref.output;
+  const std::string want = ref.done.begin()->second;
+  for (const auto& [rank, done] : ref.done) EXPECT_EQ(done, want) << rank;
+  EXPECT_EQ(ref.output.find("silent data corruption"), std::string::npos) << ref.output;
+
+  const Run once = Start("replay-once", "1/capi.grad_flip@9:flag", false, "replay");
+  EXPECT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_NE(once.output.find("a transient fault, the step goes on"), std::string::npos)
+      << once.output;
+  ASSERT_EQ(once.done.size(), 3u) << once.output;
+  for (const auto& [rank, done] : once.done) EXPECT_EQ(done, want) << rank << "\n" << once.output;
+
+  const Run always = Start("replay-always", "1/capi.grad_flip@9:flags", false, "replay");
+  EXPECT_EQ(always.exit_code, 0) << always.output;
+  EXPECT_NE(always.output.find("its device is taken for faulty"), std::string::npos)
+      << always.output;
+  EXPECT_NE(always.output.find("device error, slot retired"), std::string::npos) << always.output;
+  ASSERT_EQ(always.done.size(), 3u) << always.output;
+  for (const auto& [rank, done] : always.done)
+    EXPECT_EQ(done, want) << rank << "\n" << always.output;
+
+  // Split but not replayed: the same bits without a flip, other bits with it (unseen).
+  const Run split = Start("split-ref", "", false, "split");
+  ASSERT_EQ(split.done.size(), 3u) << split.output;
+  for (const auto& [rank, done] : split.done) EXPECT_EQ(done, want) << rank;
+  const Run unseen = Start("split-flip", "1/capi.grad_flip@9:flag", false, "split");
+  EXPECT_EQ(unseen.exit_code, 0) << unseen.output;
+  ASSERT_EQ(unseen.done.size(), 3u) << unseen.output;
+  for (const auto& [rank, done] : unseen.done) EXPECT_NE(done, want) << rank;
+  EXPECT_EQ(unseen.output.find("silent data corruption"), std::string::npos) << unseen.output;
 }
 
 }  // namespace

@@ -357,6 +357,21 @@ static void test_option_sizes(rtft_runtime_t* rt, const char* dir) {
   o.grid_rank_count = 1; /* and no ranks */
   EXPECT(rtft_protector_create(rt, &o, &p) == RTFT_INVALID_ARGUMENT);
   EXPECT(contains(rtft_last_error(), "options.grid_ranks"));
+  o.grid_rank_count = 0;
+  o.check_finite = 2;
+  EXPECT(rtft_protector_create(rt, &o, &p) == RTFT_INVALID_ARGUMENT);
+  EXPECT(contains(rtft_last_error(), "options.check_finite"));
+  o.check_finite = 0;
+  /* Outside a local step function, rtft_step_gradients has no step to name gradients for. */
+  {
+    rtft_step_context_t ctx;
+    double g = 0;
+    memset(&ctx, 0, sizeof(ctx));
+    EXPECT(rtft_step_gradients(&ctx, &g, 1, RTFT_FLOAT64) == RTFT_FAILED_PRECONDITION);
+    EXPECT(contains(rtft_last_error(), "only inside the local step function"));
+  }
+  EXPECT(rtft_fault_flag("capi.never_armed") == 0);
+  EXPECT(rtft_fault_flag(NULL) == 0);
 }
 
 typedef struct {

@@ -40,14 +40,14 @@ class ReplayJobTest(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
-    def run_job(cls, name, fault="", replay_every=1):
+    def run_job(cls, name, fault="", replay_every=1, check_finite=False):
         env = dict(os.environ, RTFT_COMM_GLOO_HOST="127.0.0.1", PYTHONDONTWRITEBYTECODE="1")
         env.pop("RTFT_FAULT", None)
         if fault:
             env["RTFT_FAULT"] = fault
         cmd = [_mpirun(), "-np", "4", "--enable-recovery", "-x", "RTFT_FAULT",
                os.path.join(_BIN, "dp-launch"), "--spares", "1", "--", sys.executable, _JOB,
-               "--replay-every", str(replay_every)]
+               "--replay-every", str(replay_every)] + (["--check-finite"] if check_finite else [])
         if not fault:
             cmd.remove("-x")
             cmd.remove("RTFT_FAULT")
@@ -80,6 +80,13 @@ class ReplayJobTest(unittest.TestCase):
         out = run[2]
         self.assertIn("its second run disagrees too: its device is taken for faulty", out)
         self.assertIn("device error, slot retired", out)
+
+    def test_a_nan_loss_is_replayed_and_the_step_goes_on(self):
+        # check_finite without the replay period: the NaN that local reports (ctx.nonfinite) has
+        # the step replayed; its second run is finite.
+        run = self.run_job("nan", "1/train.grad_nan@5:flag", replay_every=-1, check_finite=True)
+        self.expect_reference(run)
+        self.assertIn("are not finite: the step is replayed by a peer", run[2])
 
     def test_without_the_replay_the_flip_changes_the_result(self):
         rc, digests, out = self.run_job("unseen", "1/train.grad_flip@5:flag", replay_every=-1)
@@ -124,6 +131,28 @@ class StepFunctionsTest(unittest.TestCase):
                                  ("local", 2), ("reduce", 2)])
         self.assertTrue(torch.equal(self.w, torch.full((4,), 3.0)))
 
+    def test_gradients_that_stay_non_finite_end_the_run(self):
+        # One rank: no peer to replay; a NaN that the second run makes too is the model's own.
+        protector = rtft.Protector(rtft.Runtime(), check_finite=True)
+        protector.protect(rtft.State({"w": self.w}, rng=False))
+        runs = []
+
+        def local(ctx):
+            runs.append(ctx.step)
+            self.grads.fill_(float("nan") if ctx.step == 2 else 1.0)
+            ctx.gradients = self.grads
+
+        def reduce(ctx):
+            pass
+
+        with self.assertRaises(rtft.FailedPreconditionError) as caught:
+            protector.run(4, None, self.update, local=local, reduce=reduce)
+        self.assertIn("at step 2 the gradients of data-parallel rank(s) 0 are not finite, and "
+                      "computed again they are not finite either", str(caught.exception))
+        self.assertEqual(runs, [0, 1, 2, 2])  # step 2 ran again
+        self.assertTrue(torch.equal(self.w, torch.full((4,), 2.0)))  # step 2 was not applied
+        protector.close()
+
     def test_misuses_are_refused(self):
         def reduce(ctx):
             pass
@@ -135,7 +164,8 @@ class StepFunctionsTest(unittest.TestCase):
 
         for value, text in (("grads", "a tensor or a list of tensors, not a str"),
                             ([self.grads, 3], "ctx.gradients[1] is a int, not a tensor"),
-                            (None, "needs the local step function to name its gradient buffer")):
+                            (None, "needs the local step function to name its gradient buffer"),
+                            ([], "needs the local step function to name its gradient buffer")):
             protector = rtft.Protector(rtft.Runtime(), replay_every=1)  # each its own: an
             protector.protect(rtft.State({"w": self.w}, rng=False))  # error ends run mid-step
             with self.assertRaises(rtft.Error) as caught:

@@ -5,7 +5,8 @@
 // the replay sees it. Once, it is a transient fault and the step goes on with the right
 // gradients; at every step, the rank is taken for a faulty device and a spare takes it. Every run
 // ends with the digest of the run without the flip, bit for bit; without the replay the same flip
-// changes the result.
+// changes the result. The check for non-finite gradients: a NaN once, a NaN at every step, and a
+// NaN that replays make too (the model's own: the run ends, no device blamed).
 #include "protect/jobs/train_job.h"
 
 namespace rtft::launch::test {
@@ -76,6 +77,53 @@ TEST_F(ReplayJobTest, WithoutTheReplayTheFlipChangesTheResult) {
   ASSERT_EQ(run.digests.size(), 3u) << run.output;
   for (const auto& [rank, digest] : run.digests) EXPECT_NE(digest, want) << rank;
   EXPECT_EQ(run.output.find("silent data corruption"), std::string::npos) << run.output;
+}
+
+// The check for non-finite gradients (RTFT_PROTECT_CHECK_FINITE, no replay period): a NaN in
+// rank 1's own gradients once (train.grad_nan) is seen before the reduction, the step is replayed
+// and its second run is finite: the step goes on, nothing runs again.
+TEST_F(ReplayJobTest, ANonFiniteGradientIsReplayedAndTheStepGoesOn) {
+  env_["RTFT_PROTECT_CHECK_FINITE"] = "1";
+  Run run = Start("nan-once", 3, 1, "1:train.grad_nan@30:flag", 0);
+  env_.erase("RTFT_PROTECT_CHECK_FINITE");
+  ExpectSameWithoutRecovery(run);
+  EXPECT_NE(run.output.find("the gradients of data-parallel rank(s) 1 are not finite: the step is "
+                            "replayed by a peer"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("the gradients of data-parallel rank(s) 1 are finite when computed "
+                            "again: a transient fault, the step goes on"),
+            std::string::npos)
+      << run.output;
+}
+
+// A NaN at every step from the 30th on rank 1 (a faulty device): its replay is finite, its second
+// run is not, its slot is retired and the spare takes its rank.
+TEST_F(ReplayJobTest, ARankWhoseGradientsAreNeverFiniteIsReplacedByTheSpare) {
+  env_["RTFT_PROTECT_CHECK_FINITE"] = "1";
+  Run run = Start("nan-always", 3, 1, "1:train.grad_nan@30:flags", 0);
+  env_.erase("RTFT_PROTECT_CHECK_FINITE");
+  ExpectIdentical(run, 3, "a device whose gradients are never finite");
+  EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("device error, slot retired"), std::string::npos) << run.output;
+}
+
+// A NaN that every local compute makes, replays too (the model diverged): no device is blamed,
+// and every rank ends its run before the step's update with the reason.
+TEST_F(ReplayJobTest, GradientsThatTheirReplayMakesNonFiniteTooEndTheRun) {
+  env_["RTFT_PROTECT_CHECK_FINITE"] = "1";
+  Run run = Start("diverged", 3, 1,
+                  "0:train.diverge@20:flags,1:train.diverge@20:flags,2:train.diverge@20:flags", 0);
+  env_.erase("RTFT_PROTECT_CHECK_FINITE");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("computed again they are not finite either: the model's own NaN"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("taken for faulty"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("slot retired"), std::string::npos) << run.output;
 }
 
 }  // namespace

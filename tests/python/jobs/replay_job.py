@@ -3,8 +3,9 @@
 names in ``ctx.gradients`` (no collective; its batch and dropout masks drawn from the step and
 the data rank alone, so a peer replaying it gets the same bits), ``reduce`` averages them on
 rt-ft's communicator.  ``rtft.fault_flag("train.grad_flip")`` (RTFT_FAULT's ``flag``/``flags``)
-flips a bit of the rank's own gradients, not of a replay: a faulty SM.  Prints one digest line
-per rank."""
+flips a bit of the rank's own gradients, not of a replay: a faulty SM; ``train.grad_nan`` makes
+its loss NaN and says so in ``ctx.nonfinite`` (``--check-finite``).  Prints one digest line per
+rank."""
 import argparse
 import hashlib
 
@@ -15,6 +16,7 @@ import rtft
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--replay-every", type=int, default=1)
+parser.add_argument("--check-finite", action="store_true")
 args = parser.parse_args()
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
@@ -27,7 +29,8 @@ params = list(model.parameters())
 grads = torch.zeros(sum(p.numel() for p in params))
 
 runtime = rtft.Runtime()
-protector = rtft.Protector(runtime, replay_every=args.replay_every)
+protector = rtft.Protector(runtime, replay_every=args.replay_every,
+                           check_finite=args.check_finite or None)
 protector.protect(rtft.State({"model": model, "optim": optimizer}))
 
 
@@ -35,6 +38,9 @@ def local(ctx):
     torch.manual_seed(7919 * ctx.step + ctx.data_rank)  # dropout's masks: (step, data rank)
     x = torch.randn(32, 16)
     loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True).sin())
+    if not ctx.replaying and rtft.fault_flag("train.grad_nan"):
+        loss = loss * float("nan")
+    ctx.nonfinite = not torch.isfinite(loss).item()
     grads.copy_(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)]))
     if not ctx.replaying and rtft.fault_flag("train.grad_flip"):
         bits = grads[:1].view(torch.int32)
