@@ -86,7 +86,14 @@ class AgentRuntime final : public RuntimeBase,
     control::RuntimeReport r;
     r.type = control::RuntimeReport::Type::kDeviceError;
     r.detail = detail;
-    return client_->Report(r);
+    RTFT_RETURN_IF_ERROR(client_->Report(r));
+    // The application exits right after (DEVICE_LOST), and a report still queued in this process
+    // would go with it: the agent would see a plain exit, not a device error. A round trip
+    // through the agent after the report proves that the agent has handled it (the link is
+    // ordered, and the agent takes a process's messages in order): a key put, then read back.
+    const std::string key = "rtft/device_error/" + std::to_string(getpid());
+    RTFT_RETURN_IF_ERROR(client_->KvPut(key, detail));
+    return client_->KvGet(key, std::chrono::seconds(10)).status();
   }
   Status KvPut(const std::string& key, const std::string& value) override {
     return client_->KvPut(key, value);
