@@ -42,6 +42,13 @@ class ProtectCommand final : public BenchCommand {
     cmd->add_flag("--sdc", sdc_,
                   "also what the replicated copies' cross-check costs: each run paired with one "
                   "under RTFT_PROTECT_SDC_CHECK=0, in alternating order");
+    cmd->add_option("--replay", replay_,
+                    "also what the replay of every N-th step costs: each run paired with one "
+                    "under RTFT_PROTECT_REPLAY_EVERY=N (0: not measured)")
+        ->check(CLI::Range(0, 1000000));
+    cmd->add_flag("--check-finite", check_finite_,
+                  "also what the check for non-finite gradients costs: each run paired with one "
+                  "under RTFT_PROTECT_CHECK_FINITE=1");
   }
   int Run() override;
 
@@ -66,7 +73,8 @@ class ProtectCommand final : public BenchCommand {
   }
 
   int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 7;
-  bool sdc_ = false;
+  int replay_ = 0;
+  bool sdc_ = false, check_finite_ = false;
   double step_s_ = 0.3;
   TrainDevice dev_;
 };
@@ -144,42 +152,50 @@ int ProtectCommand::Run() {
   uint64_t state_bytes = 0;
   std::vector<double> l2_rates;  // bytes per second, each run's
   uint64_t params = 0;
-  // --sdc: each run's protected step and CPU time over its twin's without the cross-check.
-  std::vector<double> sdc_step, sdc_cpu, unchecked_on;
+  // The twins of each run: the same run under one setting changed, in an order that rotates from
+  // run to run so that the machine's drift favours none. Each keeps its runs' times.
+  struct Twin {
+    std::string what;
+    std::map<std::string, std::string> env;
+    std::vector<RunTimes> runs;
+  };
+  std::vector<Twin> twins;
+  if (sdc_) twins.push_back({"without the cross-check", {{"RTFT_PROTECT_SDC_CHECK", "0"}}, {}});
+  if (replay_ > 0)
+    twins.push_back({"replaying every " + std::to_string(replay_) + " steps",
+                     {{"RTFT_PROTECT_REPLAY_EVERY", std::to_string(replay_)}},
+                     {}});
+  if (check_finite_)
+    twins.push_back(
+        {"checking for non-finite gradients", {{"RTFT_PROTECT_CHECK_FINITE", "1"}}, {}});
+  std::vector<RunTimes> base;
   for (int r = 0; r < repeats_; ++r) {
+    std::string with;
+    for (const Twin& w : twins) with += ", and its twin " + w.what;
     Progress("protect: run " + std::to_string(r + 1) + " of " + std::to_string(repeats_) + ", " +
-             std::to_string(steps_) + " steps in blocks of " + std::to_string(blocks_) +
-             (sdc_ ? ", and its twin without the cross-check" : ""));
-    StatusOr<RunTimes> t = Status::Internal("not run");
-    StatusOr<RunTimes> twin = Status::Internal("not run");
-    // The twins' order alternates: the machine's drift favours neither.
-    for (int k = 0; k < (sdc_ ? 2 : 1); ++k) {
-      const bool checked = (k + r) % 2 == 0 || !sdc_;
-      auto run =
-          OneRun(batch, &params,
-                 checked ? std::map<std::string, std::string>{}
-                         : std::map<std::string, std::string>{{"RTFT_PROTECT_SDC_CHECK", "0"}});
+             std::to_string(steps_) + " steps in blocks of " + std::to_string(blocks_) + with);
+    const int kinds = 1 + static_cast<int>(twins.size());
+    for (int k = 0; k < kinds; ++k) {
+      const int which = (k + r) % kinds;  // 0: the run itself, else twins[which - 1]
+      auto run = OneRun(batch, &params,
+                        which == 0 ? std::map<std::string, std::string>{} : twins[which - 1].env);
       if (!run.ok()) {
         Progress("protect: " + run.status().ToString());
         return kExitFailed;
       }
-      (checked ? t : twin) = std::move(run);
+      (which == 0 ? base : twins[which - 1].runs).push_back(*run);
     }
-    if (sdc_) {
-      sdc_step.push_back(t->on_s / twin->on_s);
-      sdc_cpu.push_back(t->cpu_on_s / twin->cpu_on_s);
-      unchecked_on.push_back(twin->on_s);
-    }
-    on.push_back(t->on_s);
-    off.push_back(t->off_s);
-    ratios.push_back(t->on_s / t->off_s);
-    cpu_on.push_back(t->cpu_on_s);
-    cpu_off.push_back(t->cpu_off_s);
-    cpu_ratios.push_back(t->cpu_on_s / t->cpu_off_s);
-    fence.push_back(t->fence_wait_s);
-    replica.push_back(t->replica_wait_s);
-    state_bytes = t->state_bytes;
-    if (t->l2_s > 0) l2_rates.push_back(t->l2_bytes / t->l2_s);
+    const RunTimes& t = base.back();
+    on.push_back(t.on_s);
+    off.push_back(t.off_s);
+    ratios.push_back(t.on_s / t.off_s);
+    cpu_on.push_back(t.cpu_on_s);
+    cpu_off.push_back(t.cpu_off_s);
+    cpu_ratios.push_back(t.cpu_on_s / t.cpu_off_s);
+    fence.push_back(t.fence_wait_s);
+    replica.push_back(t.replica_wait_s);
+    state_bytes = t.state_bytes;
+    if (t.l2_s > 0) l2_rates.push_back(t.l2_bytes / t.l2_s);
   }
   // Each run's ratio compares steps of the same minutes of the same machine: their median is the
   // estimate.
@@ -231,22 +247,72 @@ int ProtectCommand::Run() {
        {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
        {"target_pct", target},
        {"met", overhead <= target}});
-  if (sdc_) {
-    // The cross-check (docs/protect.md, "Silent data corruption"): one gather of 8 bytes per
-    // rank per step in place of the exchange's barrier; the checksums are L1's already.
+  // A run's mean step, protected and paused blocks alike (a replayed step falls in either).
+  const auto mean_step = [](const RunTimes& t) { return (t.on_s + t.off_s) / 2; };
+  for (const Twin& w : twins) {
+    std::vector<double> twin_over_base, cpu_twin_over_base, twin_step;
+    for (size_t r = 0; r < w.runs.size() && r < base.size(); ++r) {
+      const bool sdc = w.env.count("RTFT_PROTECT_SDC_CHECK") > 0;
+      twin_step.push_back(sdc ? w.runs[r].on_s : mean_step(w.runs[r]));
+      // The cross-check's twin runs without it: its cost is the base over the twin.
+      twin_over_base.push_back(sdc ? base[r].on_s / w.runs[r].on_s
+                                   : mean_step(w.runs[r]) / mean_step(base[r]));
+      cpu_twin_over_base.push_back(sdc ? base[r].cpu_on_s / w.runs[r].cpu_on_s
+                                       : w.runs[r].cpu_on_s / base[r].cpu_on_s);
+    }
     std::vector<double> pct_runs;
-    for (double x : sdc_step) pct_runs.push_back((x - 1.0) * 100.0);
-    out.Emit({{"name", "protect-sdc"},
-              {"ranks", ranks_},
-              {"device", dev_.Name()},
-              {"batch", batch},
-              {"repeats", repeats_},
-              {"step_s_checked", Median(on)},
-              {"step_s_unchecked", Median(unchecked_on)},
-              {"check_overhead_pct", (Median(sdc_step) - 1.0) * 100.0},
-              {"check_overhead_pct_runs", pct_runs},
-              {"check_cpu_overhead_pct", (Median(sdc_cpu) - 1.0) * 100.0},
-              {"check_gather_bytes_per_step", 8 * ranks_}});
+    for (double x : twin_over_base) pct_runs.push_back((x - 1.0) * 100.0);
+    const double pct = (Median(twin_over_base) - 1.0) * 100.0;
+    if (w.env.count("RTFT_PROTECT_SDC_CHECK")) {
+      // The cross-check (docs/protect.md, "Silent data corruption"): one gather of 8 bytes per
+      // rank per step in place of the exchange's barrier; the checksums are L1's already.
+      out.Emit({{"name", "protect-sdc"},
+                {"ranks", ranks_},
+                {"device", dev_.Name()},
+                {"batch", batch},
+                {"repeats", repeats_},
+                {"step_s_checked", Median(on)},
+                {"step_s_unchecked", Median(twin_step)},
+                {"check_overhead_pct", pct},
+                {"check_overhead_pct_runs", pct_runs},
+                {"check_cpu_overhead_pct", (Median(cpu_twin_over_base) - 1.0) * 100.0},
+                {"check_gather_bytes_per_step", 8 * ranks_}});
+    } else if (w.env.count("RTFT_PROTECT_REPLAY_EVERY")) {
+      // The replay (docs/protect.md, "Replay"): one more local compute per replayed step, and a
+      // gather of 24 bytes a rank. What one replayed step adds, spread over N steps, is what
+      // every period costs: the figures at 100 and 1000 follow from it.
+      std::vector<double> base_step;
+      for (const RunTimes& t : base) base_step.push_back(mean_step(t));
+      const double per_replay_s = (Median(twin_step) - Median(base_step)) * replay_;
+      out.Emit({{"name", "protect-replay"},
+                {"ranks", ranks_},
+                {"device", dev_.Name()},
+                {"batch", batch},
+                {"repeats", repeats_},
+                {"replay_every", replay_},
+                {"step_s", Median(base_step)},
+                {"step_s_replaying", Median(twin_step)},
+                {"replay_overhead_pct", pct},
+                {"replay_overhead_pct_runs", pct_runs},
+                {"replay_cpu_overhead_pct", (Median(cpu_twin_over_base) - 1.0) * 100.0},
+                {"replayed_step_extra_s", per_replay_s},
+                {"overhead_pct_at_100", per_replay_s / 100 / Median(base_step) * 100.0},
+                {"overhead_pct_at_1000", per_replay_s / 1000 / Median(base_step) * 100.0}});
+    } else {
+      // The check for non-finite gradients: a pass over the gradients and a gather of one byte a
+      // rank per step.
+      out.Emit({{"name", "protect-finite"},
+                {"ranks", ranks_},
+                {"device", dev_.Name()},
+                {"batch", batch},
+                {"repeats", repeats_},
+                {"step_s", Median(on)},
+                {"step_s_checking", Median(twin_step)},
+                {"check_overhead_pct", pct},
+                {"check_overhead_pct_runs", pct_runs},
+                {"check_cpu_overhead_pct", (Median(cpu_twin_over_base) - 1.0) * 100.0},
+                {"check_gather_bytes_per_step", ranks_}});
+    }
   }
   return kExitOk;
 }
