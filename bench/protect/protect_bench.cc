@@ -249,6 +249,8 @@ int ProtectCommand::Run() {
        {"met", overhead <= target}});
   // A run's mean step, protected and paused blocks alike (a replayed step falls in either).
   const auto mean_step = [](const RunTimes& t) { return (t.on_s + t.off_s) / 2; };
+  std::vector<double> base_step;
+  for (const RunTimes& t : base) base_step.push_back(mean_step(t));
   for (const Twin& w : twins) {
     std::vector<double> twin_over_base, cpu_twin_over_base, twin_step;
     for (size_t r = 0; r < w.runs.size() && r < base.size(); ++r) {
@@ -281,8 +283,6 @@ int ProtectCommand::Run() {
       // The replay (docs/protect.md, "Replay"): one more local compute per replayed step, and a
       // gather of 24 bytes a rank. What one replayed step adds, spread over N steps, is what
       // every period costs: the figures at 100 and 1000 follow from it.
-      std::vector<double> base_step;
-      for (const RunTimes& t : base) base_step.push_back(mean_step(t));
       const double per_replay_s = (Median(twin_step) - Median(base_step)) * replay_;
       out.Emit({{"name", "protect-replay"},
                 {"ranks", ranks_},
@@ -306,7 +306,7 @@ int ProtectCommand::Run() {
                 {"device", dev_.Name()},
                 {"batch", batch},
                 {"repeats", repeats_},
-                {"step_s", Median(on)},
+                {"step_s", Median(base_step)},
                 {"step_s_checking", Median(twin_step)},
                 {"check_overhead_pct", pct},
                 {"check_overhead_pct_runs", pct_runs},

@@ -174,6 +174,56 @@ class GridProtectorTest : public ::testing::Test {
   std::string root_;
 };
 
+// The replay of steps and the check for non-finite gradients need a data-parallel layout: on a
+// grid, Run refuses either at once on every rank, with the reason (a tensor or pipeline group's
+// local compute has collectives of its own), before any step.
+TEST_F(GridProtectorTest, TheReplayAndTheFiniteCheckAreRefusedOnAGrid) {
+  for (const bool finite : {false, true}) {
+    SCOPED_TRACE(finite ? "check_finite" : "replay_every");
+    FakeJob job(8);
+    std::vector<Status> got(8, Status::Internal("not run"));
+    std::vector<int> steps(8, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 8; ++r)
+      threads.emplace_back([&, r] {
+        auto rt = job.Rank(r, RuntimeRole::kInitial);
+        ProtectOptions o;
+        o.shm_dir = Dir(std::string(finite ? "finite" : "replay") + std::to_string(r));
+        o.grid = kGrid;
+        if (finite) {
+          o.check_finite = 1;
+        } else {
+          o.replay_every = 1;
+        }
+        auto p = Protector::Create(rt.get(), o);
+        if (!p.ok()) {
+          got[r] = p.status();
+          return;
+        }
+        PartitionModel model;
+        Status s = (*p)->Protect(model.Describe(*PlaceInGrid(kGrid, job.world(), r)));
+        if (!s.ok()) {
+          got[r] = s;
+          return;
+        }
+        StepFns fns;
+        fns.local = [&, r](StepContext&) {
+          ++steps[r];
+          return Status::Ok();
+        };
+        fns.reduce = [](StepContext&) { return Status::Ok(); };
+        fns.update = [](StepContext&) { return Status::Ok(); };
+        got[r] = (*p)->Run(kSteps, fns).status();
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << r << ": " << got[r];
+      EXPECT_NE(got[r].message().find("for data-parallel layouts"), std::string::npos) << got[r];
+      EXPECT_EQ(steps[r], 0) << r;  // refused before any step
+    }
+  }
+}
+
 TEST_F(GridProtectorTest, ASpareOfAnyPlaceIsFedWithinItsDataParallelGroup) {
   const std::vector<Result> want = Job("ref", {});
   for (int r = 0; r < 8; ++r) {
