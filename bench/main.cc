@@ -36,6 +36,7 @@ int Main(int argc, char** argv) {
   commands.push_back(rtft::bench::NewGoodputCommand());
   commands.push_back(rtft::bench::NewHeatdisCommand());
   commands.push_back(rtft::bench::NewStragglerCommand());
+  commands.push_back(rtft::bench::NewSdcCommand());
 
   CLI::App app{"rtft-bench: rt-ft performance benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);

@@ -23,6 +23,8 @@ class BenchCommand {
 std::unique_ptr<BenchCommand> NewCkptCommand();
 // `rtft-bench straggler` (straggler/straggler_bench.cc).
 std::unique_ptr<BenchCommand> NewStragglerCommand();
+// `rtft-bench sdc` (sdc/sdc_bench.cc).
+std::unique_ptr<BenchCommand> NewSdcCommand();
 
 // Exit codes shared by every subcommand.
 constexpr int kExitOk = 0;

@@ -17,6 +17,7 @@
 // computes it twice). A NaN that the replay reproduces is the model's own: every rank ends the
 // step with FAILED_PRECONDITION before the reduction, so it never reaches the state.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -90,6 +91,15 @@ StatusOr<LocalResult> RunLocal(const StepFns& fns, StepContext& ctx, int data_ra
   return LocalResult{Xxh3(ctx.gradients, ctx.gradient_bytes), NonFinite(ctx)};
 }
 
+using Clock = std::chrono::steady_clock;
+
+// " (N ms)": the time from `since` to now, for the log lines that say what a check cost.
+std::string Took(Clock::time_point since) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - since);
+  return " (" + std::to_string(us.count() / 1000) + "." + std::to_string(us.count() / 100 % 10) +
+         " ms)";
+}
+
 bool Has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 std::string RankList(const std::vector<int>& ranks) {
@@ -118,6 +128,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
   const int n = data->world_size(), d = ctx.place.d;
   const std::string at = "at step " + std::to_string(ctx.step);
   std::vector<int> flagged;  // the ranks whose gradients were not finite at first
+  Clock::time_point found;   // when a check found something: the logs say what it cost since
   // The reduction, once no rank's gradients are left non-finite: what the replays kept
   // non-finite is the model's own, and no rank reduces it.
   const auto reduce = [&]() -> Status {
@@ -126,7 +137,8 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
       if (left.empty() && !flagged.empty() && d == flagged.front())
         RTFT_LOG(kError, kLogRuntime)
             << at << " the gradients of data-parallel rank(s) " << RankList(flagged)
-            << " are finite when computed again: a transient fault, the step goes on";
+            << " are finite when computed again: a transient fault, the step goes on"
+            << Took(found);
       if (!left.empty())
         return Status::FailedPrecondition(
             at + " the gradients of data-parallel rank(s) " + RankList(left) +
@@ -142,6 +154,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
     if (!check_finite) return fns.reduce(ctx);
     RTFT_ASSIGN_OR_RETURN(flagged, Flagged(data, own.nonfinite));
     if (flagged.empty()) return fns.reduce(ctx);
+    found = Clock::now();
     if (d == flagged.front())
       RTFT_LOG(kError, kLogRuntime)
           << at << " the gradients of data-parallel rank(s) " << RankList(flagged)
@@ -174,6 +187,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
   for (int r = 0; r < n; ++r)
     if (at3(r, 0) != replayed(r) && !both_nonfinite(r)) bad.push_back(r);
   if (bad.empty()) return reduce();
+  if (flagged.empty()) found = Clock::now();
 
   // Round 2: each disagreeing rank runs its step again; with three ranks or more, r + 2 replays
   // it too, then runs its own step again (what the local compute left for the reduction, the
@@ -217,7 +231,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
     if (d == 0 || d == r)
       RTFT_LOG(kError, kLogRuntime)
           << "silent data corruption: " << at << " the gradients of data-parallel rank " << r
-          << " differ from its replay by rank " << (r + 1) % n << "; " << what;
+          << " differ from its replay by rank " << (r + 1) % n << "; " << what << Took(found);
   }
   if (faulty.empty()) return reduce();
   // With two ranks, one that disagrees twice with its replay may be right and its replayer wrong
