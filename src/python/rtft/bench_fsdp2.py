@@ -300,6 +300,13 @@ def _worker(config):
 
     mode = config["mode"]
     torch.set_num_threads(1)
+    # The model is built on the CPU first, the same on every rank: a warm spare builds it while it
+    # waits for a rank (it touches no GPU before its activation: docs/launcher.md, "GPUs").
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(config["layers"]):
+        layers += [torch.nn.Linear(config["hidden"], config["hidden"]), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers)
     protector = None
     if mode in ("steps", "recover"):
         import rtft
@@ -334,11 +341,7 @@ def _worker(config):
         dist.init_process_group("gloo", init_method="file://" + config["store"], rank=rank,
                                 world_size=world)
     mesh = init_device_mesh(device.type, (world,))
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(config["layers"]):
-        layers += [torch.nn.Linear(config["hidden"], config["hidden"]), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers).to(device)
+    model = model.to(device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
