@@ -404,6 +404,10 @@ RTFT_CAPI rtft_status_t rtft_protector_run_split(rtft_protector_t* protector, ui
  * elsewhere. */
 RTFT_CAPI rtft_status_t rtft_step_gradients(const rtft_step_context_t* context, const void* data,
                                             size_t count, int dtype);
+/* Inside local, with its context: the application found its loss or gradients not finite; the
+ * check for non-finite gradients (options.check_finite) takes it as it takes a NaN in the named
+ * buffer. RTFT_FAILED_PRECONDITION elsewhere. */
+RTFT_CAPI rtft_status_t rtft_step_nonfinite(const rtft_step_context_t* context);
 
 /* ---- Test hooks (docs/testing.md) ------------------------------------------------------- */
 

@@ -238,6 +238,10 @@ module rtft_c
       integer(c_size_t), value :: count
       integer(c_int), value :: dtype
     end function
+    integer(c_int) function rtft_step_nonfinite(context) bind(c)
+      import :: c_int, rtft_step_context
+      type(rtft_step_context), intent(in) :: context
+    end function
     integer(c_int) function rtft_comm_all_gather_v(comm, send, recv, counts, dtype) bind(c)
       import :: c_int, c_ptr, c_size_t
       type(c_ptr), value :: comm, send, recv

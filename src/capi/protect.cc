@@ -314,4 +314,15 @@ rtft_status_t rtft_step_gradients(const rtft_step_context_t* context, const void
   });
 }
 
+rtft_status_t rtft_step_nonfinite(const rtft_step_context_t* context) {
+  return Call([&]() -> Status {
+    if (!context || context != current_local.c)
+      return Status::FailedPrecondition(
+          "rtft_step_nonfinite: only inside the local step function of "
+          "rtft_protector_run_split, with the context it was given");
+    current_local.cc->nonfinite = true;
+    return Status::Ok();
+  });
+}
+
 }  // extern "C"

@@ -3,10 +3,12 @@
  * (rtft_protector_run with C step functions): replicated weights, a momentum shard, a step counter
  * as an object. It prints a digest of the final state, which a lost slot must not change.
  * With `split`, compute is split in local and reduce (rtft_protector_run_split); with `replay`,
- * every step is also replayed by a peer. "capi.grad_flip" armed with flag or flags flips a bit of
- * the rank's own gradients in local (a faulty SM), which the replay must catch.
+ * every step is also replayed by a peer; with `finite`, split and checked for non-finite
+ * gradients, which "capi.loss_nan" (flag) reports once through rtft_step_nonfinite.
+ * "capi.grad_flip" armed with flag or flags flips a bit of the rank's own gradients in local (a
+ * faulty SM), which the replay must catch.
  *
- *   capi_job STEPS [split|replay] */
+ *   capi_job STEPS [split|replay|finite] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +112,11 @@ static rtft_status_t local(void* user, const rtft_step_context_t* ctx) {
   int i;
   for (i = 0; i < N; ++i)
     m->grad[i] = sin(0.01 * i + 1.3 * ctx->step + 0.7 * ctx->data_rank) - m->weights[i];
+  /* "capi.loss_nan": the application's own verdict that its loss is not finite (check_finite). */
+  if (!ctx->replaying && rtft_fault_flag("capi.loss_nan")) {
+    rtft_status_t s = rtft_step_nonfinite(ctx);
+    if (s != RTFT_OK) return s;
+  }
   if (!ctx->replaying && rtft_fault_flag("capi.grad_flip")) {
     uint64_t bits;
     memcpy(&bits, &m->grad[0], sizeof(bits));
@@ -172,9 +179,10 @@ int main(int argc, char** argv) {
   uint64_t h;
   const long steps = argc >= 2 ? strtol(argv[1], NULL, 10) : 0;
   const int replay = argc == 3 && strcmp(argv[2], "replay") == 0;
-  const int split = replay || (argc == 3 && strcmp(argv[2], "split") == 0);
+  const int finite = argc == 3 && strcmp(argv[2], "finite") == 0;
+  const int split = replay || finite || (argc == 3 && strcmp(argv[2], "split") == 0);
   if (steps < 1 || steps > 100000 || argc > 3 || (argc == 3 && !split))
-    return fprintf(stderr, "usage: capi_job STEPS [split|replay]\n"), 2;
+    return fprintf(stderr, "usage: capi_job STEPS [split|replay|finite]\n"), 2;
   memset(&m, 0, sizeof(m));
   CHECK(rtft_runtime_create(&rt));
   CHECK(rtft_runtime_rank(rt, &rank));
@@ -199,6 +207,7 @@ int main(int argc, char** argv) {
   CHECK(rtft_state_add_object(state, "counter", save_counter, load_counter, &m));
   CHECK(rtft_protect_options_init(&options));
   options.replay_every = replay ? 1 : -1;
+  options.check_finite = finite ? 1 : -1;
   CHECK(rtft_protector_create(rt, &options, &p));
   CHECK(rtft_protector_protect(p, state, NULL, NULL));
   CHECK(rtft_state_destroy(state));

@@ -129,6 +129,20 @@ TEST_F(CapiJobTest, TheReplayCatchesAFlippedGradient) {
   ASSERT_EQ(unseen.done.size(), 3u) << unseen.output;
   for (const auto& [rank, done] : unseen.done) EXPECT_NE(done, want) << rank;
   EXPECT_EQ(unseen.output.find("silent data corruption"), std::string::npos) << unseen.output;
+
+  // The check for non-finite gradients, told by the application (rtft_step_nonfinite) once: the
+  // step is replayed by a peer, is finite the second time and goes on, bitwise.
+  const Run told = Start("finite-told", "1/capi.loss_nan@9:flag", false, "finite");
+  EXPECT_EQ(told.exit_code, 0) << told.output;
+  EXPECT_NE(told.output.find("the gradients of data-parallel rank(s) 1 are not finite: the step "
+                             "is replayed by a peer"),
+            std::string::npos)
+      << told.output;
+  EXPECT_NE(told.output.find("are finite when computed again: a transient fault"),
+            std::string::npos)
+      << told.output;
+  ASSERT_EQ(told.done.size(), 3u) << told.output;
+  for (const auto& [rank, done] : told.done) EXPECT_EQ(done, want) << rank << "\n" << told.output;
 }
 
 }  // namespace

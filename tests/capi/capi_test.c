@@ -369,6 +369,8 @@ static void test_option_sizes(rtft_runtime_t* rt, const char* dir) {
     memset(&ctx, 0, sizeof(ctx));
     EXPECT(rtft_step_gradients(&ctx, &g, 1, RTFT_FLOAT64) == RTFT_FAILED_PRECONDITION);
     EXPECT(contains(rtft_last_error(), "only inside the local step function"));
+    EXPECT(rtft_step_nonfinite(&ctx) == RTFT_FAILED_PRECONDITION);
+    EXPECT(rtft_step_nonfinite(NULL) == RTFT_FAILED_PRECONDITION);
   }
   EXPECT(rtft_fault_flag("capi.never_armed") == 0);
   EXPECT(rtft_fault_flag(NULL) == 0);
