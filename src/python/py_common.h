@@ -77,6 +77,31 @@ py::object TakeException(py::error_already_set& error);
 // else is kInternal with the exception's type and text. Call with the GIL held.
 Status StatusFromException(py::handle exception, const std::string& what);
 
+// Runs `call` (a Python callback of rt-ft's: a step function, a serializer, ...) with the GIL; an
+// exception becomes the Status of StatusFromException and, when it is the first since
+// `slot->exception` was emptied, is kept there for the call that failed to raise again. An
+// AbortedError is kept too unless `keep_aborted` is false (a step's abort is recovered from, not
+// raised).
+template <typename Slot, typename F>
+Status CallPython(const std::shared_ptr<Slot>& slot, const std::string& what, F&& call,
+                  bool keep_aborted = true) {
+  if (!PythonAlive()) return Status::FailedPrecondition(what + ": Python is exiting");
+  py::gil_scoped_acquire gil;
+  try {
+    return call();
+  } catch (py::error_already_set& e) {
+    py::object exc = TakeException(e);
+    Status status = StatusFromException(exc, what);
+    if ((keep_aborted || status.code() != StatusCode::kAborted) && !slot->exception)
+      slot->exception = Hold(exc);
+    return status;
+  } catch (const StatusError& e) {
+    return e.status().Annotate(what);
+  } catch (const std::exception& e) {
+    return Status::Internal(what + ": " + e.what());
+  }
+}
+
 // Seconds from Python (None: the default) as a timeout in milliseconds; negative is refused.
 std::optional<std::chrono::milliseconds> Timeout(const std::optional<double>& seconds,
                                                  const char* what);

@@ -11,26 +11,6 @@ namespace rtft::python {
 
 namespace {
 
-// Runs `call` with the GIL; an exception becomes the Status of StatusFromException and, when it
-// is the first since the slot was emptied, is kept there.
-template <typename Slot, typename F>
-Status CallPython(const std::shared_ptr<Slot>& slot, const std::string& what, F&& call) {
-  if (!PythonAlive()) return Status::FailedPrecondition(what + ": Python is exiting");
-  py::gil_scoped_acquire gil;
-  try {
-    return call();
-  } catch (py::error_already_set& e) {
-    py::object exc = TakeException(e);
-    Status status = StatusFromException(exc, what);
-    if (!slot->exception) slot->exception = Hold(exc);
-    return status;
-  } catch (const StatusError& e) {
-    return e.status().Annotate(what);
-  } catch (const std::exception& e) {
-    return Status::Internal(what + ": " + e.what());
-  }
-}
-
 StatusOr<std::string> BytesOf(py::handle value, const std::string& what) {
   if (PyBytes_Check(value.ptr())) return std::string(py::reinterpret_borrow<py::bytes>(value));
   if (PyByteArray_Check(value.ptr()))

@@ -40,24 +40,11 @@ struct PyStepContext {
 // A communicator of the step as a Python Communicator, valid while `valid` holds.
 py::object Borrow(Communicator* c, const Valid& valid);
 
-// Runs a Python callable from rt-ft's side; its exception becomes a Status and is kept in
-// `pending` unless it is an AbortedError, from which the protector recovers.
+// Runs a Python callable from rt-ft's side (CallPython): its exception is kept in `pending`
+// unless it is an AbortedError, from which the protector recovers.
 template <typename F>
 Status CallBack(const std::shared_ptr<Pending>& pending, const std::string& what, F&& call) {
-  if (!PythonAlive()) return Status::FailedPrecondition(what + ": Python is exiting");
-  py::gil_scoped_acquire gil;
-  try {
-    return call();
-  } catch (py::error_already_set& e) {
-    py::object exc = TakeException(e);
-    Status s = StatusFromException(exc, what);
-    if (s.code() != StatusCode::kAborted && !pending->exception) pending->exception = Hold(exc);
-    return s;
-  } catch (const StatusError& e) {
-    return e.status().Annotate(what);
-  } catch (const std::exception& e) {
-    return Status::Internal(what + ": " + e.what());
-  }
+  return CallPython(pending, what, std::forward<F>(call), /*keep_aborted=*/false);
 }
 
 // `fn` as a step function called with the GIL and a fresh StepContext (None: no function);
