@@ -40,6 +40,13 @@ class ErrorsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             rtft._core._raise_status(0, "OK is no error")
 
+    def test_every_class_is_exported_by_the_package(self):
+        # rtft/__init__.py names them one by one: a class added to rtft.errors must join it.
+        import rtft.errors
+        for name in rtft.errors.__all__:
+            self.assertIn(name, rtft.__all__)
+            self.assertIs(getattr(rtft, name), getattr(rtft.errors, name))
+
     def test_the_module_loads_no_torch_library(self):
         code = ("import sys, rtft; assert 'torch' not in sys.modules; "
                 "maps = open('/proc/self/maps').read(); "

@@ -24,8 +24,11 @@ from rtft._core import (  # noqa: F401 (re-exported)
     RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
     StepContext, VersionInfo, fault_flag, fault_point, latest_version, list_versions,
     split_evenly, verify_version)
-from rtft.errors import *  # noqa: F401,F403 (the exception classes)
-from rtft.errors import Error, error_class  # noqa: F401
+from rtft.errors import (  # noqa: F401 (re-exported: the exception classes)
+    AbortedError, AlreadyExistsError, DataLossError, DeadlineExceededError, DeviceLostError, Error,
+    FailedPreconditionError, InternalError, InvalidArgumentError, IoError, NotFoundError,
+    OutOfRangeError, PermissionDeniedError, ResourceExhaustedError, ShutdownError,
+    UnavailableError, UnimplementedError, error_class)
 from rtft.state import Shard, State, init_optimizer_state  # noqa: F401
 from rtft._groups import bind_step as _bind_step
 
@@ -67,4 +70,9 @@ __all__ = [
     "RuntimeInfo", "RuntimeRole", "Shard", "State", "StatusCode", "StepContext", "VersionInfo",
     "error_class", "fault_flag", "fault_point", "init_optimizer_state", "latest_version",
     "list_versions", "restore", "split_evenly", "verify_version",
+    # the exception classes (rtft/errors.py)
+    "AbortedError", "AlreadyExistsError", "DataLossError", "DeadlineExceededError",
+    "DeviceLostError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",
+    "IoError", "NotFoundError", "OutOfRangeError", "PermissionDeniedError",
+    "ResourceExhaustedError", "ShutdownError", "UnavailableError", "UnimplementedError",
 ]

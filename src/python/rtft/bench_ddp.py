@@ -33,6 +33,21 @@ def _positive(text):
     return value
 
 
+def _job_options(parser, timeout):
+    """The options of a benchmark whose jobs run under ``mpirun`` and ``dp-launch``."""
+    parser.add_argument("--dp-launch", default=shutil.which("dp-launch"),
+                        help="rt-ft's launcher (default: on PATH)")
+    parser.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    parser.add_argument("--timeout", type=float, default=timeout,
+                        help=f"seconds a job may take (default {timeout:g})")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def _check_dp_launch(parser, args):
+    if not args.dp_launch or not os.access(args.dp_launch, os.X_OK):
+        parser.error("--dp-launch: rt-ft's dp-launch was not found (give its path)")
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="python3 -m rtft.bench ddp", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,16 +58,11 @@ def main(argv):
     parser.add_argument("--layers", type=_positive, default=4, help="linear layers (4)")
     parser.add_argument("--batch", type=_positive, default=32, help="rows per rank (32)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dp-launch", default=shutil.which("dp-launch"),
-                        help="rt-ft's launcher (default: on PATH)")
-    parser.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds (default 1800)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    _job_options(parser, 1800)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(json.loads(args.worker))
-    if not args.dp_launch or not os.access(args.dp_launch, os.X_OK):
-        parser.error("--dp-launch: rt-ft's dp-launch was not found (give its path)")
+    _check_dp_launch(parser, args)
     if args.ranks < 2:
         parser.error("--ranks must be at least 2 (one rank has nothing to reduce)")
     root = tempfile.mkdtemp(prefix="rtft-py-bench-ddp-")

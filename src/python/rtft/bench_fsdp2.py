@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from rtft.bench_ddp import _positive
+from rtft.bench_ddp import _check_dp_launch, _job_options, _positive
 
 OVERHEAD_TARGET_PCT = 3.0  # the protected step at most this much slower
 SPEEDUP_TARGET = 5.0  # a lost slot's recovery against the relaunch
@@ -71,16 +71,11 @@ def main(argv):
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dir", default=tempfile.gettempdir(),
                         help="parent of the scratch folder (the DCP checkpoint)")
-    parser.add_argument("--dp-launch", default=shutil.which("dp-launch"),
-                        help="rt-ft's launcher (default: on PATH)")
-    parser.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
-    parser.add_argument("--timeout", type=float, default=1200, help="seconds a job may take")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    _job_options(parser, 1200)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(json.loads(args.worker))
-    if not args.dp_launch or not os.access(args.dp_launch, os.X_OK):
-        parser.error("--dp-launch: rt-ft's dp-launch was not found (give its path)")
+    _check_dp_launch(parser, args)
     if args.ranks < 2:
         parser.error("--ranks must be at least 2 (FSDP2 on one rank shards nothing)")
     if not os.path.isdir(args.dir):
