@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "python/py_common.h"
 #include "rtft/protect.h"
