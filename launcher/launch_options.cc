@@ -1,4 +1,5 @@
 #include "launcher/launch_options.h"
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <sstream>

@@ -7,13 +7,15 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "control/coordinator/hang_detector.h"
 #include "control/coordinator/straggler_detector.h"
 #include "control/wire/types.h"
 #include "launcher/child_process.h"
 #include "rtft/status.h"
+
+namespace CLI {  // CLI11: only the .cc files that add flags include it
+class App;
+}  // namespace CLI
 
 namespace rtft::launch {
 

@@ -3,6 +3,7 @@
 // (raw, naive, rtft, raw, ...) with the page cache dropped and the files deleted in between, so
 // disk drift hits all three alike; the medians are reported. After each rt-ft run, the restore
 // phase reads its version back (raw O_DIRECT read, Restore into host and GPU memory).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
 #include <string>

@@ -1,4 +1,5 @@
 #include "bench/ckpt_e2e/ckpt_e2e_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <sys/stat.h>
 

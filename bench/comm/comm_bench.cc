@@ -1,4 +1,5 @@
 #include "bench/comm/comm_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 

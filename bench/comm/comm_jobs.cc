@@ -1,3 +1,4 @@
+#include <CLI/CLI.hpp>
 #include "bench/comm/comm_command.h"
 
 #include <dirent.h>

@@ -4,7 +4,9 @@
 
 #include <memory>
 
-#include <CLI/CLI.hpp>
+namespace CLI {  // CLI11: only the .cc files that add flags include it
+class App;
+}  // namespace CLI
 
 namespace rtft::bench {
 

@@ -1,4 +1,5 @@
 #include "bench/detect/detect_bench.h"
+#include <CLI/CLI.hpp>
 
 #include "bench/common/bench_job.h"
 

@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "bench/common/bench_command.h"
 #include "bench/common/bench_util.h"
+
+namespace CLI {  // CLI11: only the .cc files that add flags include it
+class App;
+}  // namespace CLI
 
 namespace rtft::bench {
 

@@ -3,6 +3,7 @@
 // against the path without it, the agent's progress watchdog (`--watchdog-s`, lowered to a few
 // seconds here: its default is 300 s). Real `mpirun --enable-recovery dp-launch --spares 1 --
 // rtft-train` jobs of 3 ranks; rank 1 blocks forever in its update (`protect.update:hang`).
+#include <CLI/CLI.hpp>
 #include <regex>
 #include <string>
 

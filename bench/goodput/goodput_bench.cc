@@ -1,4 +1,5 @@
 #include "bench/goodput/goodput_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>

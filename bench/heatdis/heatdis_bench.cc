@@ -2,6 +2,7 @@
 // lost slot against checkpoint-restart, both read off the solver's own lines (its "bench" line,
 // and the timestamp of its "recovered" line).
 #include "bench/heatdis/heatdis_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <signal.h>
 

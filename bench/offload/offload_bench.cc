@@ -5,6 +5,7 @@
 // CPU AdamW kernels that bound the CPU side.
 // Without a GPU the CPU variants run on host memory and the GPU ones are reported as skipped.
 #include "bench/offload/offload_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <iostream>

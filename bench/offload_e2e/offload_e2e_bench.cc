@@ -1,4 +1,5 @@
 #include "bench/offload_e2e/offload_e2e_bench.h"
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <map>

@@ -6,6 +6,7 @@
 // its figures are held to the lost slot's plus one second). Each figure is read off the
 // trainer's timestamped lines (docs/protect.md, "Measured").
 #include "bench/recovery/recovery_bench.h"
+#include <CLI/CLI.hpp>
 #include "sim/recovery_sim.h"
 
 #include <signal.h>

@@ -121,6 +121,13 @@ class BenchTest(unittest.TestCase):
         self.assertLessEqual(recovery["recovered_at_step"], 5)  # at most the lost step again
         self.assertAlmostEqual(recovery["speedup"],
                                recovery["relaunch_s"] / recovery["resumed_s"])
+        # The breakdown: rank 0's phases within its recovery, the replacement's start in order.
+        parts = recovery["breakdown"]
+        self.assertLessEqual(parts["rank0_wait_event_s"], parts["rank0_total_s"])
+        self.assertGreater(parts["rank0_bytes_moved"], 0)
+        starts = [parts["spare_" + k + "_s"] for k in ("activated", "device", "group", "sharded",
+                                                       "protected", "first_step")]
+        self.assertEqual(starts, sorted(starts))
 
     def test_bad_options_refused(self):
         for argv in (["--bytes", "0"], ["--bytes", "12Q"], ["--variants", "torch.load"],

@@ -121,6 +121,9 @@ def _say(line):
         print(f"  recovery: rt-ft {line['resumed_s']:.2f} s   relaunch from DCP "
               f"{line['relaunch_s']:.2f} s   speedup {line['speedup']:.1f}x (target >= "
               f"{SPEEDUP_TARGET:g}x)", file=sys.stderr)
+        print("  recovery breakdown (s): " + "  ".join(
+            f"{k} {v:.3f}" for k, v in line.get("breakdown", {}).items()
+            if isinstance(v, float)), file=sys.stderr)
 
 
 class _JobError(Exception):
@@ -252,11 +255,18 @@ def _recovery_figure(args, config):
                         out)
     if job.returncode != 0:
         raise _JobError(f"the rt-ft job ended with {job.returncode}", out)
-    after = [r for r in _records(out) if r.get("recovered")]
+    after = [r for r in _records(out) if r.get("recovered") and r.get("rank") == 0]
     if not after:
         raise _JobError("rank 0 reported no step after the recovery", out)
     first = after[0]
     resumed = first["t"] - killed
+    # Where the time went: rank 0's recovery phases, and the replacement's start (each phase
+    # from the kill: its activation, CUDA context, process group and mesh, fully_shard, protect).
+    spare = [r for r in _records(out) if r.get("recovered") and r.get("marks")]
+    breakdown = {"rank0_" + k: v for k, v in first["recovery"].items()}
+    if spare:
+        breakdown.update({"spare_" + k + "_s": t - killed for k, t in spare[0]["marks"].items()})
+        breakdown["spare_first_step_s"] = spare[0]["t"] - killed
 
     print("rtft.bench fsdp2: recovery, the relaunch: a job saves its steps with dcp.save, a "
           "second loads them", file=sys.stderr, flush=True)
@@ -272,7 +282,8 @@ def _recovery_figure(args, config):
     return {"fail_at": args.fail_at, "resumed_s": resumed, "recovered_at_step": first["step"],
             "relaunch_s": relaunch, "relaunch_load_s": records[0]["load_s"],
             "relaunch_ready_s": records[0]["ready"] - start,
-            "speedup": relaunch / resumed, "within_target": relaunch / resumed >= SPEEDUP_TARGET}
+            "speedup": relaunch / resumed, "within_target": relaunch / resumed >= SPEEDUP_TARGET,
+            "breakdown": breakdown}
 
 
 def _torch_job(args, config, mode):
@@ -303,11 +314,14 @@ def _worker(config):
         layers += [torch.nn.Linear(config["hidden"], config["hidden"]), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers)
     protector = None
+    marks = {}  # the replacement's start after its activation, phase by phase (time.time())
     if mode in ("steps", "recover"):
         import rtft
         import rtft.torch
         runtime = rtft.Runtime()  # a spare waits here
         rank, world = runtime.current().rank, runtime.current().world_size
+        if runtime.current().epoch > 0:  # a spare activated in place of a lost rank
+            marks["activated"] = time.time()
     else:  # the relaunch's jobs: torch's own Gloo group, no rt-ft
         rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
         world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -315,6 +329,9 @@ def _worker(config):
     if config["device"] == "cuda":
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # the CUDA context, here rather than inside a later phase
+    if marks:
+        marks["device"] = time.time()
 
     def sync():
         if device.type == "cuda":
@@ -336,12 +353,17 @@ def _worker(config):
         dist.init_process_group("gloo", init_method="file://" + config["store"], rank=rank,
                                 world_size=world)
     mesh = init_device_mesh(device.type, (world,))
+    if marks:
+        marks["group"] = time.time()
     model = model.to(device)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if marks:
+        sync()
+        marks["sharded"] = time.time()
     x = torch.randn(config["batch"], config["hidden"],
                     generator=torch.Generator().manual_seed(rank)).to(device)
 
@@ -354,6 +376,8 @@ def _worker(config):
         rtft.init_optimizer_state(optimizer)
         state = rtft.State({"model": model, "optim": optimizer})
         protector.protect(state)
+        if marks:
+            marks["protected"] = time.time()
         starts = []
 
         def compute(ctx):
@@ -365,10 +389,15 @@ def _worker(config):
 
         def update(ctx):
             optimizer.step()
-            if mode == "recover" and rank == 0:
-                sync()
-                _report({"step": ctx.step, "t": time.time(),
-                         "recovered": ctx.recovered is not None})
+            info = ctx.recovered
+            if mode == "recover" and ((rank == 0 and info is not None) or marks):
+                sync()  # rank 0's first step after the recovery; the replacement's first step
+                _report({"rank": rank, "step": ctx.step, "t": time.time(), "recovered": True,
+                         "marks": dict(marks), "recovery": {} if info is None else {
+                             k: getattr(info, k) for k in ("wait_event_s", "agree_s",
+                                                           "rebuild_s", "transfer_s", "total_s",
+                                                           "bytes_moved")}})
+                marks.clear()
 
         total = WARMUP + 2 * blocks * steps + 1 if mode == "steps" else config["fail_at"] + 4
         result = protector.run(total, compute, update)
