@@ -62,7 +62,9 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
     t[0] = Clock::now();
     Status s = p->BeginStep(step);
     t[1] = Clock::now();
-    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every(), p->check_finite());
+    bool replayed = false;
+    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every(), p->check_finite(), &replayed);
+    if (s.ok() && replayed) p->MarkReplayed();
     t[2] = Clock::now();
     if (s.ok()) s = p->BeforeUpdate();
     t[3] = Clock::now();

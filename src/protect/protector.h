@@ -49,6 +49,9 @@ class ProtectorImpl final : public Protector {
   void ReportDeviceError(const std::string& detail) { (void)rt_->ReportDeviceError(detail); }
   int64_t replay_every() const { return settings_.replay_every; }
   bool check_finite() const { return settings_.check_finite; }
+  // The step in progress was replayed and its gradients agreed (ComputeStep): its L3 version's
+  // manifests say so (docs/format.md, "Certification").
+  void MarkReplayed() { step_replayed_ = true; }
   // The capture in flight over (a step failed for good); its status is the step's error's to give.
   void EndCapture() { (void)capture_->Wait(); }
 
@@ -91,6 +94,7 @@ class ProtectorImpl final : public Protector {
   uint64_t step_ = 0;                      // the step in progress, or the last one
   uint64_t next_step_ = 0;                 // the step to run next (Start() once begun)
   bool step_protected_ = false;            // whether its BeginStep took a snapshot
+  bool step_replayed_ = false;             // whether its compute was replayed and agreed
   std::optional<uint64_t> restored_step_;  // the step the last recovery restored from L1
   bool paused_ = false;
   RecoveryInfo info_;
@@ -101,7 +105,9 @@ class ProtectorImpl final : public Protector {
 // driver.cc: the bracket and the recovery every protected loop needs, once.
 StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns);
 // replay.cc: a step's compute, `compute` or `local` then `reduce`, with the replay of the step by
-// a peer every `every` steps (docs/protect.md, "Replay").
-Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite);
+// a peer every `every` steps (docs/protect.md, "Replay"). `*replayed`: the step was replayed and
+// the gradients it reduced are the ones its replays agreed on (the same on every rank).
+Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite,
+                   bool* replayed);
 
 }  // namespace rtft::protect

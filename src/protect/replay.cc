@@ -122,7 +122,9 @@ StatusOr<std::vector<int>> Flagged(Communicator* data, bool mine) {
 
 }  // namespace
 
-Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite) {
+Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite,
+                   bool* replayed) {
+  *replayed = false;
   if (!fns.local) return fns.compute(ctx);
   Communicator* data = ctx.data ? ctx.data : ctx.comm;
   const int n = data->world_size(), d = ctx.place.d;
@@ -180,13 +182,20 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
   std::vector<uint64_t> all(3 * static_cast<size_t>(n));
   RTFT_RETURN_IF_ERROR(data->AllGather(triple, all.data(), sizeof(triple), DType::kUInt8));
   const auto at3 = [&](int r, int i) { return all[3 * static_cast<size_t>(r % n) + i]; };
-  const auto replayed = [&](int r) { return at3(r + 1, 1); };
+  const auto replay_of = [&](int r) { return at3(r + 1, 1); };
   // Both non-finite: the model's own NaN (whose bits need not repeat), not a disagreement.
   const auto both_nonfinite = [&](int r) { return (at3(r, 2) & 1) && (at3(r + 1, 2) & 2); };
   std::vector<int> bad;
   for (int r = 0; r < n; ++r)
-    if (at3(r, 0) != replayed(r) && !both_nonfinite(r)) bad.push_back(r);
-  if (bad.empty()) return reduce();
+    if (at3(r, 0) != replay_of(r) && !both_nonfinite(r)) bad.push_back(r);
+  // Every rank's gradients agree with their replay (or, below, with a second run): the step is
+  // certified as replayed once they are reduced.
+  const auto certified = [&]() -> Status {
+    RTFT_RETURN_IF_ERROR(reduce());
+    *replayed = true;
+    return Status::Ok();
+  };
+  if (bad.empty()) return certified();
   if (flagged.empty()) found = Clock::now();
 
   // Round 2: each disagreeing rank runs its step again; with three ranks or more, r + 2 replays
@@ -219,7 +228,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
     const uint64_t second = all2[2 * static_cast<size_t>(r)];
     const bool by_third = n >= 3 && all2[2 * static_cast<size_t>((r + 2) % n) + 1] == second;
     std::string what;
-    if (second == replayed(r)) {
+    if (second == replay_of(r)) {
       what = "its second run agrees with the replay: a transient fault, the step goes on";
     } else if (by_third) {
       what = "its second run agrees with rank " + std::to_string((r + 2) % n) + "'s replay: rank " +
@@ -233,7 +242,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
           << "silent data corruption: " << at << " the gradients of data-parallel rank " << r
           << " differ from its replay by rank " << (r + 1) % n << "; " << what << Took(found);
   }
-  if (faulty.empty()) return reduce();
+  if (faulty.empty()) return certified();
   // With two ranks, one that disagrees twice with its replay may be right and its replayer wrong
   // (a faulty device replays wrong too): no third device can tell which.
   if (n == 2)

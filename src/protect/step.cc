@@ -50,6 +50,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   step_ = step;
   phase_ = Phase::kInStep;
   step_protected_ = Protected(step);
+  step_replayed_ = false;
   if (!step_protected_) return Status::Ok();
   ++stats_.protected_steps;
   stats_.replica_wait_s += replica_wait;
@@ -155,8 +156,10 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   // Only a version whose replicated copies agreed goes to L3 (docs/protect.md, "Silent data
   // corruption"): their check ends with the step's L2 exchange. A corrupt one is repaired at the
   // next BeginStep, and the step that runs again writes its version then.
-  // The version's manifests say so (docs/format.md, "Certification").
+  // The version's manifests say so (docs/format.md, "Certification"), and whether the compute run
+  // from this snapshot (the step's own) was replayed by a peer and agreed: the same on every rank.
   VersionMarks marks;
+  marks.replayed = step_replayed_ && step == step_;
   if (epoch_.replicator) {
     RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step));
     if (epoch_.replicator->Disagreed(step)) {

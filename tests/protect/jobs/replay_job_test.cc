@@ -7,6 +7,8 @@
 // ends with the digest of the run without the flip, bit for bit; without the replay the same flip
 // changes the result. The check for non-finite gradients: a NaN once, a NaN at every step, and a
 // NaN that replays make too (the model's own: the run ends, no device blamed).
+#include <sstream>
+
 #include "protect/jobs/train_job.h"
 
 namespace rtft::launch::test {
@@ -66,6 +68,36 @@ TEST_F(ReplayJobTest, ARankThatFlipsAtEveryStepIsReplacedByTheSpare) {
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("role=spare-activated rank=1"), std::string::npos) << run.output;
+}
+
+// L3's manifests say which versions were replayed (docs/format.md, "Certification"): a version
+// whose own step (the compute run from it) was replayed by a peer and agreed; with the replay every
+// 4 steps and a version every 2, every other version. `rtft-ckpt ls` and `verify` show it.
+TEST_F(ReplayJobTest, L3MarksTheVersionsWhoseStepWasReplayed) {
+  const std::string ckpt = root_ + "/l3-ckpt";
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
+  env_["RTFT_CKPT_KEEP_VERSIONS"] = "0";  // every version stays on disk
+  Run run = Start("l3-marks", 3, 1, "", 0, {"--l3-every", "2", "--ckpt-dir", ckpt});
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  env_.erase("RTFT_CKPT_KEEP_VERSIONS");
+  ExpectSameWithoutRecovery(run);
+  const std::string ls = Ckpt("ls '" + ckpt + "'");
+  std::istringstream lines(ls);
+  std::string line;
+  size_t replayed = 0, not_replayed = 0;
+  while (std::getline(lines, line)) {
+    if (line.find(" complete ") == std::string::npos) continue;
+    const uint64_t version = std::stoull(line);
+    const bool marked = line.find(",replayed") != std::string::npos;
+    EXPECT_EQ(marked, version % 4 == 0) << line << "\n" << ls;
+    ++(marked ? replayed : not_replayed);
+  }
+  EXPECT_GE(replayed, 15u) << ls;  // versions 4, 8, ..., 76 (80 steps)
+  EXPECT_GE(not_replayed, 15u) << ls;
+  EXPECT_NE(Ckpt("verify '" + ckpt + "' --version 40").find("its compute checked by a replay"),
+            std::string::npos);
+  EXPECT_NE(Ckpt("verify '" + ckpt + "' --version 42").find("its compute not replayed"),
+            std::string::npos);
 }
 
 // Without the replay the same flip reaches every rank through the reduction: the result differs

@@ -25,18 +25,6 @@ class SdcJobTest : public TrainJobTest {
   static std::string Params(const std::string& file) {
     return Ckpt("cat '" + file + "' params -n 0");
   }
-  // What `rtft-ckpt ARGS` prints, stderr too.
-  static std::string Ckpt(const std::string& args) {
-    const std::string cmd = std::string(RTFT_CKPT) + " " + args + " 2>&1";
-    std::string out;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-      pclose(p);
-    }
-    return out;
-  }
   // The rank files of every version under `ckpt`, by their path below it.
   static std::map<std::string, std::string> RankFiles(const std::string& ckpt) {
     std::map<std::string, std::string> files;

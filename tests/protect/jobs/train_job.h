@@ -172,4 +172,19 @@ class TrainJobTest : public ::testing::Test {
   std::map<std::string, std::string> reference_;
 };
 
+#ifdef RTFT_CKPT
+// What `rtft-ckpt ARGS` prints, stderr too (the tests that read back their L3 versions).
+inline std::string Ckpt(const std::string& args) {
+  const std::string cmd = std::string(RTFT_CKPT) + " " + args + " 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+#endif
+
 }  // namespace rtft::launch::test
