@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Makes the C and Fortran copies of rt-ft's enumerations from include/rtft/enum_list.h, the one
 # place where each is declared (the C++ enums expand it directly): the constants of
-# include/rtft/rtft.h, the parameters of include/rtft/rtft_c.f90 and the status table of
+# include/rtft/rtft.h and rtft_protect.h (each block in the header that has its markers), the parameters of include/rtft/rtft_c.f90 and the status table of
 # docs/capi.md. Each copy sits between two marker lines; a ctest (capi_enum_copies) runs --check,
 # so a copy edited by hand, or a list changed without --update, fails the tests.
 #
 #   scripts/gen-enums.sh --check    exit 1 (with a diff) if a copy differs from the list
 #   scripts/gen-enums.sh --update   rewrite the copies in place
 #
-# RTFT_ENUM_LIST, RTFT_ENUM_C_HEADER, RTFT_ENUM_FORTRAN, RTFT_ENUM_DOC point it at other files
-# (its own test uses them).
+# RTFT_ENUM_LIST, RTFT_ENUM_C_HEADER (the C headers, space-separated), RTFT_ENUM_FORTRAN,
+# RTFT_ENUM_DOC point it at other files.
 set -euo pipefail
 shopt -s inherit_errexit
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 list="${RTFT_ENUM_LIST:-${root}/include/rtft/enum_list.h}"
-c_header="${RTFT_ENUM_C_HEADER:-${root}/include/rtft/rtft.h}"
+read -r -a c_headers <<<"${RTFT_ENUM_C_HEADER:-${root}/include/rtft/rtft.h ${root}/include/rtft/rtft_protect.h}"
 fortran="${RTFT_ENUM_FORTRAN:-${root}/include/rtft/rtft_c.f90}"
 doc="${RTFT_ENUM_DOC:-${root}/docs/capi.md}"
 
@@ -113,12 +113,25 @@ one() {
   fi
 }
 
+# The C header that holds the markers of block BEGIN (the first one; the first header if none).
+header_of() {
+  local h
+  for h in "${c_headers[@]}"; do
+    if grep -qxF -e "$1" "${h}"; then
+      echo "${h}"
+      return
+    fi
+  done
+  echo "${c_headers[0]}"
+}
+
 run() {
-  local mode="$1" bad=0 k content
+  local mode="$1" bad=0 k content begin
   for k in "${kinds[@]}"; do
     content="$(c_block "${k}")" || return 1
-    one "${mode}" "${c_header}" "/* BEGIN generated: ${k} (scripts/gen-enums.sh) */" \
-      "/* END generated: ${k} */" "${content}" || bad=1
+    begin="/* BEGIN generated: ${k} (scripts/gen-enums.sh) */"
+    one "${mode}" "$(header_of "${begin}")" "${begin}" "/* END generated: ${k} */" "${content}" ||
+      bad=1
   done
   content="$(fortran_block)" || return 1
   one "${mode}" "${fortran}" "  ! BEGIN generated: the enumerations (scripts/gen-enums.sh)" \
@@ -136,7 +149,7 @@ case "${1:-}" in
     ;;
   --update)
     run update
-    echo "updated ${c_header}, ${fortran}, ${doc}"
+    echo "updated ${c_headers[*]}, ${fortran}, ${doc}"
     ;;
   *)
     echo "usage: $0 --check | --update" >&2

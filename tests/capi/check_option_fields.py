@@ -23,7 +23,7 @@ def cpp_fields(header, struct):
     text = strip_comments(header.read_text())
     m = re.search(r"^struct\s+%s\s*\{(.*?)^\};" % re.escape(struct), text, flags=re.S | re.M)
     if not m:
-        raise SystemExit(f"FAIL: struct {struct} not found in {header}")
+        raise SystemExit(f"FAIL: struct {struct} not found in {', '.join(map(str, headers))}")
     fields = []
     for decl in m.group(1).split(";"):
         decl = " ".join(decl.split())
@@ -41,9 +41,9 @@ C_KINDS = {"size_t": "integer(c_size_t)", "int32_t": "integer(c_int32_t)",
            "int64_t": "integer(c_int64_t)", "uint64_t": "integer(c_int64_t)"}
 
 
-def c_fields(header, struct):
-    """(name, Fortran kind) of each field of `typedef struct struct {...}` in rtft.h."""
-    text = strip_comments(header.read_text())
+def c_fields(headers, struct):
+    """(name, Fortran kind) of each field of `typedef struct struct {...}` in the C headers."""
+    text = strip_comments("\n".join(h.read_text() for h in headers))
     m = re.search(r"typedef\s+struct\s+%s\s*\{(.*?)\}" % re.escape(struct), text, flags=re.S)
     if not m:
         raise SystemExit(f"FAIL: struct {struct} not found in {header}")
@@ -82,7 +82,9 @@ def fortran_fields(source, struct):
 def main():
     root = pathlib.Path(sys.argv[1])
     table = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else root / "tests/capi/option_fields.txt")
-    rtft_h, rtft_f90 = root / "include/rtft/rtft.h", root / "include/rtft/rtft_c.f90"
+    # The C API's headers: rtft.h and the protection's, which it includes.
+    rtft_h = [root / "include/rtft/rtft.h", root / "include/rtft/rtft_protect.h"]
+    rtft_f90 = root / "include/rtft/rtft_c.f90"
     structs, failures, cpp_struct = [], [], None
     for n, line in enumerate(table.read_text().splitlines(), 1):
         line = line.split("#")[0].strip()
@@ -122,7 +124,7 @@ def main():
             for name in carried or []:
                 if name not in c_names:
                     failures.append(f"{table.name}: {s['name']}::{field} is carried by "
-                                    f"{s['c']}.{name}, which rtft.h does not declare")
+                                    f"{s['c']}.{name}, which the C headers do not declare")
                 claimed.add(name)
         for name in c_names:
             if name not in claimed:
