@@ -106,6 +106,31 @@ TEST_F(HangDetectorTest, AnApplicationThatStoppedSamplingIsTheCulprit) {
   EXPECT_NE(v->why.find("stopped?"), std::string::npos) << v->why;
 }
 
+// A heartbeat carries the sample's age as of its sending, and a stopped application's newest one
+// may be within the bound by less than a heartbeat's period when its stall passes it: its age is
+// counted to now, so it is named silent ("stopped?"), not a live rank inside a call waiting on no
+// peer (what protect_hang_job_test once saw on CI's two cores).
+TEST_F(HangDetectorTest, AStoppedApplicationsAgeCountsToNowNotToItsLastHeartbeat) {
+  Train(10);  // the bound: 2000 ms
+  const uint64_t calls = step_ * 4 + 1;
+  std::optional<HangDetector::Verdict> v;
+  for (int64_t waited = 100; waited <= 5000 && !v; waited += 100) {
+    t_ += milliseconds(100);
+    for (LogicalRank r = 0; r < kWorld; ++r) {
+      if (r != 1) {
+        d_.Observe(r, step_, Sample(calls, true, 1), t_);  // inside the call, waiting on rank 1
+      } else if (waited % 400 == 0) {
+        // Rank 1's heartbeats every 400 ms: it sampled once inside the call (at 400) and stopped.
+        d_.Observe(r, step_, Sample(calls, true, -1, waited - 400), t_);
+      }
+    }
+    v = d_.Check(t_);
+  }
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->ranks, std::vector<LogicalRank>{1});
+  EXPECT_NE(v->why.find("stopped?"), std::string::npos) << v->why;
+}
+
 TEST_F(HangDetectorTest, InsideAHungCollectiveTheRankWaitingOnNoPeerIsTheCulprit) {
   Train(10);
   const uint64_t calls = step_ * 4 + 1;

@@ -24,6 +24,10 @@ std::string List(const std::vector<LogicalRank>& ranks) {
 
 }  // namespace
 
+int64_t HangDetector::Rank::AgeAt(Clock::time_point now) const {
+  return age_ms < 0 ? -1 : age_ms + std::max<int64_t>(0, Ms(now - age_at));
+}
+
 void HangDetector::Reset(int32_t world, Clock::time_point now) {
   ranks_.assign(static_cast<size_t>(std::max(world, 0)), Rank());
   step_ms_.clear();
@@ -66,6 +70,7 @@ void HangDetector::Observe(LogicalRank rank, uint64_t step, const CallProgress& 
   r.peer = p.peer;
   r.long_phase = p.long_phase;
   r.age_ms = p.age_ms;
+  r.age_at = now;
 }
 
 std::optional<double> HangDetector::MedianStepMs() const {
@@ -91,8 +96,9 @@ std::string HangDetector::Describe(LogicalRank r, Clock::time_point now) const {
   std::string s = "rank " + std::to_string(r) + " at step " + std::to_string(x.step) +
                   ", no progress for " + std::to_string(Ms(now - x.moved_at)) + " ms, ";
   if (!x.sampled) return s + "its application has sent no progress sample";
-  if (x.age_ms > Bound().count())
-    return s + "its application silent for " + std::to_string(x.age_ms) + " ms (stopped?)";
+  const int64_t age = x.AgeAt(now);
+  if (age > Bound().count())
+    return s + "its application silent for " + std::to_string(age) + " ms (stopped?)";
   if (!x.in_call) return s + "outside any collective (in its compute or update)";
   s += "inside call " + std::to_string(x.calls) + " of its communicators, ";
   return s + (x.peer >= 0 ? "waiting on rank " + std::to_string(x.peer) : "waiting on no peer");
@@ -114,7 +120,9 @@ std::optional<HangDetector::Verdict> HangDetector::Check(
   std::vector<bool> is_stalled(world, false);
   for (size_t i = 0; i < world; ++i) {
     const Rank& r = ranks_[i];
-    const bool live = r.sampled && r.age_ms <= bound.count();
+    // Its age now, not at its last heartbeat: else a stopped application whose last sample was
+    // inside a call looks live and waiting for the heartbeat's period past the bound.
+    const bool live = r.sampled && r.AgeAt(now) <= bound.count();
     if (((live && r.in_call) || in_gather[i]) && still(r))
       waiters.push_back(static_cast<LogicalRank>(i));
     // A rank that never sent anything this epoch counts once the first step's bound is past.
@@ -132,7 +140,7 @@ std::optional<HangDetector::Verdict> HangDetector::Check(
   std::map<int32_t, int> named;
   for (LogicalRank i : stalled) {
     const Rank& r = ranks_[i];
-    if (!r.sampled || r.age_ms > bound.count()) {
+    if (!r.sampled || r.AgeAt(now) > bound.count()) {
       silent.push_back(i);
     } else if (!r.in_call) {
       outside.push_back(i);

@@ -69,8 +69,12 @@ class HangDetector {
     bool in_call = false;
     int32_t peer = -1;
     bool long_phase = false;
-    int64_t age_ms = -1;
+    int64_t age_ms = -1;  // the sample's age when its heartbeat came (at age_at)
+    Clock::time_point age_at{};
     Clock::time_point moved_at{};  // its step, calls or call state last changed
+    // The sample's age at `now`: a heartbeat's age is already old when it is read, and an
+    // application that stopped sampling ages between heartbeats (-1: no sample).
+    int64_t AgeAt(Clock::time_point now) const;
   };
   std::string Describe(LogicalRank r, Clock::time_point now) const;
 
