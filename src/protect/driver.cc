@@ -62,9 +62,10 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
     t[0] = Clock::now();
     Status s = p->BeginStep(step);
     t[1] = Clock::now();
-    bool replayed = false;
-    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every(), p->check_finite(), &replayed);
-    if (s.ok() && replayed) p->MarkReplayed();
+    ReplayOutcome replay;
+    if (s.ok()) s = ComputeStep(ctx, fns, p->replay_every(), p->check_finite(), &replay);
+    if (s.ok() && replay.replayed) p->MarkReplayed();
+    if (replay.faulty) p->NoteFaulty();
     t[2] = Clock::now();
     if (s.ok()) s = p->BeforeUpdate();
     t[3] = Clock::now();

@@ -105,13 +105,31 @@ Status WriteFinalCheckpoint(const Parts& p, const Epoch& ep, const FailureEvent&
   return Status::Ok();
 }
 
-StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryInfo* info) {
+std::optional<uint64_t> NewestL3Version(const Parts& p, uint64_t at_most) {
+  if (!p.l3->enabled()) return std::nullopt;
+  auto versions = ListVersions(p.l3->dir());
+  if (!versions.ok()) return std::nullopt;
+  std::optional<uint64_t> newest;
+  for (const VersionInfo& v : *versions)  // oldest first
+    if (v.complete && v.version <= at_most) newest = v.version;
+  return newest;
+}
+
+StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryInfo* info,
+                             std::optional<uint64_t> at_most) {
   Held& held = *p.held;
   if (!p.l3->enabled())
     return Status::DataLoss(
         "no step can be restored from memory and there is no L3 checkpoint directory to fall "
         "back to");
-  auto latest = LatestVersion(p.l3->dir());
+  StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());
+  if (at_most) {
+    const std::optional<uint64_t> version = NewestL3Version(p, *at_most);
+    latest =
+        version
+            ? StatusOr<uint64_t>(*version)
+            : Status::NotFound("no complete version at or before step " + std::to_string(*at_most));
+  }
   if (!latest.ok())
     return Status::DataLoss("no step can be restored from memory and " + p.l3->dir() +
                             " holds no complete L3 checkpoint: " + latest.status().ToString());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,9 @@ struct RankState {
   uint64_t layout_hash = 0;                  // Layout::shared_hash: the same on every rank of a job
   std::vector<uint64_t> l1;                  // complete L1 steps
   std::vector<std::pair<int, uint64_t>> l2;  // (owner, step) of complete replicas
+  // After a replay found a device faulty: the newest step the replays vouch for, which the
+  // recovery may not pass (docs/protect.md, "Replay"); none otherwise.
+  std::optional<uint64_t> ceiling;
 };
 
 // Who feeds whom, decided identically on every rank from the published states.
@@ -109,6 +113,9 @@ ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int p
 // the job shrank and the shrink's decision.
 struct AgreedPlan {
   RecoveryPlan plan;
+  // When `plan` is not ok: the newest L3 version the ranks may restore (a ceiling that memory
+  // could not meet); none: the newest.
+  std::optional<uint64_t> l3_at_most;
   bool shrink = false;
   ShrinkDecision shrink_decision;  // when `shrink`
 };

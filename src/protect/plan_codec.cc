@@ -17,14 +17,15 @@ using nlohmann::json;
 std::string EncodeRankState(const RankState& s) {
   json l2 = json::array();
   for (const auto& [owner, step] : s.l2) l2.push_back({owner, step});
-  return json{{"v", 1},
-              {"rank", s.rank},
-              {"was", s.was},
-              {"was_world", s.was_world},
-              {"hash", s.layout_hash},
-              {"l1", s.l1},
-              {"l2", l2}}
-      .dump();
+  json j{{"v", 1},
+         {"rank", s.rank},
+         {"was", s.was},
+         {"was_world", s.was_world},
+         {"hash", s.layout_hash},
+         {"l1", s.l1},
+         {"l2", l2}};
+  if (s.ceiling) j["ceiling"] = *s.ceiling;
+  return j.dump();
 }
 
 RankState DecodeRankState(const std::string& text, int rank) {
@@ -46,6 +47,8 @@ RankState DecodeRankState(const std::string& text, int rank) {
   }
   for (const auto& v : j["l1"])
     if (v.is_number_unsigned()) s.l1.push_back(v.get<uint64_t>());
+  if (j.contains("ceiling") && j["ceiling"].is_number_unsigned())
+    s.ceiling = j["ceiling"].get<uint64_t>();
   for (const auto& v : j["l2"])
     if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_unsigned() &&
         v[0].get<int64_t>() >= 0 && v[0].get<int64_t>() < kMaxWorld)
@@ -175,6 +178,7 @@ std::string EncodeAgreedPlan(const AgreedPlan& a) {
   j["v"] = 1;
   j["shrink"] = a.shrink;
   if (a.shrink) j["decision"] = DecisionJson(a.shrink_decision);
+  if (a.l3_at_most) j["l3_at_most"] = *a.l3_at_most;
   return j.dump();
 }
 
@@ -188,6 +192,10 @@ StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
   if (a.shrink) {
     if (!j.contains("decision")) return BadPlan("a shrink without its decision");
     RTFT_ASSIGN_OR_RETURN(a.shrink_decision, DecisionFromJson(j["decision"], world));
+  }
+  if (j.contains("l3_at_most")) {
+    if (!j["l3_at_most"].is_number_unsigned()) return BadPlan("'l3_at_most' is not a step");
+    a.l3_at_most = j["l3_at_most"].get<uint64_t>();
   }
   return a;
 }

@@ -151,10 +151,12 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   if (l3_->enabled() && LatestVersion(l3_->dir()).ok()) {
     RTFT_ASSIGN_OR_RETURN(next_step_, RestoreL3(parts(), &epoch_, epoch, &info_));
     step_ = next_step_;
+    replay_.vouched = next_step_;
     return next_step_;
   }
   RTFT_RETURN_IF_ERROR(held_.PlaceShards(epoch_));
   RTFT_RETURN_IF_ERROR(epoch_.OpenL3(parts()));
+  replay_.vouched = next_step_;
   return next_step_;
 }
 
@@ -220,7 +222,8 @@ Status ProtectorImpl::ShutDown() {
 
 StatusOr<uint64_t> ProtectorImpl::RecoverFrom(uint64_t epoch, Clock::time_point deadline) {
   while (true) {
-    auto step = Install(Recovery(parts(), std::move(epoch_), std::move(info_)).Run(epoch));
+    auto step =
+        Install(Recovery(parts(), std::move(epoch_), std::move(info_), replay_.ceiling).Run(epoch));
     if (step.ok() || step.status().code() != StatusCode::kAborted) return step;
     if (events_.shutting_down()) return ShutDown();
     RTFT_LOG(kWarn, kLogRuntime) << "recovery into epoch " << epoch << " failed: " << step.status()
@@ -243,9 +246,14 @@ StatusOr<uint64_t> ProtectorImpl::Install(Recovered recovered) {
   if (recovered.step.ok()) {
     step_ = *recovered.step;
     if (recovered.in_memory) restored_step_ = *recovered.step;
+    // The restored state is what the job agreed on; no newer one than before is vouched for.
+    replay_.vouched = std::min(replay_.vouched.value_or(step_), step_);
+    replay_.ceiling.reset();
   }
   return std::move(recovered.step);
 }
+
+void ProtectorImpl::NoteFaulty() { replay_.ceiling = replay_.vouched; }
 
 // Checkpoint-and-exit's part here: the capture over and the replication stopped first.
 Status ProtectorImpl::FinalCheckpoint() {

@@ -50,8 +50,12 @@ class ProtectorImpl final : public Protector {
   int64_t replay_every() const { return settings_.replay_every; }
   bool check_finite() const { return settings_.check_finite; }
   // The step in progress was replayed and its gradients agreed (ComputeStep): its L3 version's
-  // manifests say so (docs/format.md, "Certification").
-  void MarkReplayed() { step_replayed_ = true; }
+  // manifests say so (docs/format.md, "Certification"), and once it ends, the state it made is
+  // the newest the replays vouch for.
+  void MarkReplayed() { replay_.step_replayed = true; }
+  // A replay found a device faulty (ComputeStep): the steps since the newest state the replays
+  // vouch for may hold its wrong gradients, so the next recovery goes back no further than that.
+  void NoteFaulty();
   // The capture in flight over (a step failed for good); its status is the step's error's to give.
   void EndCapture() { (void)capture_->Wait(); }
 
@@ -91,10 +95,18 @@ class ProtectorImpl final : public Protector {
   EventWatch events_;  // failure events, as they arrive (the runtime's listener)
   std::unique_ptr<Capturer> capture_;
   Phase phase_ = Phase::kDescribing;
-  uint64_t step_ = 0;                      // the step in progress, or the last one
-  uint64_t next_step_ = 0;                 // the step to run next (Start() once begun)
-  bool step_protected_ = false;            // whether its BeginStep took a snapshot
-  bool step_replayed_ = false;             // whether its compute was replayed and agreed
+  uint64_t step_ = 0;            // the step in progress, or the last one
+  uint64_t next_step_ = 0;       // the step to run next (Start() once begun)
+  bool step_protected_ = false;  // whether its BeginStep took a snapshot
+  // What the replays of steps vouched for (docs/protect.md, "Replay"): whether the step in
+  // progress was replayed and agreed; the newest step whose state they vouch for (the state the
+  // last verified update made, or the one this rank started or recovered from); and, once a
+  // device was found faulty, that step for the next recovery to go back to (a ceiling).
+  struct ReplayMarks {
+    bool step_replayed = false;
+    std::optional<uint64_t> vouched;
+    std::optional<uint64_t> ceiling;
+  } replay_;
   std::optional<uint64_t> restored_step_;  // the step the last recovery restored from L1
   bool paused_ = false;
   RecoveryInfo info_;
@@ -104,10 +116,17 @@ class ProtectorImpl final : public Protector {
 
 // driver.cc: the bracket and the recovery every protected loop needs, once.
 StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns& fns);
+// What the replay of a step found, the same on every rank of the data-parallel group.
+struct ReplayOutcome {
+  // The step was replayed and the gradients it reduced are the ones its replays agreed on.
+  bool replayed = false;
+  // A rank's gradients disagreed twice with their replays: its device is taken for faulty (the
+  // step fails: kDeviceLost on that rank, kAborted on the others).
+  bool faulty = false;
+};
 // replay.cc: a step's compute, `compute` or `local` then `reduce`, with the replay of the step by
-// a peer every `every` steps (docs/protect.md, "Replay"). `*replayed`: the step was replayed and
-// the gradients it reduced are the ones its replays agreed on (the same on every rank).
+// a peer every `every` steps (docs/protect.md, "Replay").
 Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite,
-                   bool* replayed);
+                   ReplayOutcome* outcome);
 
 }  // namespace rtft::protect

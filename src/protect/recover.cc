@@ -16,6 +16,57 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The lowest ceiling the ranks sent: after a replay found a device faulty, the newest step the
+// replays vouch for (the survivors saw the same verdict; a spare sends none).
+std::optional<uint64_t> Ceiling(const std::vector<RankState>& all) {
+  std::optional<uint64_t> c;
+  for (const RankState& r : all)
+    if (r.ceiling) c = std::min(c.value_or(*r.ceiling), *r.ceiling);
+  return c;
+}
+
+// What every rank holds of the steps up to `ceiling`.
+std::vector<RankState> Within(std::vector<RankState> all, uint64_t ceiling) {
+  for (RankState& r : all) {
+    r.l1.erase(std::remove_if(r.l1.begin(), r.l1.end(), [&](uint64_t s) { return s > ceiling; }),
+               r.l1.end());
+    r.l2.erase(
+        std::remove_if(r.l2.begin(), r.l2.end(),
+                       [&](const std::pair<int, uint64_t>& h) { return h.second > ceiling; }),
+        r.l2.end());
+  }
+  return all;
+}
+
+// The plan under a ceiling (docs/protect.md, "Replay"): the newest step at or before it that
+// memory holds, else the newest L3 version at or before it; with neither, the plan without it
+// (the job goes on from state the faulty device may have touched, and the log says so).
+void PlanWithin(const Parts& p, const std::vector<RankState>& all,
+                const std::vector<std::vector<int>>& groups, uint64_t ceiling, AgreedPlan* agreed) {
+  const std::string why = "a replay found a device faulty and the steps after step " +
+                          std::to_string(ceiling) + " were not replayed: ";
+  RecoveryPlan within = PlanRecovery(Within(all, ceiling), groups);
+  if (within.ok) {
+    if (!agreed->plan.ok || within.step < agreed->plan.step)
+      RTFT_LOG(kError, kLogRuntime) << why << "the recovery goes back to step " << within.step
+                                    << " in memory, the newest the replays vouch for";
+    agreed->plan = std::move(within);
+    return;
+  }
+  if (const auto version = NewestL3Version(p, ceiling)) {
+    RTFT_LOG(kError, kLogRuntime) << why << "memory holds no step that old; the recovery goes "
+                                  << "back to L3 version " << *version;
+    within.why = why + "memory holds no step that old";
+    agreed->plan = std::move(within);
+    agreed->l3_at_most = ceiling;
+    return;
+  }
+  RTFT_LOG(kError, kLogRuntime)
+      << why << "neither memory nor L3 holds a step that old, so the recovery goes on from the "
+      << "newest state, which the faulty device's gradients may have changed (set the L3 "
+         "interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
+}
+
 }  // namespace
 
 // The rollback agreement as one gather (docs/protect.md, "Recovery"): every rank sends its
@@ -41,6 +92,11 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
   AgreedPlan agreed;
   for (const RankState& r : all)
     agreed.shrink = agreed.shrink || (r.was_world > 0 && r.was_world != world);
+  if (agreed.shrink && Ceiling(all))
+    RTFT_LOG(kError, kLogRuntime)
+        << "a replay found a device faulty, but a shrink restores the newest state: the steps "
+           "since the newest the replays vouch for (step "
+        << *Ceiling(all) << ") are not run again";
   Status grid_error;
   if (agreed.shrink) {
     agreed.shrink_decision =
@@ -49,6 +105,8 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
     auto grid = GridMap::Make(wanted, world);
     if (grid.ok()) {
       agreed.plan = PlanRecovery(all, grid->DataGroups());
+      if (const auto ceiling = Ceiling(all))
+        PlanWithin(p_, all, grid->DataGroups(), *ceiling, &agreed);
     } else {
       grid_error = grid.status();
       agreed.plan.why = grid_error.message();
@@ -71,7 +129,9 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   if (now.epoch != epoch)
     return Status::Aborted("the job moved on to epoch " + std::to_string(now.epoch));
   FaultPoint("protect.recover");
-  RTFT_ASSIGN_OR_RETURN(agreed_, Agree(epoch, p_.held->Mine(now.rank), now.world_size));
+  RankState mine = p_.held->Mine(now.rank);
+  mine.ceiling = ceiling_;
+  RTFT_ASSIGN_OR_RETURN(agreed_, Agree(epoch, mine, now.world_size));
   info_.world_size = now.world_size;
   // Every rank takes the same path, decided by the leader from what all published.
   if (agreed_.shrink) {
@@ -93,7 +153,7 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   if (!plan.ok) {
     RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why
                                   << "; falling back to the newest L3 checkpoint";
-    return RestoreL3(p_, &epoch_, epoch, &info_);
+    return RestoreL3(p_, &epoch_, epoch, &info_, agreed_.l3_at_most);
   }
   RTFT_RETURN_IF_ERROR(epoch_.Build(p_, epoch));
   RTFT_RETURN_IF_ERROR(p_.held->PlaceShards(epoch_));

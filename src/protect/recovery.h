@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -27,9 +28,11 @@ struct Recovered {
 class Recovery {
  public:
   // `epoch`: the facade's communicators (dropped once this makes the new epoch's); `info`: what
-  // the recovery measured so far.
-  Recovery(const Parts& parts, Epoch epoch, RecoveryInfo info)
-      : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)) {}
+  // the recovery measured so far; `ceiling`: after a replay found a device faulty, the newest
+  // step the replays vouch for (docs/protect.md, "Replay"): no newer step is restored.
+  Recovery(const Parts& parts, Epoch epoch, RecoveryInfo info,
+           std::optional<uint64_t> ceiling = std::nullopt)
+      : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)), ceiling_(ceiling) {}
 
   // Into `epoch`: every rank sends what it holds to one gather, whose leader plans (restore from
   // memory, shrink, or fall back to L3) and sends the plan to all.
@@ -44,6 +47,7 @@ class Recovery {
   const Parts p_;
   Epoch epoch_;
   RecoveryInfo info_;
+  std::optional<uint64_t> ceiling_;
   AgreedPlan agreed_;
   bool in_memory_ = false;
 };
@@ -86,7 +90,12 @@ class Shrink {
 // l3.cc. The newest L3 version restored in `epoch` (its communicators made in `e` when they are
 // another epoch's): where memory holds no step every rank can resume from, and where a job started
 // again with its checkpoint directory begins.
-StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, RecoveryInfo* info);
+// `at_most`: the newest complete version at or before that step (a ceiling: docs/protect.md,
+// "Replay"); none: the version LATEST names.
+StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, RecoveryInfo* info,
+                             std::optional<uint64_t> at_most = std::nullopt);
+// The newest complete L3 version at or before `at_most`; none without L3 or such a version.
+std::optional<uint64_t> NewestL3Version(const Parts& parts, uint64_t at_most);
 // Checkpoint-and-exit (docs/protect.md, "Spares exhausted"), once the survivors' replication
 // stopped: they agree on a step and write one L3 version of it, lost ranks' files included.
 Status WriteFinalCheckpoint(const Parts& parts, const Epoch& e, const FailureEvent& event);

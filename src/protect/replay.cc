@@ -123,8 +123,8 @@ StatusOr<std::vector<int>> Flagged(Communicator* data, bool mine) {
 }  // namespace
 
 Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool check_finite,
-                   bool* replayed) {
-  *replayed = false;
+                   ReplayOutcome* outcome) {
+  *outcome = ReplayOutcome();
   if (!fns.local) return fns.compute(ctx);
   Communicator* data = ctx.data ? ctx.data : ctx.comm;
   const int n = data->world_size(), d = ctx.place.d;
@@ -192,7 +192,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
   // certified as replayed once they are reduced.
   const auto certified = [&]() -> Status {
     RTFT_RETURN_IF_ERROR(reduce());
-    *replayed = true;
+    outcome->replayed = true;
     return Status::Ok();
   };
   if (bad.empty()) return certified();
@@ -243,6 +243,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
           << " differ from its replay by rank " << (r + 1) % n << "; " << what << Took(found);
   }
   if (faulty.empty()) return certified();
+  outcome->faulty = n > 2;  // with two ranks the job ends (below): no recovery follows
   // With two ranks, one that disagrees twice with its replay may be right and its replayer wrong
   // (a faulty device replays wrong too): no third device can tell which.
   if (n == 2)

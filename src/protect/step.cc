@@ -50,7 +50,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   step_ = step;
   phase_ = Phase::kInStep;
   step_protected_ = Protected(step);
-  step_replayed_ = false;
+  replay_.step_replayed = false;
   if (!step_protected_) return Status::Ok();
   ++stats_.protected_steps;
   stats_.replica_wait_s += replica_wait;
@@ -144,6 +144,7 @@ Status ProtectorImpl::EndStep() {
   RTFT_RETURN_IF_ERROR(capture_->WaitCopied());
   phase_ = Phase::kReady;
   next_step_ = step_ + 1;
+  if (replay_.step_replayed) replay_.vouched = next_step_;  // made by gradients a replay checked
   (void)rt_->ReportStep(step_);
   if (step_protected_) RTFT_RETURN_IF_ERROR(MaybeCheckpoint(step_, /*now=*/false));
   return Aborted();
@@ -159,7 +160,7 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   // The version's manifests say so (docs/format.md, "Certification"), and whether the compute run
   // from this snapshot (the step's own) was replayed by a peer and agreed: the same on every rank.
   VersionMarks marks;
-  marks.replayed = step_replayed_ && step == step_;
+  marks.replayed = replay_.step_replayed && step == step_;
   if (epoch_.replicator) {
     RTFT_RETURN_IF_ERROR(epoch_.replicator->Wait(step));
     if (epoch_.replicator->Disagreed(step)) {

@@ -263,5 +263,31 @@ TEST(PlanTest, AShrinkDecisionFromTheNetworkIsChecked) {
     EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok()) << text;
 }
 
+// After a replay found a device faulty (docs/protect.md, "Replay"): a survivor's ceiling and the
+// leader's bound on the L3 version travel through the wire format; anything but a step is refused
+// (a plan) or read as no ceiling (a rank's state).
+TEST(PlanTest, TheCeilingOfAFaultyDeviceTravelsWithTheStateAndThePlan) {
+  RankState s = Holds(1, {32, 31}, {{0, 32}});
+  EXPECT_FALSE(DecodeRankState(EncodeRankState(s), 1).ceiling.has_value());
+  s.ceiling = 29;
+  EXPECT_EQ(DecodeRankState(EncodeRankState(s), 1).ceiling, std::optional<uint64_t>(29));
+  for (const char* text : {R"({"hash":7,"l1":[],"l2":[],"ceiling":-3})",
+                           R"({"hash":7,"l1":[],"l2":[],"ceiling":"29"})",
+                           R"({"hash":7,"l1":[],"l2":[],"ceiling":2.5})"})
+    EXPECT_FALSE(DecodeRankState(text, 0).ceiling.has_value()) << text;
+  AgreedPlan agreed;
+  agreed.plan.why = "memory holds no step that old";
+  auto back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->l3_at_most.has_value());
+  agreed.l3_at_most = 29;
+  back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->l3_at_most, std::optional<uint64_t>(29));
+  std::string text = EncodeAgreedPlan(agreed);
+  text.replace(text.find("\"l3_at_most\":29"), 15, "\"l3_at_most\":-1");
+  EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok()) << text;
+}
+
 }  // namespace
 }  // namespace rtft::protect

@@ -70,6 +70,43 @@ TEST_F(ReplayJobTest, ARankThatFlipsAtEveryStepIsReplacedByTheSpare) {
   EXPECT_NE(run.output.find("role=spare-activated rank=1"), std::string::npos) << run.output;
 }
 
+// A device that goes faulty between two replays: its wrong gradients of the steps that were not
+// replayed (from about step 30, the replay every 4 steps) already changed the state when the replay
+// of step 32 finds it. The recovery goes back to the newest state the replays vouch for, the one
+// step 28's replayed update made: memory (two steps) no longer holds step 29, so L3's version 28
+// (a version every 4 steps); the spare takes rank 1 and the run ends with the failure-free digest.
+// Without the ceiling the recovery would restore step 32, which holds the wrong gradients.
+TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Version) {
+  const std::string ckpt = root_ + "/l3-ckpt";
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
+  Run run = Start("late-l3", 3, 1, "1:train.grad_flip@31:flags", 0,
+                  {"--l3-every", "4", "--ckpt-dir", ckpt});
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectIdentical(run, 3, "a faulty device found by the replay after steps that were not");
+  EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("the steps after step 29 were not replayed: memory holds no step that "
+                            "old; the recovery goes back to L3 version 28"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("restored step 28 from the L3 checkpoint"), std::string::npos)
+      << run.output;
+}
+
+// The same with the replay every 2 steps: the newest state the replays vouch for is step 31's
+// (step 30 was replayed), which memory still holds.
+TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedStepInMemory) {
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "2";
+  Run run = Start("late-l1", 3, 1, "1:train.grad_flip@32:flags", 0);
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectIdentical(run, 3, "a faulty device found by the replay after a step that was not");
+  EXPECT_NE(run.output.find("the steps after step 31 were not replayed: the recovery goes back to "
+                            "step 31 in memory"),
+            std::string::npos)
+      << run.output;
+}
+
 // L3's manifests say which versions were replayed (docs/format.md, "Certification"): a version
 // whose own step (the compute run from it) was replayed by a peer and agreed; with the replay every
 // 4 steps and a version every 2, every other version. `rtft-ckpt ls` and `verify` show it.
