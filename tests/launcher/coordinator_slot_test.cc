@@ -148,7 +148,7 @@ TEST_F(CoordinatorSlotTest, TheStandbyTakesOverWhenSlotZeroIsKilled) {
   EXPECT_EQ(Count("job exit code 0 (said by slot 1, the primary coordinator)"), 1u)
       << job_->Output();
   for (int s = 1; s <= 4; ++s)
-    EXPECT_EQ(LinesOf(dir_, s, "exit").back().Get("why"), "done") << job_->Dump();
+    EXPECT_EQ(Last(LinesOf(dir_, s, "exit")).Get("why"), "done") << job_->Dump();
   // It chose a new standby.
   EXPECT_GE(Count("becomes the standby"), 2u) << job_->Output();
 }

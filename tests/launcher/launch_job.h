@@ -47,6 +47,11 @@ pid_t ParentOf(pid_t pid);  // 0 when gone
 std::vector<LogLine> ReadSlotLog(const std::string& dir, int slot);
 // Lines of `kind` in slot's log.
 std::vector<LogLine> LinesOf(const std::string& dir, int slot, const std::string& kind);
+// The last of `lines`, or an empty line (its fields read "") when there is none: never the
+// undefined back() of an empty vector, which crashed a test once its line was missing.
+inline LogLine Last(const std::vector<LogLine>& lines) {
+  return lines.empty() ? LogLine{} : lines.back();
+}
 // Polls `pred` every 20 ms.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 // What rtft-train printed: each rank's `[train R] done ... digest=D` and the count of its

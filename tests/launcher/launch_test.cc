@@ -64,7 +64,7 @@ TEST_F(LaunchTest, CleanRunGivesEveryRankItsRoleAndEndsWithZero) {
     EXPECT_EQ(starts[0].Int("rank"), slot);
     EXPECT_EQ(starts[0].Int("world"), 2);
     EXPECT_EQ(starts[0].Int("epoch"), 1);
-    EXPECT_EQ(LinesOf(dir_, slot, "exit").back().Get("why"), "done");
+    EXPECT_EQ(Last(LinesOf(dir_, slot, "exit")).Get("why"), "done");
   }
   // The spare started (warm) but never got a rank.
   EXPECT_EQ(LinesOf(dir_, 2, "launched").size(), 1u) << job_->Dump();
@@ -117,7 +117,7 @@ TEST_F(LaunchTest, AListenerThatThrowsDoesNotEndTheRankOrItsOtherListeners) {
   ASSERT_FALSE(events.empty()) << job_->Dump();
   EXPECT_EQ(events[0].Int("epoch"), 2);
   EXPECT_EQ(Starts(0).size(), 1u) << job_->Dump();
-  EXPECT_EQ(LinesOf(dir_, 0, "exit").back().Get("why"), "done") << job_->Dump();
+  EXPECT_EQ(Last(LinesOf(dir_, 0, "exit")).Get("why"), "done") << job_->Dump();
 }
 
 TEST_F(LaunchTest, LostSlotIsTakenOverByTheSpare) {
@@ -209,7 +209,7 @@ TEST_F(LaunchTest, TwoSlotsLostAtOnceTakeBothSpares) {
   // Rank 0 ends in an epoch where both are replaced.
   auto events = Events(0);
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().Int("world"), 3);
+  EXPECT_EQ(Last(events).Int("world"), 3);
 }
 
 TEST_F(LaunchTest, SparesExhaustedShrink) {
@@ -225,7 +225,7 @@ TEST_F(LaunchTest, SparesExhaustedShrink) {
   EXPECT_EQ(e0[0].Int("rank"), 0);
   EXPECT_EQ(e2[0].Int("world"), 2);
   EXPECT_EQ(e2[0].Int("rank"), 1) << "slot 2's rank 2 becomes rank 1";
-  EXPECT_EQ(LinesOf(dir_, 2, "exit").back().Get("why"), "done");
+  EXPECT_EQ(Last(LinesOf(dir_, 2, "exit")).Get("why"), "done");
 }
 
 TEST_F(LaunchTest, SparesExhaustedCheckpointAndExit) {
@@ -237,7 +237,7 @@ TEST_F(LaunchTest, SparesExhaustedCheckpointAndExit) {
   EXPECT_EQ(Finish(), 0) << job_->Dump();
   for (int slot : {0, 2}) {
     EXPECT_EQ(LinesOf(dir_, slot, "checkpoint").size(), 1u) << job_->Dump();
-    EXPECT_EQ(LinesOf(dir_, slot, "exit").back().Get("why"), "shutdown");
+    EXPECT_EQ(Last(LinesOf(dir_, slot, "exit")).Get("why"), "shutdown");
     EXPECT_LT(job_->LastStep(slot), 39);
   }
 }
@@ -249,7 +249,7 @@ TEST_F(LaunchTest, SparesExhaustedFail) {
   ASSERT_TRUE(job_->FindRank(1, &app, &agent));
   KillSlot(agent, app);
   EXPECT_EQ(Finish(), 1) << job_->Dump();
-  EXPECT_EQ(Events(0).back().Get("shutdown"), "1");
+  EXPECT_EQ(Last(Events(0)).Get("shutdown"), "1");
   EXPECT_TRUE(LinesOf(dir_, 0, "checkpoint").empty());
 }
 
@@ -273,7 +273,9 @@ TEST_F(LaunchTest, ApplicationExitCodeEndsTheJob) {
   Command(1, "exit 3");
   EXPECT_EQ(Finish(), 3) << job_->Dump();
   EXPECT_NE(job_->Output().find("job exit code 3"), std::string::npos) << job_->Output();
-  EXPECT_EQ(Events(0).back().Get("shutdown"), "1");
+  const auto events = Events(0);
+  ASSERT_FALSE(events.empty()) << job_->Dump();
+  EXPECT_EQ(Last(events).Get("shutdown"), "1");
 }
 
 TEST_F(LaunchTest, WithoutEnableRecoveryWarnsAndPassesTheExitCode) {

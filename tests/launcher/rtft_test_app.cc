@@ -42,6 +42,15 @@ std::mutex g_log_mu;
 FILE* g_log = stdout;
 std::atomic<bool> g_term{false};
 std::atomic<bool> g_usr1{false};
+// The listener logged the shutdown event: the main loop, which may poll the same event first,
+// waits for that before it exits, so the log always has the event line (tests read it).
+std::atomic<bool> g_shutdown_logged{false};
+
+void WaitForShutdownLine() {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!g_shutdown_logged && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 long long NowUs() {
   timeval tv{};
@@ -151,7 +160,10 @@ int main() {
   if (EnvLong("RTFT_TEST_THROWING_LISTENER", 0))
     (void)(*rt)->Subscribe(
         [](const rtft::FailureEvent&) { throw std::runtime_error("a listener's bug"); });
-  (*rt)->OnFailure([](const rtft::FailureEvent& e) { Log(EventLine(e)); });
+  (*rt)->OnFailure([](const rtft::FailureEvent& e) {
+    Log(EventLine(e));
+    if (e.shutdown) g_shutdown_logged = true;
+  });
 
   // A restarted or activated rank resumes from the step its predecessor last published.
   long step = 0;
@@ -172,6 +184,7 @@ int main() {
       if (!e->shutdown) continue;
       if (e->checkpoint_first)
         Log("checkpoint rank=" + std::to_string(rank) + " step=" + std::to_string(step));
+      WaitForShutdownLine();
       Log("exit rank=" + std::to_string(rank) + " code=0 why=shutdown");
       return 0;
     }
@@ -212,6 +225,7 @@ int main() {
       seen_epoch = std::max<uint64_t>(seen_epoch, e->epoch);
       if (e->rank >= 0) rank = e->rank;
       if (e->shutdown) {
+        WaitForShutdownLine();
         Log("exit rank=" + std::to_string(rank) + " code=0 why=shutdown");
         return 0;
       }

@@ -107,7 +107,7 @@ TEST_F(ShutdownTest, SigtermToMpirunLeavesTheApplicationItsGrace) {
     auto exits = LinesOf(dir_, slot, "exit");
     ASSERT_FALSE(exits.empty()) << "slot " << slot << " was killed before it finished\n"
                                 << job_->Dump();
-    EXPECT_EQ(exits.back().Get("why"), "sigterm");
+    EXPECT_EQ(Last(exits).Get("why"), "sigterm");
   }
 }
 

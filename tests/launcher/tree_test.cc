@@ -43,7 +43,7 @@ class TreeTest : public JobFixture {
         << job_->Dump();
     auto lines = LinesOf(dir_, 1, "daemon");
     pid_t daemon = 0, agent = 0;
-    if (lines.empty() || !job_->FindApp(1, lines.back().Int("pid"), &daemon, &agent)) {
+    if (lines.empty() || !job_->FindApp(1, Last(lines).Int("pid"), &daemon, &agent)) {
       ADD_FAILURE() << "the daemon is not running\n" << job_->Dump();
       return 0;
     }
@@ -75,7 +75,7 @@ TEST_F(TreeTest, SigkilledAgentTakesTheApplicationBehindAShellAlong) {
   WaitStep(1, 3);
   pid_t app, agent;
   ASSERT_TRUE(job_->FindRank(1, &app, &agent)) << job_->Dump();
-  const std::string old_id = Starts(1).back().Get("id");
+  const std::string old_id = Last(Starts(1)).Get("id");
   ASSERT_EQ(kill(agent, SIGKILL), 0);
   EXPECT_TRUE(WaitFor([&] { return !Alive(app); }, seconds(10)))
       << "rank 1's application outlived its SIGKILLed agent";
@@ -103,7 +103,7 @@ TEST_F(TreeTest, KilledShellTakesItsApplicationAlongBeforeTheRestart) {
   ASSERT_TRUE(job_->FindRank(1, &app, &agent)) << job_->Dump();
   const pid_t shell = ParentOf(app);
   ASSERT_GT(shell, 0);
-  const std::string old_id = Starts(1).back().Get("id");
+  const std::string old_id = Last(Starts(1)).Get("id");
   ASSERT_EQ(kill(shell, SIGKILL), 0);
   ASSERT_TRUE(WaitFor([&] { return Starts(1).size() == 2; }, seconds(30))) << job_->Dump();
   EXPECT_FALSE(Alive(app)) << "the application outlived its shell";
@@ -209,12 +209,12 @@ TEST_F(TreeTest, UnprivilegedUserGetsAUserAndPidNamespace) {
   pid_t daemon = 0, app = 0;
   for (const ProcInfo& p : JobProcesses(dir_)) {
     if (p.comm != "launcher-test-a" || p.nspid.empty()) continue;
-    if (p.nspid.back() == LinesOf(dir_, 0, "daemon").back().Int("pid")) daemon = p.pid;
-    if (p.nspid.back() == Starts(0).back().Int("pid")) app = p.pid;
+    if (p.nspid.back() == Last(LinesOf(dir_, 0, "daemon")).Int("pid")) daemon = p.pid;
+    if (p.nspid.back() == Last(Starts(0)).Int("pid")) app = p.pid;
   }
   ASSERT_GT(daemon, 0);
   ASSERT_GT(app, 0);
-  if (root) EXPECT_EQ(LinesOf(dir_, 0, "launched").back().Int("uid"), static_cast<long>(nobody));
+  if (root) EXPECT_EQ(Last(LinesOf(dir_, 0, "launched")).Int("uid"), static_cast<long>(nobody));
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
