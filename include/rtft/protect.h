@@ -88,6 +88,8 @@ struct ProtectOptions {
   // RTFT_PROTECT_REPLAY_EVERY, off by default; negative: never), each rank also runs its left
   // neighbour's local compute (StepFns::local) and the gradients' digests are compared before
   // the reduction. Needs StepFns::local and ::reduce, host gradients, a data-parallel layout.
+  // A device found faulty sends the job back to the newest state the replays vouch for (memory,
+  // else the newest L3 version at or before it: keep the L3 interval a multiple of this).
   int64_t replay_every = 0;
   // The check for non-finite gradients (docs/protect.md, "Non-finite gradients"): 0:
   // RTFT_PROTECT_CHECK_FINITE (off by default); 1: on; -1: off. Every step, before the
