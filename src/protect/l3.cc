@@ -116,20 +116,14 @@ std::optional<uint64_t> NewestL3Version(const Parts& p, uint64_t at_most) {
 }
 
 StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryInfo* info,
-                             std::optional<uint64_t> at_most) {
+                             std::optional<uint64_t> version) {
   Held& held = *p.held;
   if (!p.l3->enabled())
     return Status::DataLoss(
         "no step can be restored from memory and there is no L3 checkpoint directory to fall "
         "back to");
   StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());
-  if (at_most) {
-    const std::optional<uint64_t> version = NewestL3Version(p, *at_most);
-    latest =
-        version
-            ? StatusOr<uint64_t>(*version)
-            : Status::NotFound("no complete version at or before step " + std::to_string(*at_most));
-  }
+  if (version) latest = *version;  // complete when the leader chose it
   if (!latest.ok())
     return Status::DataLoss("no step can be restored from memory and " + p.l3->dir() +
                             " holds no complete L3 checkpoint: " + latest.status().ToString());

@@ -113,9 +113,9 @@ ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int p
 // the job shrank and the shrink's decision.
 struct AgreedPlan {
   RecoveryPlan plan;
-  // When `plan` is not ok: the newest L3 version the ranks may restore (a ceiling that memory
-  // could not meet); none: the newest.
-  std::optional<uint64_t> l3_at_most;
+  // When `plan` is not ok: the L3 version every rank restores, as the leader found it (a ceiling
+  // that memory could not meet; one version for all, whatever commits meanwhile); none: LATEST.
+  std::optional<uint64_t> l3_version;
   bool shrink = false;
   ShrinkDecision shrink_decision;  // when `shrink`
 };

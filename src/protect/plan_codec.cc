@@ -178,7 +178,7 @@ std::string EncodeAgreedPlan(const AgreedPlan& a) {
   j["v"] = 1;
   j["shrink"] = a.shrink;
   if (a.shrink) j["decision"] = DecisionJson(a.shrink_decision);
-  if (a.l3_at_most) j["l3_at_most"] = *a.l3_at_most;
+  if (a.l3_version) j["l3_version"] = *a.l3_version;
   return j.dump();
 }
 
@@ -193,9 +193,9 @@ StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
     if (!j.contains("decision")) return BadPlan("a shrink without its decision");
     RTFT_ASSIGN_OR_RETURN(a.shrink_decision, DecisionFromJson(j["decision"], world));
   }
-  if (j.contains("l3_at_most")) {
-    if (!j["l3_at_most"].is_number_unsigned()) return BadPlan("'l3_at_most' is not a step");
-    a.l3_at_most = j["l3_at_most"].get<uint64_t>();
+  if (j.contains("l3_version")) {
+    if (!j["l3_version"].is_number_unsigned()) return BadPlan("'l3_version' is not a step");
+    a.l3_version = j["l3_version"].get<uint64_t>();
   }
   return a;
 }

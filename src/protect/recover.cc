@@ -58,7 +58,7 @@ void PlanWithin(const Parts& p, const std::vector<RankState>& all,
                                   << "back to L3 version " << *version;
     within.why = why + "memory holds no step that old";
     agreed->plan = std::move(within);
-    agreed->l3_at_most = ceiling;
+    agreed->l3_version = *version;
     return;
   }
   RTFT_LOG(kError, kLogRuntime)
@@ -152,8 +152,11 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   info_.agree_s = Since(t0);
   if (!plan.ok) {
     RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why
-                                  << "; falling back to the newest L3 checkpoint";
-    return RestoreL3(p_, &epoch_, epoch, &info_, agreed_.l3_at_most);
+                                  << "; falling back to "
+                                  << (agreed_.l3_version
+                                          ? "L3 version " + std::to_string(*agreed_.l3_version)
+                                          : std::string("the newest L3 checkpoint"));
+    return RestoreL3(p_, &epoch_, epoch, &info_, agreed_.l3_version);
   }
   RTFT_RETURN_IF_ERROR(epoch_.Build(p_, epoch));
   RTFT_RETURN_IF_ERROR(p_.held->PlaceShards(epoch_));

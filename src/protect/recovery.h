@@ -90,10 +90,10 @@ class Shrink {
 // l3.cc. The newest L3 version restored in `epoch` (its communicators made in `e` when they are
 // another epoch's): where memory holds no step every rank can resume from, and where a job started
 // again with its checkpoint directory begins.
-// `at_most`: the newest complete version at or before that step (a ceiling: docs/protect.md,
-// "Replay"); none: the version LATEST names.
+// `version`: that one (the agreement's, under a ceiling: docs/protect.md, "Replay"); none: the
+// version LATEST names.
 StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, RecoveryInfo* info,
-                             std::optional<uint64_t> at_most = std::nullopt);
+                             std::optional<uint64_t> version = std::nullopt);
 // The newest complete L3 version at or before `at_most`; none without L3 or such a version.
 std::optional<uint64_t> NewestL3Version(const Parts& parts, uint64_t at_most);
 // Checkpoint-and-exit (docs/protect.md, "Spares exhausted"), once the survivors' replication

@@ -264,7 +264,7 @@ TEST(PlanTest, AShrinkDecisionFromTheNetworkIsChecked) {
 }
 
 // After a replay found a device faulty (docs/protect.md, "Replay"): a survivor's ceiling and the
-// leader's bound on the L3 version travel through the wire format; anything but a step is refused
+// leader's choice of an L3 version travel through the wire format; anything but a step is refused
 // (a plan) or read as no ceiling (a rank's state).
 TEST(PlanTest, TheCeilingOfAFaultyDeviceTravelsWithTheStateAndThePlan) {
   RankState s = Holds(1, {32, 31}, {{0, 32}});
@@ -279,13 +279,13 @@ TEST(PlanTest, TheCeilingOfAFaultyDeviceTravelsWithTheStateAndThePlan) {
   agreed.plan.why = "memory holds no step that old";
   auto back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_FALSE(back->l3_at_most.has_value());
-  agreed.l3_at_most = 29;
+  EXPECT_FALSE(back->l3_version.has_value());
+  agreed.l3_version = 29;
   back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 3);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->l3_at_most, std::optional<uint64_t>(29));
+  EXPECT_EQ(back->l3_version, std::optional<uint64_t>(29));
   std::string text = EncodeAgreedPlan(agreed);
-  text.replace(text.find("\"l3_at_most\":29"), 15, "\"l3_at_most\":-1");
+  text.replace(text.find("\"l3_version\":29"), 15, "\"l3_version\":-1");
   EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok()) << text;
 }
 

@@ -72,10 +72,12 @@ TEST_F(ReplayJobTest, ARankThatFlipsAtEveryStepIsReplacedByTheSpare) {
 
 // A device that goes faulty between two replays: its wrong gradients of the steps that were not
 // replayed (from about step 30, the replay every 4 steps) already changed the state when the replay
-// of step 32 finds it. The recovery goes back to the newest state the replays vouch for, the one
-// step 28's replayed update made: memory (two steps) no longer holds step 29, so L3's version 28
-// (a version every 4 steps); the spare takes rank 1 and the run ends with the failure-free digest.
-// Without the ceiling the recovery would restore step 32, which holds the wrong gradients.
+// of step 32 finds it. The recovery goes back no further than the newest state the replays vouch
+// for, the one step 28's replayed update made: memory (two steps) no longer holds step 29, so the
+// newest complete L3 version at or before it that the leader finds (a version every 4 steps: 28,
+// or an older one while 28's commit is still on its way), which every rank restores; the spare
+// takes rank 1 and the run ends with the failure-free digest. Without the ceiling the recovery
+// would restore step 32, which holds the wrong gradients.
 TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Version) {
   const std::string ckpt = root_ + "/l3-ckpt";
   env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
@@ -86,25 +88,40 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Versi
   EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
             std::string::npos)
       << run.output;
-  EXPECT_NE(run.output.find("the steps after step 29 were not replayed: memory holds no step that "
-                            "old; the recovery goes back to L3 version 28"),
-            std::string::npos)
+  std::smatch chosen;
+  ASSERT_TRUE(
+      std::regex_search(run.output, chosen,
+                        std::regex("the steps after step 29 were not replayed: memory holds "
+                                   "no step that old; the recovery goes back to L3 "
+                                   "version ([0-9]+)")))
       << run.output;
-  EXPECT_NE(run.output.find("restored step 28 from the L3 checkpoint"), std::string::npos)
-      << run.output;
+  const std::string version = chosen[1];
+  EXPECT_EQ(std::stoi(version) % 4, 0) << version;
+  EXPECT_LE(std::stoi(version), 28);
+  // Every rank restored that very version.
+  const std::regex restored("restored step ([0-9]+) from the L3 checkpoint");
+  int ranks = 0;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), restored);
+       it != std::sregex_iterator(); ++it, ++ranks)
+    EXPECT_EQ((*it)[1].str(), version) << run.output;
+  EXPECT_EQ(ranks, 3) << run.output;
 }
 
 // The same with the replay every 2 steps: the newest state the replays vouch for is step 31's
-// (step 30 was replayed), which memory still holds.
+// (step 30 was replayed), which memory still holds: every rank resumes at step 31, never 32 (the
+// log names the ceiling when it changed the plan; step 32's replicas may not be whole yet anyway,
+// so without the ceiling this case fails only when they are: the L3 case above fails every time).
 TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedStepInMemory) {
   env_["RTFT_PROTECT_REPLAY_EVERY"] = "2";
   Run run = Start("late-l1", 3, 1, "1:train.grad_flip@32:flags", 0);
   env_.erase("RTFT_PROTECT_REPLAY_EVERY");
   ExpectIdentical(run, 3, "a faulty device found by the replay after a step that was not");
-  EXPECT_NE(run.output.find("the steps after step 31 were not replayed: the recovery goes back to "
-                            "step 31 in memory"),
-            std::string::npos)
-      << run.output;
+  const std::regex recovered("\\] recovered epoch=[0-9]+ step=([0-9]+) ");
+  int ranks = 0;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), recovered);
+       it != std::sregex_iterator(); ++it, ++ranks)
+    EXPECT_EQ((*it)[1].str(), "31") << run.output;
+  EXPECT_EQ(ranks, 3) << run.output;
 }
 
 // L3's manifests say which versions were replayed (docs/format.md, "Certification"): a version
