@@ -23,7 +23,7 @@ def cpp_fields(header, struct):
     text = strip_comments(header.read_text())
     m = re.search(r"^struct\s+%s\s*\{(.*?)^\};" % re.escape(struct), text, flags=re.S | re.M)
     if not m:
-        raise SystemExit(f"FAIL: struct {struct} not found in {', '.join(map(str, headers))}")
+        raise SystemExit(f"FAIL: struct {struct} not found in {header}")
     fields = []
     for decl in m.group(1).split(";"):
         decl = " ".join(decl.split())
@@ -46,7 +46,7 @@ def c_fields(headers, struct):
     text = strip_comments("\n".join(h.read_text() for h in headers))
     m = re.search(r"typedef\s+struct\s+%s\s*\{(.*?)\}" % re.escape(struct), text, flags=re.S)
     if not m:
-        raise SystemExit(f"FAIL: struct {struct} not found in {header}")
+        raise SystemExit(f"FAIL: struct {struct} not found in {', '.join(map(str, headers))}")
     fields = []
     for decl in m.group(1).split(";"):
         decl = " ".join(decl.split())
