@@ -158,13 +158,9 @@ TEST(Engine, RealReadOnlyFileSystem) {
 
 TEST(Engine, CommitWaitsForEveryRank) {
   TempDir dir;
-  CheckpointOptions o0 = SmallOptions(dir.path());
-  o0.world_size = 2;
-  o0.commit_timeout = std::chrono::milliseconds(300);
-  CheckpointOptions o1 = o0;
-  o1.rank = 1;
-  auto r0 = MakeEngine(o0);
-  auto r1 = MakeEngine(o1);
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.commit_timeout = std::chrono::milliseconds(300);
+  auto [r0, r1] = MakeTwoRanks(o);
   ASSERT_TRUE(r0 && r1);
   TrainState s;
   // Rank 1 saves version 1 only: version 1 commits, version 2 times out on rank 0.
@@ -185,13 +181,9 @@ TEST(Engine, CommitWaitsForEveryRank) {
 // (docs/format.md, "Certification"), read back by ListVersions.
 TEST(Engine, VersionMarksReachTheManifests) {
   TempDir dir;
-  CheckpointOptions o0 = SmallOptions(dir.path());
-  o0.world_size = 2;
-  o0.keep_versions = 0;  // all three stay
-  CheckpointOptions o1 = o0;
-  o1.rank = 1;
-  auto r0 = MakeEngine(o0);
-  auto r1 = MakeEngine(o1);
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.keep_versions = 0;  // all three stay
+  auto [r0, r1] = MakeTwoRanks(o);
   ASSERT_TRUE(r0 && r1);
   TrainState s;
   const VersionMarks agreed{true, true, false};

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_test_util.h"
@@ -42,6 +43,16 @@ inline std::unique_ptr<CheckpointEngine> MakeEngine(const CheckpointOptions& o) 
   auto e = CheckpointEngine::Create(o);
   EXPECT_TRUE(e.ok()) << e.status();
   return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Rank 0's and rank 1's engines of a world of two, with `o`'s other options.
+inline std::pair<std::unique_ptr<CheckpointEngine>, std::unique_ptr<CheckpointEngine>> MakeTwoRanks(
+    CheckpointOptions o) {
+  o.world_size = 2;
+  o.rank = 0;
+  CheckpointOptions o1 = o;
+  o1.rank = 1;
+  return {MakeEngine(o), MakeEngine(o1)};
 }
 
 // A training-like state: a large tensor split into chunks, many small tensors coalesced, a bf16
