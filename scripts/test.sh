@@ -8,7 +8,8 @@
 # Environment (besides those of scripts/common.sh):
 #   RTFT_TEST_LABELS          ctest -L regex: run only tests with a matching label (unit|mpi)
 #   RTFT_TEST_EXCLUDE_LABELS  ctest -LE regex: skip tests with a matching label (e.g. slow)
-#   RTFT_TEST_JOBS            tests run at once (default 2)
+#   RTFT_TEST_JOBS            tests run at once (default 3: most wait on processes, heartbeats
+#                             and timeouts; at 2 the two cores were 136 % busy)
 #   RTFT_SKIP_FORMAT=1        skip the clang-format check
 set -euo pipefail
 
@@ -34,7 +35,7 @@ fi
 export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
 
 ctest_args=(--test-dir "${RTFT_BUILD_DIR}" --output-on-failure --no-tests=error
-  -j "${RTFT_TEST_JOBS:-2}" --timeout 600)
+  -j "${RTFT_TEST_JOBS:-3}" --timeout 600)
 [[ -z "${RTFT_TEST_LABELS:-}" ]] || ctest_args+=(-L "${RTFT_TEST_LABELS}")
 [[ -z "${RTFT_TEST_EXCLUDE_LABELS:-}" ]] || ctest_args+=(-LE "${RTFT_TEST_EXCLUDE_LABELS}")
 rtft_log "ctest ${ctest_args[*]} $*"
