@@ -7,7 +7,6 @@
 // trainer's timestamped lines (docs/protect.md, "Measured").
 #include "bench/recovery/recovery_bench.h"
 #include <CLI/CLI.hpp>
-#include "sim/recovery_sim.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 
 #include "bench/common/bench_job.h"
 #include "bench/common/bench_util.h"
+#include "bench/recovery/recovery_sim_flags.h"
 #include "bench/recovery/recovery_timeline.h"
 
 namespace rtft::bench {
@@ -58,26 +58,9 @@ class RecoveryCommand final : public BenchCommand {
         ->capture_default_str();
     cmd->add_option("--pp", pp_, "pipeline-parallel degree of rtft-train")->capture_default_str();
     dev_.AddFlags(cmd, /*offload=*/false);
-    // --sim: the protocol at scale against one in-process coordinator (recovery_sim.h).
-    cmd->add_flag("--sim", sim_, "simulated agents against one in-process coordinator");
-    cmd->add_option("--agents", agents_, "--sim: agent counts, comma-separated")
-        ->capture_default_str();
-    cmd->add_option("--repeats", repeats_, "--sim: runs per agent count and case (the median)")
-        ->capture_default_str();
-    cmd->add_option("--cases", cases_,
-                    "--sim: one (a failure), two (a second 100 ms later), during (a second "
-                    "during the gather), comma-separated")
-        ->capture_default_str();
-    cmd->add_option("--sim-coordinator-cpus", sim_coordinator_cpus_,
-                    "--sim: the coordinator's threads on these CPUs (e.g. 0-1), the simulated "
-                    "agents on the others (default: both anywhere)");
-    cmd->add_option("--sim-gloo-rings", sim_gloo_rings_,
-                    "--sim: Gloo communicators of the next epoch meeting through ring pairs "
-                    "(the L2 replication's streams), after the training one's key (0 to 16)")
-        ->capture_default_str();
+    sim_.AddFlags(cmd);
   }
   int Run() override;
-  int RunSim();
 
  private:
   std::vector<std::string> Args(const std::string& ckpt, const std::string& fault) const;
@@ -94,12 +77,7 @@ class RecoveryCommand final : public BenchCommand {
   int heartbeat_ms_ = 100;
   int tp_ = 1, pp_ = 1;
   TrainDevice dev_;
-  bool sim_ = false;
-  std::string sim_coordinator_cpus_;
-  int sim_gloo_rings_ = 2;
-  std::string agents_ = "64,256,1024,4096";
-  std::string cases_ = "one,two,during";
-  int repeats_ = 3;
+  RecoverySimFlags sim_;
   double restart_s_ = -1;
   // The lost slot's figures: the coordinator's loss is held to them plus kTakeoverBudgetS.
   double slot_detect_s_ = -1, slot_resumed_s_ = -1;
@@ -296,56 +274,8 @@ void RecoveryCommand::Emit(const std::string& kind, const Figures& f, JsonLines*
   out->Emit(line);
 }
 
-int RecoveryCommand::RunSim() {
-  RecoverySimOptions o;
-  auto counts = ParseCountList(agents_);
-  if (!counts.ok() || repeats_ < 1 || heartbeat_timeout_ms_ < 200 || heartbeat_ms_ < 1 ||
-      heartbeat_ms_ >= heartbeat_timeout_ms_) {
-    Progress(
-        "recovery --sim: bad --agents or --repeats, or not 1 <= --heartbeat-ms < "
-        "--heartbeat-timeout-ms (>= 200)");
-    return kExitUsage;
-  }
-  for (uint64_t c : *counts) {
-    if (c < 8 || c > 16384) {
-      Progress("recovery --sim: agent counts must be in [8, 16384]");
-      return kExitUsage;
-    }
-  }
-  o.agents = *counts;
-  auto cases = ParseChoiceList(cases_, {"one", "two", "during"});
-  if (!cases.ok()) {
-    Progress("recovery --sim: --cases takes one, two and during");
-    return kExitUsage;
-  }
-  o.cases = *cases;
-  if (!sim_coordinator_cpus_.empty()) {
-    auto cpus = ParseCpuList(sim_coordinator_cpus_);
-    if (!cpus.ok()) {
-      Progress("recovery --sim: --sim-coordinator-cpus: " + cpus.status().ToString());
-      return kExitUsage;
-    }
-    o.coordinator_cpus = *cpus;
-  }
-  if (sim_gloo_rings_ < 0 || sim_gloo_rings_ > 16) {
-    Progress("recovery --sim: --sim-gloo-rings must be in [0, 16]");
-    return kExitUsage;
-  }
-  o.gloo_rings = sim_gloo_rings_;
-  o.repeats = repeats_;
-  o.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms_);
-  o.heartbeat_period = std::chrono::milliseconds(heartbeat_ms_);
-  JsonLines out;
-  Status s = RunRecoverySim(o, &out);
-  if (!s.ok()) {
-    Progress("recovery --sim: " + s.ToString());
-    return kExitFailed;
-  }
-  return kExitOk;
-}
-
 int RecoveryCommand::Run() {
-  if (sim_) return RunSim();
+  if (sim_.sim) return sim_.Run(heartbeat_timeout_ms_, heartbeat_ms_);
   if (step_ < 30 || l3_every_ < 1 || l3_every_ >= step_ || ranks_ < 3 || heartbeat_ms_ < 1 ||
       heartbeat_ms_ >= heartbeat_timeout_ms_) {
     Progress(
