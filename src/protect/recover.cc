@@ -67,6 +67,48 @@ void PlanWithin(const Parts& p, const std::vector<RankState>& all,
          "interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
 }
 
+// The shrink's decision, under a ceiling as PlanWithin: from the newest step at or before it that
+// memory holds, else from the newest complete L3 version at or before it (the decision then has
+// no plan, and Shrink restores that version), else from the newest state, said loudly.
+void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid& wanted,
+                  std::optional<uint64_t> ceiling, AgreedPlan* agreed) {
+  const auto decide = [&](const std::vector<RankState>& states) {
+    return DecideShrink(states, wanted.tensor, wanted.pipeline, p.held->layout.shared_hash);
+  };
+  const bool on_grid = wanted.tensor > 1 || wanted.pipeline > 1;
+  const auto step = [&](const ShrinkDecision& d) -> std::optional<uint64_t> {
+    if (on_grid ? !d.grid.ok : !d.plan.ok) return std::nullopt;
+    return on_grid ? d.grid.step : d.plan.step;
+  };
+  ShrinkDecision newest = decide(all);
+  if (!ceiling) {
+    agreed->shrink_decision = std::move(newest);
+    return;
+  }
+  const std::string why = "a replay found a device faulty and the steps after step " +
+                          std::to_string(*ceiling) + " were not replayed: ";
+  ShrinkDecision within = decide(Within(all, *ceiling));
+  if (const auto at = step(within)) {
+    if (step(newest) != at)
+      RTFT_LOG(kError, kLogRuntime) << why << "the shrink goes back to step " << *at
+                                    << " in memory, the newest the replays vouch for";
+    agreed->shrink_decision = std::move(within);
+    return;
+  }
+  if (const auto version = NewestL3Version(p, *ceiling)) {
+    RTFT_LOG(kError, kLogRuntime) << why << "memory holds no step that old; the shrink goes back "
+                                  << "to L3 version " << *version;
+    agreed->shrink_decision = std::move(within);
+    agreed->l3_version = *version;
+    return;
+  }
+  RTFT_LOG(kError, kLogRuntime)
+      << why << "neither memory nor L3 holds a step that old, so the shrink goes on from the "
+      << "newest state, which the faulty device's gradients may have changed (set the L3 "
+         "interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
+  agreed->shrink_decision = std::move(newest);
+}
+
 }  // namespace
 
 // The rollback agreement as one gather (docs/protect.md, "Recovery"): every rank sends its
@@ -92,15 +134,9 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
   AgreedPlan agreed;
   for (const RankState& r : all)
     agreed.shrink = agreed.shrink || (r.was_world > 0 && r.was_world != world);
-  if (agreed.shrink && Ceiling(all))
-    RTFT_LOG(kError, kLogRuntime)
-        << "a replay found a device faulty, but a shrink restores the newest state: the steps "
-           "since the newest the replays vouch for (step "
-        << *Ceiling(all) << ") are not run again";
   Status grid_error;
   if (agreed.shrink) {
-    agreed.shrink_decision =
-        DecideShrink(all, wanted.tensor, wanted.pipeline, p_.held->layout.shared_hash);
+    ShrinkWithin(p_, all, wanted, Ceiling(all), &agreed);
   } else {
     auto grid = GridMap::Make(wanted, world);
     if (grid.ok()) {
@@ -136,8 +172,9 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   // Every rank takes the same path, decided by the leader from what all published.
   if (agreed_.shrink) {
     // The leader decided the shrink from every rank's state; it came with the agreement.
-    Recovered shrunk = Shrink(p_, std::move(epoch_), std::move(info_))
-                           .Run(epoch, agreed_.shrink_decision, now.world_size, t0);
+    Recovered shrunk =
+        Shrink(p_, std::move(epoch_), std::move(info_))
+            .Run(epoch, agreed_.shrink_decision, now.world_size, t0, agreed_.l3_version);
     epoch_ = std::move(shrunk.epoch);
     info_ = std::move(shrunk.info);
     in_memory_ = shrunk.in_memory;

@@ -58,7 +58,10 @@ class Shrink {
       : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)) {}
 
   // Into `epoch` of `world` ranks as the agreement's leader decided; `t0`: when the recovery began.
-  Recovered Run(uint64_t epoch, const ShrinkDecision& decision, int world, Clock::time_point t0);
+  // `l3_version`: where the decision has no plan, the L3 version to restore (the agreement's,
+  // under a ceiling); none: the newest.
+  Recovered Run(uint64_t epoch, const ShrinkDecision& decision, int world, Clock::time_point t0,
+                std::optional<uint64_t> l3_version = std::nullopt);
 
  private:
   // The application's state described again for this rank's new place.
@@ -67,7 +70,8 @@ class Shrink {
     std::shared_ptr<StateProvider> state;
   };
 
-  StatusOr<uint64_t> Into(uint64_t epoch, const ShrinkDecision& decision, int world);
+  StatusOr<uint64_t> Into(uint64_t epoch, const ShrinkDecision& decision, int world,
+                          std::optional<uint64_t> l3_version);
   // Whether the job's new world can hold the grid: whole replicas of the default order.
   Status CanShrinkGrid(int world) const;
   StatusOr<uint64_t> FromMemory(uint64_t epoch, Resized resized);

@@ -47,13 +47,14 @@ Status Shrink::CanShrinkGrid(int world) const {
 // data-parallel group's part, in positions of its ring (docs/protect.md, "3D layouts"). The
 // decision is the agreement leader's (DecideShrink), the same on every rank.
 Recovered Shrink::Run(uint64_t epoch, const ShrinkDecision& decision, int world,
-                      Clock::time_point t0) {
+                      Clock::time_point t0, std::optional<uint64_t> l3_version) {
   t0_ = t0;
-  StatusOr<uint64_t> step = Into(epoch, decision, world);
+  StatusOr<uint64_t> step = Into(epoch, decision, world, l3_version);
   return Recovered{std::move(epoch_), std::move(info_), std::move(step), in_memory_};
 }
 
-StatusOr<uint64_t> Shrink::Into(uint64_t epoch, const ShrinkDecision& decision, int world) {
+StatusOr<uint64_t> Shrink::Into(uint64_t epoch, const ShrinkDecision& decision, int world,
+                                std::optional<uint64_t> l3_version) {
   const Grid& wanted = p_.settings->options.grid;
   const bool on_grid = wanted.tensor > 1 || wanted.pipeline > 1;
   if (on_grid) RTFT_RETURN_IF_ERROR(CanShrinkGrid(world));
@@ -78,12 +79,14 @@ StatusOr<uint64_t> Shrink::Into(uint64_t epoch, const ShrinkDecision& decision, 
   RTFT_ASSIGN_OR_RETURN(Resized resized, Resize(NewPlace(world, epoch_.train->rank())));
   if (plan_.ok) return FromMemory(epoch, std::move(resized));
   RTFT_LOG(kError, kLogRuntime) << "shrink into epoch " << epoch << ": " << plan_.why
-                                << "; falling back to the newest L3 checkpoint";
+                                << "; falling back to "
+                                << (l3_version ? "L3 version " + std::to_string(*l3_version)
+                                               : std::string("the newest L3 checkpoint"));
   if (!p_.l3->enabled())
     return Status::DataLoss("the job shrank and " + plan_.why +
                             "; there is no L3 checkpoint directory to fall back to");
   RTFT_RETURN_IF_ERROR(Relayout(std::move(resized)));
-  return RestoreL3(p_, &epoch_, epoch, &info_);
+  return RestoreL3(p_, &epoch_, epoch, &info_, l3_version);
 }
 
 StatusOr<uint64_t> Shrink::FromMemory(uint64_t epoch, Resized resized) {

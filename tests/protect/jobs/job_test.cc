@@ -21,39 +21,6 @@ const std::vector<std::string> kTrain = {"--steps", "16", "--hidden",    "192",
 class ProtectJobTest : public TrainJobTest {
  protected:
   ProtectJobTest() : TrainJobTest(kTrain, 500) {}
-
-  // A run that shrank from 4 ranks to 3 (with L1 and L2) ends with the digest of a run of four
-  // ranks told to shrink at the step recovery rolled back to: four ranks to that step (its L3
-  // version), then three from there.
-  void ExpectShrunkLikeARunToldToShrink(const Run& run, const std::string& name,
-                                        const std::vector<std::string>& extra = {}) {
-    EXPECT_EQ(run.exit_code, 0) << run.output;
-    ASSERT_EQ(run.digests.size(), 3u) << run.output;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(
-        run.output, m, std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 source=l1 )")))
-        << run.output;
-    const std::string step = m[1];
-    ASSERT_GT(std::stoi(step), 0) << run.output;
-    const std::string ckpt = root_ + "/" + name + "-reference";
-    std::vector<std::string> first = {
-        "--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt};
-    first.insert(first.end(), extra.begin(), extra.end());
-    Run before = Start(name + "-ref-4", 4, 0, "", 0, first);
-    EXPECT_EQ(before.exit_code, 0) << before.output;
-    std::vector<std::string> second = {"--ckpt-dir", ckpt};
-    second.insert(second.end(), extra.begin(), extra.end());
-    Run after = Start(name + "-ref-3", 3, 0, "", 0, second);
-    EXPECT_EQ(after.exit_code, 0) << after.output;
-    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
-              std::string::npos)
-        << after.output;
-    ASSERT_EQ(after.digests.size(), 3u) << after.output;
-    const std::string want = after.digests.begin()->second;
-    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
-    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
-    EXPECT_NE(want, Reference(4, extra));
-  }
 };
 
 TEST_F(ProtectJobTest, ACrashedApplicationRestartsFromItsOwnSnapshotAtEveryPhase) {

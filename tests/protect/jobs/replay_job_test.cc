@@ -124,6 +124,52 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedStepInM
   EXPECT_EQ(ranks, 3) << run.output;
 }
 
+// The same with no spare (--on-spares-exhausted shrink): the shrink goes back as a recovery does,
+// to step 31, and the three ranks left end with the digest of a run of four ranks told to shrink
+// at that step. Without the ceiling the shrink would go on from step 32, or from the newest state
+// whose replicas are whole.
+TEST_F(ReplayJobTest, AShrinkAfterAFaultyDeviceGoesBackToAReplayedStep) {
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "2";
+  Run run = Start("late-shrink", 4, 0, "1:train.grad_flip@32:flags", 0, {},
+                  {"--on-spares-exhausted", "shrink"});
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
+            std::string::npos)
+      << run.output;
+  const std::regex recovered("\\] recovered epoch=[0-9]+ step=([0-9]+) world=3 ");
+  int ranks = 0;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), recovered);
+       it != std::sregex_iterator(); ++it, ++ranks)
+    EXPECT_EQ((*it)[1].str(), "31") << run.output;
+  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectShrunkLikeARunToldToShrink(run, "late-shrink");
+}
+
+// And where memory no longer holds that step (the replay every 4 steps, L3 every 4): the three
+// ranks restore the newest complete L3 version at or before step 29 that the leader found, into
+// the smaller world. Without the ceiling the shrink would go on from step 32 or 33 in memory.
+TEST_F(ReplayJobTest, AShrinkAfterAFaultyDeviceGoesBackToAReplayedL3Version) {
+  const std::string ckpt = root_ + "/shrink-l3-ckpt";
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
+  Run run = Start("late-shrink-l3", 4, 0, "1:train.grad_flip@31:flags", 0,
+                  {"--l3-every", "4", "--ckpt-dir", ckpt}, {"--on-spares-exhausted", "shrink"});
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  std::smatch chosen;
+  ASSERT_TRUE(std::regex_search(
+      run.output, chosen,
+      std::regex("the steps after step 29 were not replayed: memory holds no step that old; "
+                 "the shrink goes back to L3 version ([0-9]+)")))
+      << run.output;
+  EXPECT_LE(std::stoi(chosen[1].str()), 28);
+  const std::regex restored("restored step ([0-9]+) from the L3 checkpoint");
+  int ranks = 0;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), restored);
+       it != std::sregex_iterator(); ++it, ++ranks)
+    EXPECT_EQ((*it)[1].str(), chosen[1].str()) << run.output;
+  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectShrunkLikeARunToldToShrink(run, "late-shrink-l3", {}, "l3");
+}
+
 // L3's manifests say which versions were replayed (docs/format.md, "Certification"): a version
 // whose own step (the compute run from it) was replayed by a peer and agreed; with the replay every
 // 4 steps and a version every 2, every other version. `rtft-ckpt ls` and `verify` show it.

@@ -165,6 +165,41 @@ class TrainJobTest : public ::testing::Test {
     EXPECT_GE(run.recoveries, active - 1) << what << ": no recovery happened\n" << run.output;
   }
 
+  // A run that shrank from 4 ranks to 3 (from memory, L1 and L2; `source` "l3": from an L3
+  // version) ends with the digest of a run of four ranks told to shrink at the step recovery
+  // rolled back to: four ranks to that step (its L3 version), then three from there.
+  void ExpectShrunkLikeARunToldToShrink(const Run& run, const std::string& name,
+                                        const std::vector<std::string>& extra = {},
+                                        const std::string& source = "l1") {
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    ASSERT_EQ(run.digests.size(), 3u) << run.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        run.output, m,
+        std::regex(R"(recovered epoch=\d+ step=(\d+) world=3 source=)" + source + " ")))
+        << run.output;
+    const std::string step = m[1];
+    ASSERT_GT(std::stoi(step), 0) << run.output;
+    const std::string ckpt = root_ + "/" + name + "-reference";
+    std::vector<std::string> first = {
+        "--steps", std::to_string(std::stoi(step) + 1), "--l3-every", step, "--ckpt-dir", ckpt};
+    first.insert(first.end(), extra.begin(), extra.end());
+    Run before = Start(name + "-ref-4", 4, 0, "", 0, first);
+    EXPECT_EQ(before.exit_code, 0) << before.output;
+    std::vector<std::string> second = {"--ckpt-dir", ckpt};
+    second.insert(second.end(), extra.begin(), extra.end());
+    Run after = Start(name + "-ref-3", 3, 0, "", 0, second);
+    EXPECT_EQ(after.exit_code, 0) << after.output;
+    EXPECT_NE(after.output.find("restored step " + step + " from the L3 checkpoint"),
+              std::string::npos)
+        << after.output;
+    ASSERT_EQ(after.digests.size(), 3u) << after.output;
+    const std::string want = after.digests.begin()->second;
+    for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << "rank " << rank;
+    // Not the digest of the four-rank run: the shrink changed the result as a shrink should.
+    EXPECT_NE(want, Reference(4, extra));
+  }
+
   std::vector<std::string> train_;
   int heartbeat_timeout_ms_;
   std::map<std::string, std::string> env_;  // added to every job's environment from now on
