@@ -180,11 +180,21 @@ void BindCheckpoint(py::module_& m) {
       .def_property_readonly("dir", [](PyEngine& e) { return e.options().dir; })
       .def_property_readonly("rank", [](PyEngine& e) { return e.options().rank; })
       .def_property_readonly("world_size", [](PyEngine& e) { return e.options().world_size; });
+  py::class_<VersionMarks>(m, "VersionMarks")
+      .def_readonly("checked", &VersionMarks::checked)
+      .def_readonly("agreed", &VersionMarks::agreed)
+      .def_readonly("replayed", &VersionMarks::replayed)
+      .def("__repr__", [](const VersionMarks& k) {
+        const auto b = [](bool v) { return v ? std::string("True") : std::string("False"); };
+        return "VersionMarks(checked=" + b(k.checked) + ", agreed=" + b(k.agreed) +
+               ", replayed=" + b(k.replayed) + ")";
+      });
   py::class_<VersionInfo>(m, "VersionInfo")
       .def_readonly("version", &VersionInfo::version)
       .def_readonly("world_size", &VersionInfo::world_size)
       .def_readonly("complete", &VersionInfo::complete)
       .def_readonly("path", &VersionInfo::path)
+      .def_readonly("marks", &VersionInfo::marks)
       .def("__repr__", [](const VersionInfo& v) {
         return "VersionInfo(version=" + std::to_string(v.version) +
                ", world_size=" + std::to_string(v.world_size) +

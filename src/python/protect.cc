@@ -217,6 +217,10 @@ void BindProtect(py::module_& m) {
       .def_readonly("world_size", &RecoveryInfo::world_size)
       .def_readonly("ranks_fed", &RecoveryInfo::ranks_fed)
       .def_readonly("bytes_moved", &RecoveryInfo::bytes_moved)
+      .def_readonly("wait_event_s", &RecoveryInfo::wait_event_s)
+      .def_readonly("agree_s", &RecoveryInfo::agree_s)
+      .def_readonly("rebuild_s", &RecoveryInfo::rebuild_s)
+      .def_readonly("transfer_s", &RecoveryInfo::transfer_s)
       .def_readonly("total_s", &RecoveryInfo::total_s)
       .def_readonly("final_checkpoint", &RecoveryInfo::final_checkpoint);
   py::enum_<RunOutcome>(m, "RunOutcome")

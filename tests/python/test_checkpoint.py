@@ -72,6 +72,11 @@ class CheckpointTest(unittest.TestCase):
             engine.wait_persisted(version)
         self.assertEqual(rtft.latest_version(self.dir), 5)
         self.assertEqual([v.version for v in rtft.list_versions(self.dir)], [1, 3, 5])
+        # A version an engine wrote outside a Protector carries no certification marks.
+        for v in rtft.list_versions(self.dir):
+            self.assertIsInstance(v.marks, rtft.VersionMarks)
+            self.assertEqual((v.marks.checked, v.marks.agreed, v.marks.replayed),
+                             (False, False, False))
         rtft.verify_version(self.dir, 3)
 
         for version in (3, 5):  # an older version, then LATEST

@@ -22,8 +22,8 @@ from rtft import _core
 from rtft._core import (  # noqa: F401 (re-exported)
     CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore,
     RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
-    StepContext, VersionInfo, fault_flag, fault_point, latest_version, list_versions,
-    split_evenly, verify_version)
+    StepContext, VersionInfo, VersionMarks, fault_flag, fault_point, latest_version,
+    list_versions, split_evenly, verify_version)
 from rtft.errors import (  # noqa: F401 (re-exported: the exception classes)
     AbortedError, AlreadyExistsError, DataLossError, DeadlineExceededError, DeviceLostError, Error,
     FailedPreconditionError, InternalError, InvalidArgumentError, IoError, NotFoundError,
@@ -68,6 +68,7 @@ __all__ = [
     "CheckpointEngine", "Communicator", "Error", "FailureEvent", "Grid", "GridPlace",
     "LocalCommStore", "Protector", "RecoveryInfo", "RunOutcome", "RunResult", "Runtime",
     "RuntimeInfo", "RuntimeRole", "Shard", "State", "StatusCode", "StepContext", "VersionInfo",
+    "VersionMarks",
     "error_class", "fault_flag", "fault_point", "init_optimizer_state", "latest_version",
     "list_versions", "restore", "split_evenly", "verify_version",
     # the exception classes (rtft/errors.py)

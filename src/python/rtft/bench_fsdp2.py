@@ -259,10 +259,15 @@ def _recovery_figure(args, config):
     if not after:
         raise _JobError("rank 0 reported no step after the recovery", out)
     first = after[0]
+    # The one recovery is the kill's: rank 0 stays itself, and the replacement is rank 1.
+    if first["step"] > args.fail_at or first.get("marks") or not first["recovery"]:
+        raise _JobError(f"rank 0's first step after a recovery (step {first['step']}) is not "
+                        f"the recovery from the kill in step {args.fail_at}", out)
     resumed = first["t"] - killed
     # Where the time went: rank 0's recovery phases, and the replacement's start (each phase
     # from the kill: its activation, CUDA context, process group and mesh, fully_shard, protect).
-    spare = [r for r in _records(out) if r.get("recovered") and r.get("marks")]
+    spare = [r for r in _records(out) if r.get("recovered") and r.get("marks")
+             and r.get("rank") == 1]
     breakdown = {"rank0_" + k: v for k, v in first["recovery"].items()}
     if spare:
         breakdown.update({"spare_" + k + "_s": t - killed for k, t in spare[0]["marks"].items()})
@@ -320,7 +325,7 @@ def _worker(config):
         import rtft.torch
         runtime = rtft.Runtime()  # a spare waits here
         rank, world = runtime.current().rank, runtime.current().world_size
-        if runtime.current().epoch > 0:  # a spare activated in place of a lost rank
+        if runtime.current().role == rtft.RuntimeRole.SPARE_ACTIVATED:  # in a lost rank's place
             marks["activated"] = time.time()
     else:  # the relaunch's jobs: torch's own Gloo group, no rt-ft
         rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
