@@ -233,7 +233,8 @@ TEST_F(PythonExampleTest, DdpEndsLikeARunWithoutTheFailures) {
   ExpectLikeTheReference(crash, ref);
   // Killed inside one of DDP's all-reduces: the others' Work completes aborted, their step
   // raises AbortedError when compute returns, and every rank runs it again.
-  const Run in_collective = StartScript("ddp-collective", args, "1/comm.gloo.ring_segment@40:kill");
+  const Run in_collective =
+      StartScript("ddp-collective", args, "1/comm.gloo.watched_segment@40:kill");
   ExpectLikeTheReference(in_collective, ref);
 }
 
@@ -256,7 +257,7 @@ class PythonFsdp2ExampleTest : public PythonExampleTest {
     ExpectShardsLikeTheReference(crash, ref, ranks);
     // Killed inside one of FSDP2's all-gathers or reduce-scatters.
     const Run in_collective =
-        StartScript("fsdp-collective", args, "1/comm.gloo.ring_segment@40:kill", false, slots);
+        StartScript("fsdp-collective", args, "1/comm.gloo.watched_segment@40:kill", false, slots);
     ExpectShardsLikeTheReference(in_collective, ref, ranks);
   }
 };

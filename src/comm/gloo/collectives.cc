@@ -103,6 +103,10 @@ Status RunRing(Call& call, const Ring& ring) {
         RTFT_RETURN_IF_ERROR(call.WaitSent(before[std::min(j, before.size() - 1)]));
       }
       FaultPoint("comm.gloo.ring_segment");
+      // The same counted on watched communicators only (the application's collectives, not
+      // rt-ft's own on other threads), so that `@k` lands in the same call however the threads
+      // interleave (docs/testing.md).
+      if (call.comm()->watched()) FaultPoint("comm.gloo.watched_segment");
       RTFT_RETURN_IF_ERROR(rx.Next());
       if (s < ring.reduce_steps) {
         const char* got = staging.get() + (m % window) * seg;

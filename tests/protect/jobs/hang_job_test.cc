@@ -45,7 +45,10 @@ class HangJobTest : public TrainJobTest {
 };
 
 TEST_F(HangJobTest, ARankBlockedInsideACollectiveIsRestarted) {
-  Run run = Start("in-collective", 3, 1, "1:comm.gloo.ring_segment@1500:hang", 0);
+  // A watched segment: the plain ring_segment counts the replicator's cross-check too, on its
+  // own thread, and its 1500th landed there (the training thread then waited in its update) once
+  // the machine was busier.
+  Run run = Start("in-collective", 3, 1, "1:comm.gloo.watched_segment@1200:hang", 0);
   ExpectRestartedForAHang(run, 1, 1, "waiting on no peer");
 }
 
