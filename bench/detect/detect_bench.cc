@@ -48,6 +48,17 @@ class DetectJob {
         if (Num(l, "rank") == rank) last = std::max(last, Num(l, "step"));
     return last;
   }
+  // Whether `rank`'s restarted process runs: it logged where it resumed and a step past it. Not
+  // whether it caught up with the others: they step on while it restarts, and it resumes from
+  // its predecessor's last step at the same pace (a gap of the restart's time).
+  bool Resumed(int rank) const {
+    long long from = -1;
+    for (int s = 0; s < slots_; ++s)
+      for (const Fields& l : Lines(job_.dir(), s, "resume"))
+        if (Num(l, "rank") == rank) from = std::max(from, Num(l, "step"));
+    // Its predecessor may have logged one step past the one it published before it was killed.
+    return from >= 0 && LastStep(rank) >= from + 2;
+  }
   // When slot 0's application received the event of `epoch` (realtime us), or -1.
   long long EventAt(long epoch) const {
     for (const Fields& l : Lines(job_.dir(), 0, "event"))
@@ -96,8 +107,8 @@ Status RunOne(const DetectRealOptions& o, int slots, JsonLines* out) {
     out->Emit(line);
     // Slot loss: the agent and the application of rank 2 (or 0's neighbour in a 2-rank job).
     const int victim = actives > 2 ? 2 : 1;
-    if (!WaitUntil([&] { return job.LastStep(1) >= job.LastStep(0) - 1; }, milliseconds(20000)))
-      return Status::DeadlineExceeded("rank 1 did not resume after its restart");
+    if (!WaitUntil([&] { return job.Resumed(1); }, milliseconds(60000)))
+      return Status::DeadlineExceeded("rank 1 did not resume after its restart (see " + dir + ")");
     if (!job.Find(victim, &app, &agent)) return Status::Internal("victim rank not found");
     auto lost = Measure(job, {agent, app}, 3, milliseconds(10 * o.heartbeat_timeout_ms + 10000));
     RTFT_RETURN_IF_ERROR(lost.status());

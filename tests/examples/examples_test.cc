@@ -69,7 +69,10 @@ class ExamplesTest : public ::testing::Test {
     std::filesystem::create_directories(dir);
     JobSpec spec;
     spec.slots = slots;
-    spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "500"};
+    // 1 s: a Python rank's start (torch's import, the spare's activation) beside other tests on
+    // CI's two cores once starved a dp-launch past 500 ms, and the run without a failure lost a
+    // slot it had not lost.
+    spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "1000"};
     spec.app = app;
     spec.env = env;
     const SlotLossRun job = RunLosingSlotOne(dir, spec, fault, lose);
