@@ -259,8 +259,9 @@ def _recovery_figure(args, config):
     if not after:
         raise _JobError("rank 0 reported no step after the recovery", out)
     first = after[0]
-    # The one recovery is the kill's: rank 0 stays itself, and the replacement is rank 1.
-    if first["step"] > args.fail_at or first.get("marks") or not first["recovery"]:
+    # The one recovery is the kill's: rank 0 stays itself, and the replacement is rank 1; the
+    # step it resumes at is the failed one, or the one after where rank 0 had passed it.
+    if first["step"] > args.fail_at + 1 or first.get("marks") or not first["recovery"]:
         raise _JobError(f"rank 0's first step after a recovery (step {first['step']}) is not "
                         f"the recovery from the kill in step {args.fail_at}", out)
     resumed = first["t"] - killed
