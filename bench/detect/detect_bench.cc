@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 namespace rtft::bench {
 namespace {
@@ -48,16 +49,18 @@ class DetectJob {
         if (Num(l, "rank") == rank) last = std::max(last, Num(l, "step"));
     return last;
   }
-  // Whether `rank`'s restarted process runs: it logged where it resumed and a step past it. Not
-  // whether it caught up with the others: they step on while it restarts, and it resumes from
-  // its predecessor's last step at the same pace (a gap of the restart's time).
+  // Whether `rank`'s restarted process runs: a step line of the process that logged its resume
+  // (each line names its process: id=). Not whether it caught up with the others: they step on
+  // while it restarts, and it resumes from its predecessor's last step at the same pace.
   bool Resumed(int rank) const {
-    long long from = -1;
+    std::set<long long> resumed;
     for (int s = 0; s < slots_; ++s)
       for (const Fields& l : Lines(job_.dir(), s, "resume"))
-        if (Num(l, "rank") == rank) from = std::max(from, Num(l, "step"));
-    // Its predecessor may have logged one step past the one it published before it was killed.
-    return from >= 0 && LastStep(rank) >= from + 2;
+        if (Num(l, "rank") == rank) resumed.insert(Num(l, "id"));
+    for (int s = 0; s < slots_; ++s)
+      for (const Fields& l : Lines(job_.dir(), s, "step"))
+        if (Num(l, "rank") == rank && resumed.count(Num(l, "id")) > 0) return true;
+    return false;
   }
   // When slot 0's application received the event of `epoch` (realtime us), or -1.
   long long EventAt(long epoch) const {
