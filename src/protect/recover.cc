@@ -38,38 +38,55 @@ std::vector<RankState> Within(std::vector<RankState> all, uint64_t ceiling) {
   return all;
 }
 
-// The plan under a ceiling (docs/protect.md, "Replay"): the newest step at or before it that
-// memory holds, else the newest L3 version at or before it; with neither, the plan without it
-// (the job goes on from state the faulty device may have touched, and the log says so).
-void PlanWithin(const Parts& p, const std::vector<RankState>& all,
-                const std::vector<std::vector<int>>& groups, uint64_t ceiling, AgreedPlan* agreed) {
+// Where a rollback under `ceiling` goes (docs/protect.md, "Replay"), for the recovery and the
+// shrink alike: `newest` and `within` are the steps memory can restore without the ceiling and
+// within it (none: it cannot). kWithin: the step within it; kL3: memory holds none that old, the
+// newest complete L3 version at or before it (`l3_version`); kNewest: neither, so the job goes on
+// from state the faulty device may have touched. The choice is logged.
+struct Bounded {
+  enum Take { kWithin, kL3, kNewest } take = kNewest;
+  std::optional<uint64_t> l3_version;
+  std::string why;  // with kL3
+};
+Bounded ChooseWithin(const Parts& p, const char* what, uint64_t ceiling,
+                     std::optional<uint64_t> newest, std::optional<uint64_t> within) {
   const std::string why = "a replay found a device faulty and the steps after step " +
                           std::to_string(ceiling) + " were not replayed: ";
-  RecoveryPlan within = PlanRecovery(Within(all, ceiling), groups);
-  if (within.ok) {
-    if (!agreed->plan.ok || within.step < agreed->plan.step)
-      RTFT_LOG(kError, kLogRuntime) << why << "the recovery goes back to step " << within.step
+  if (within) {
+    if (newest != within)
+      RTFT_LOG(kError, kLogRuntime) << why << "the " << what << " goes back to step " << *within
                                     << " in memory, the newest the replays vouch for";
-    agreed->plan = std::move(within);
-    return;
+    return {Bounded::kWithin, std::nullopt, ""};
   }
   if (const auto version = NewestL3Version(p, ceiling)) {
-    RTFT_LOG(kError, kLogRuntime) << why << "memory holds no step that old; the recovery goes "
-                                  << "back to L3 version " << *version;
-    within.why = why + "memory holds no step that old";
-    agreed->plan = std::move(within);
-    agreed->l3_version = *version;
-    return;
+    RTFT_LOG(kError, kLogRuntime) << why << "memory holds no step that old; the " << what
+                                  << " goes back to L3 version " << *version;
+    return {Bounded::kL3, version, why + "memory holds no step that old"};
   }
   RTFT_LOG(kError, kLogRuntime)
-      << why << "neither memory nor L3 holds a step that old, so the recovery goes on from the "
-      << "newest state, which the faulty device's gradients may have changed (set the L3 "
-         "interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
+      << why << "neither memory nor L3 holds a step that old, so the " << what
+      << " goes on from the newest state, which the faulty device's gradients may have changed "
+         "(set the L3 interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
+  return {};
 }
 
-// The shrink's decision, under a ceiling as PlanWithin: from the newest step at or before it that
-// memory holds, else from the newest complete L3 version at or before it (the decision then has
-// no plan, and Shrink restores that version), else from the newest state, said loudly.
+std::optional<uint64_t> StepOf(const RecoveryPlan& plan) {
+  return plan.ok ? std::optional<uint64_t>(plan.step) : std::nullopt;
+}
+
+// The recovery's plan under a ceiling (ChooseWithin).
+void PlanWithin(const Parts& p, const std::vector<RankState>& all,
+                const std::vector<std::vector<int>>& groups, uint64_t ceiling, AgreedPlan* agreed) {
+  RecoveryPlan within = PlanRecovery(Within(all, ceiling), groups);
+  Bounded b = ChooseWithin(p, "recovery", ceiling, StepOf(agreed->plan), StepOf(within));
+  if (b.take == Bounded::kNewest) return;
+  if (b.take == Bounded::kL3) within.why = std::move(b.why);
+  agreed->plan = std::move(within);
+  agreed->l3_version = b.l3_version;
+}
+
+// The shrink's decision, under a ceiling as the recovery's plan (ChooseWithin); with kL3 the
+// decision has no plan, and Shrink restores the agreement's L3 version.
 void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid& wanted,
                   std::optional<uint64_t> ceiling, AgreedPlan* agreed) {
   const auto decide = [&](const std::vector<RankState>& states) {
@@ -85,28 +102,10 @@ void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid&
     agreed->shrink_decision = std::move(newest);
     return;
   }
-  const std::string why = "a replay found a device faulty and the steps after step " +
-                          std::to_string(*ceiling) + " were not replayed: ";
   ShrinkDecision within = decide(Within(all, *ceiling));
-  if (const auto at = step(within)) {
-    if (step(newest) != at)
-      RTFT_LOG(kError, kLogRuntime) << why << "the shrink goes back to step " << *at
-                                    << " in memory, the newest the replays vouch for";
-    agreed->shrink_decision = std::move(within);
-    return;
-  }
-  if (const auto version = NewestL3Version(p, *ceiling)) {
-    RTFT_LOG(kError, kLogRuntime) << why << "memory holds no step that old; the shrink goes back "
-                                  << "to L3 version " << *version;
-    agreed->shrink_decision = std::move(within);
-    agreed->l3_version = *version;
-    return;
-  }
-  RTFT_LOG(kError, kLogRuntime)
-      << why << "neither memory nor L3 holds a step that old, so the shrink goes on from the "
-      << "newest state, which the faulty device's gradients may have changed (set the L3 "
-         "interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
-  agreed->shrink_decision = std::move(newest);
+  const Bounded b = ChooseWithin(p, "shrink", *ceiling, step(newest), step(within));
+  agreed->shrink_decision = std::move(b.take == Bounded::kNewest ? newest : within);
+  agreed->l3_version = b.l3_version;
 }
 
 }  // namespace
