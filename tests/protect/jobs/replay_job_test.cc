@@ -21,6 +21,18 @@ class ReplayJobTest : public TrainJobTest {
  protected:
   ReplayJobTest() : TrainJobTest(kTrain, 1000) {}
 
+  // `pattern` (its first group a step) matches the output `ranks` times, each time with `step`.
+  static void ExpectEachRank(const Run& run, int ranks, const std::string& pattern,
+                             const std::string& step) {
+    const std::regex line(pattern);
+    int seen = 0;
+    for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), line);
+         it != std::sregex_iterator(); ++it, ++seen)
+      EXPECT_EQ((*it)[1].str(), step) << run.output;
+    EXPECT_EQ(seen, ranks) << run.output;
+  }
+  static constexpr const char* kRestoredFromL3 = "restored step ([0-9]+) from the L3 checkpoint";
+
   // Every rank ended with the reference's digest, with no recovery.
   void ExpectSameWithoutRecovery(const Run& run) {
     const std::string& want = Reference(3);
@@ -99,12 +111,7 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Versi
   EXPECT_EQ(std::stoi(version) % 4, 0) << version;
   EXPECT_LE(std::stoi(version), 28);
   // Every rank restored that very version.
-  const std::regex restored("restored step ([0-9]+) from the L3 checkpoint");
-  int ranks = 0;
-  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), restored);
-       it != std::sregex_iterator(); ++it, ++ranks)
-    EXPECT_EQ((*it)[1].str(), version) << run.output;
-  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectEachRank(run, 3, kRestoredFromL3, version);
 }
 
 // The same with the replay every 2 steps: the newest state the replays vouch for is step 31's
@@ -116,12 +123,7 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedStepInM
   Run run = Start("late-l1", 3, 1, "1:train.grad_flip@32:flags", 0);
   env_.erase("RTFT_PROTECT_REPLAY_EVERY");
   ExpectIdentical(run, 3, "a faulty device found by the replay after a step that was not");
-  const std::regex recovered("\\] recovered epoch=[0-9]+ step=([0-9]+) ");
-  int ranks = 0;
-  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), recovered);
-       it != std::sregex_iterator(); ++it, ++ranks)
-    EXPECT_EQ((*it)[1].str(), "31") << run.output;
-  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectEachRank(run, 3, "\\] recovered epoch=[0-9]+ step=([0-9]+) ", "31");
 }
 
 // The same with no spare (--on-spares-exhausted shrink): the shrink goes back as a recovery does,
@@ -136,12 +138,7 @@ TEST_F(ReplayJobTest, AShrinkAfterAFaultyDeviceGoesBackToAReplayedStep) {
   EXPECT_NE(run.output.find("its second run disagrees too: its device is taken for faulty"),
             std::string::npos)
       << run.output;
-  const std::regex recovered("\\] recovered epoch=[0-9]+ step=([0-9]+) world=3 ");
-  int ranks = 0;
-  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), recovered);
-       it != std::sregex_iterator(); ++it, ++ranks)
-    EXPECT_EQ((*it)[1].str(), "31") << run.output;
-  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectEachRank(run, 3, "\\] recovered epoch=[0-9]+ step=([0-9]+) world=3 ", "31");
   ExpectShrunkLikeARunToldToShrink(run, "late-shrink");
 }
 
@@ -161,12 +158,7 @@ TEST_F(ReplayJobTest, AShrinkAfterAFaultyDeviceGoesBackToAReplayedL3Version) {
                  "the shrink goes back to L3 version ([0-9]+)")))
       << run.output;
   EXPECT_LE(std::stoi(chosen[1].str()), 28);
-  const std::regex restored("restored step ([0-9]+) from the L3 checkpoint");
-  int ranks = 0;
-  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), restored);
-       it != std::sregex_iterator(); ++it, ++ranks)
-    EXPECT_EQ((*it)[1].str(), chosen[1].str()) << run.output;
-  EXPECT_EQ(ranks, 3) << run.output;
+  ExpectEachRank(run, 3, kRestoredFromL3, chosen[1].str());
   ExpectShrunkLikeARunToldToShrink(run, "late-shrink-l3", {}, "l3");
 }
 
