@@ -40,8 +40,9 @@ class ReplayJobTest(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
-    def run_job(cls, name, fault="", replay_every=1, check_finite=False):
+    def run_job(cls, name, fault="", replay_every=1, check_finite=False, extra_env=None):
         env = dict(os.environ, RTFT_COMM_GLOO_HOST="127.0.0.1", PYTHONDONTWRITEBYTECODE="1")
+        env.update(extra_env or {})
         env.pop("RTFT_FAULT", None)
         if fault:
             env["RTFT_FAULT"] = fault
@@ -65,6 +66,18 @@ class ReplayJobTest(unittest.TestCase):
         self.assertEqual(sorted(ref), ["0", "1", "2"], self.reference[2][-6000:])
         self.assertEqual(len(set(ref.values())), 1)  # data parallel: one state
         self.assertEqual(digests, ref, out[-6000:])
+
+    def test_l3_versions_say_which_steps_were_replayed(self):
+        # L3 every 2 steps, the replay every 4: rtft.list_versions reads the marks back.
+        ckpt = os.path.join(self.dir, "l3")
+        run = self.run_job("l3-marks", replay_every=4, extra_env={
+            "RTFT_PROTECT_CKPT_DIR": ckpt, "RTFT_PROTECT_L3_EVERY": "2",
+            "RTFT_CKPT_KEEP_VERSIONS": "0"})
+        self.expect_reference(run)
+        versions = [v for v in rtft.list_versions(ckpt) if v.complete]
+        self.assertGreaterEqual(len(versions), 4, run[2][-6000:])
+        for v in versions:
+            self.assertEqual(v.marks.replayed, v.version % 4 == 0, (v.version, v.marks))
 
     def test_a_flip_once_is_caught_and_the_step_goes_on(self):
         run = self.run_job("once", "1/train.grad_flip@5:flag")
