@@ -36,8 +36,9 @@ double RepeatFactor(const std::string& action) {
 }
 
 std::mutex g_mu;
-std::map<std::string, Armed> g_armed;
-std::map<std::string, long> g_hits;
+// Never destroyed: a thread of rt-ft may pass a fault point while the process exits.
+std::map<std::string, Armed>& g_armed = *new std::map<std::string, Armed>;
+std::map<std::string, long>& g_hits = *new std::map<std::string, long>;
 // Whether any point is armed: an unarmed point costs one load of it.
 std::atomic<bool> g_any{false};
 

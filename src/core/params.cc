@@ -12,7 +12,8 @@
 namespace rtft {
 
 const std::vector<ParamInfo>& AllParams() {
-  static const std::vector<ParamInfo> kParams = {
+  // Never destroyed: threads still running while the process exits may read it.
+  static const std::vector<ParamInfo>& kParams = *new std::vector<ParamInfo>{
 #define RTFT_PARAM(id, env, type, def, desc) {Param::id, env, ParamType::type, def, desc},
 #include "core/param_list.h"
 #undef RTFT_PARAM

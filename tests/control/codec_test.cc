@@ -2,7 +2,12 @@
 // malformed, oversized and newer-version input.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "control/wire/codec.h"
 #include "control/wire/messages.h"
@@ -391,6 +396,39 @@ TEST(Codec, APlannedSwapsPauseSurvivesTheWire) {
   json half = HeartbeatBody(1, 1233, 9, false, {}, {}, PauseNotice{7, 1234, false});
   half.erase("pze");
   EXPECT_NE(Decode(FrameJson(MsgType::kHeartbeat, half)).find("pause"), std::string::npos);
+}
+
+// A C or Fortran application may end (return from main, exit, STOP) while rt-ft's threads still
+// send: the message tables must outlive the process's static destructors. A child encodes on a
+// thread while its main thread exits; an encoding that fails or crashes makes its status nonzero.
+TEST(Codec, EncodesWhileTheProcessExits) {
+  for (int round = 0; round < 20; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      static std::atomic<int64_t> encoded{0};
+      std::thread([] {
+        RuntimeReport r;
+        r.type = RuntimeReport::Type::kSample;
+        r.progress.calls = 7;
+        while (true) {
+          for (MsgType type : {MsgType::kReport, MsgType::kHeartbeat, MsgType::kAck}) {
+            const json body = type == MsgType::kReport      ? ReportBody(r)
+                              : type == MsgType::kHeartbeat ? HeartbeatBody(1, 2, 3)
+                                                            : AckBody(1, Status::Ok());
+            if (!EncodeMessage(type, body).ok()) _exit(2);
+          }
+          encoded.fetch_add(1);
+        }
+      }).detach();
+      while (encoded.load() < 100) std::this_thread::yield();
+      exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "round " << round << ": signal " << WTERMSIG(status);
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "round " << round << ": an encoding failed at exit";
+  }
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ class Backoff {
 // their last bits between runs), and fail under RTFT_COMM_NCCL_DETERMINISTIC=1 (docs/comm.md,
 // "Deterministic results").
 Status CheckAlgorithms() {
-  static const Status checked = [] {
+  // Never destroyed: a communicator may be made on a thread while the process exits.
+  static const Status& checked = *new Status([] {
     auto strict = ParamBool(Param::kCommNcclDeterministic);
     if (!strict.ok()) return strict.status();
     const std::pair<const char*, const char*> pins[] = {{"NCCL_ALGO", "Ring"},
@@ -66,7 +67,7 @@ Status CheckAlgorithms() {
     if (*strict) return Status::FailedPrecondition(what + " (RTFT_COMM_NCCL_DETERMINISTIC=1)");
     RTFT_LOG(kWarn, kLogComm) << what;
     return Status::Ok();
-  }();
+  }());
   return checked;
 }
 

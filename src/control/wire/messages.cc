@@ -100,83 +100,91 @@ Schema ReplSchema() {
           Int("gpus", 0, kMaxGpusPerNode, false)};
 }
 
+// The tables are never destroyed: rt-ft's threads may still send while the process exits (a C
+// program returning from main without rtft_*_destroy), after static destructors have run.
 const Schema* Lookup(uint8_t type) {
-  static const Schema hello = {Slot(),
-                               Str("host", kMaxHostBytes),
-                               Int("pid", 0, kI32Max),
-                               Str("ep", kMaxEndpointBytes, false),
-                               Int("dev", -1, kMaxDevice, false),
-                               Int("gpus", 0, kMaxGpusPerNode, false)};
+  static const Schema& hello = *new Schema{Slot(),
+                                           Str("host", kMaxHostBytes),
+                                           Int("pid", 0, kI32Max),
+                                           Str("ep", kMaxEndpointBytes, false),
+                                           Int("dev", -1, kMaxDevice, false),
+                                           Int("gpus", 0, kMaxGpusPerNode, false)};
   // The application's progress sample comes as a whole or not at all (CheckMessageSemantics).
-  static const Schema heartbeat = {Slot(),
-                                   Int("step", 0, kI64Max),
-                                   Int("seq", 0, kI64Max),
-                                   Bool("ack", false),
-                                   Int("calls", 0, kI64Max, false),
-                                   Bool("inc", false),
-                                   Int("peer", -1, kMaxSlot, false),
-                                   Bool("lp", false),
-                                   Int("age", 0, kI64Max, false),
-                                   Int("wus", 0, kI64Max, false),
-                                   Int("wn", 1, kI32Max, false),
-                                   Int("pze", 0, kI64Max, false),
-                                   Int("pz", 0, kI64Max, false)};
-  static const Schema failure = {Req(), Slot(),
-                                 Int("kind", 0, static_cast<int64_t>(FailureKind::kCorrupt)),
-                                 Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
-  static const Schema exit = {Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
-  static const Schema kv_put = {Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
-  static const Schema kv_get = {Req(), Str("key", kMaxKeyBytes), Int("tmo", 0, kMaxTimeoutMs)};
-  static const Schema vote = {Slot(), Int("epoch", 0, kI64Max)};
-  static const Schema sync = {Slot(), Int("epoch", 0, kI64Max)};
-  static const Schema gather = {Req(),
-                                Str("key", kMaxKeyBytes),
-                                Int("epoch", 0, kI64Max),
-                                Int("n", 1, kMaxSlots),
-                                Int("idx", 0, kMaxSlot),
-                                Bytes("value", kMaxGatherValueBytes),
-                                Int("tmo", 0, kMaxTimeoutMs),
-                                Bool("all", false)};
-  static const Schema gather_result = {Req(), Str("key", kMaxKeyBytes), Int("epoch", 0, kI64Max),
-                                       Bytes("value", kMaxGatherResultBytes)};
-  static const Schema event_delta = EventDeltaSchema();
-  static const Schema gather_value = {Req(), Code(), Msg(),
-                                      BytesList("values", kMaxGatherValueBytes, false),
-                                      Bytes("value", kMaxGatherResultBytes, false)};
-  static const Schema local_gather_reply = {Str("key", kMaxKeyBytes), Code(), Msg(),
-                                            BytesList("values", kMaxGatherValueBytes, false),
-                                            Bytes("value", kMaxGatherResultBytes, false)};
-  static const Schema coordinators = {Int("primary", -1, kMaxSlot), Int("standby", -1, kMaxSlot),
-                                      Str("sbep", kMaxEndpointBytes)};
-  static const Schema repl = ReplSchema();
-  static const Schema repl_ack = {Int("seq", 0, kI64Max)};
-  static const Schema event = EventSchema(false);
-  static const Schema ack = {Req(), Code(), Msg()};
-  static const Schema kv_value = {Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
-  static const Schema heartbeat_ack = {Int("epoch", 0, kI64Max)};
-  static const Schema attach = {Int("pid", 0, kI32Max)};
-  static const Schema pause = {Int("epoch", 0, kI64Max), Int("step", 0, kI64Max), Bool("cancel")};
-  static const Schema report = {Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kCorrupt)),
-                                Int("step", 0, kI64Max, false),
-                                Int("work", 0, kI64Max, false),
-                                Str("detail", kMaxTextBytes, false),
-                                Str("key", kMaxKeyBytes, false),
-                                Bytes("value", kMaxValueBytes, false),
-                                Int("tmo", 0, kMaxTimeoutMs, false),
-                                Int("epoch", 0, kI64Max, false),
-                                Int("n", 1, kMaxSlots, false),
-                                Int("idx", 0, kMaxSlot, false),
-                                Bool("all", false),
-                                Int("calls", 0, kI64Max, false),
-                                Bool("inc", false),
-                                Int("peer", -1, kMaxSlot, false),
-                                Bool("lp", false)};
-  static const Schema assign = {Int("role", 0, static_cast<int64_t>(Role::kRetired)),
-                                Int("rank", -1, kMaxSlot), Int("epoch", 0, kI64Max),
-                                Int("ws", 0, kMaxSlots), Int("dev", -1, kMaxDevice, false)};
-  static const Schema local_event = EventSchema(true);
-  static const Schema local_kv_reply = {Str("key", kMaxKeyBytes), Code(), Msg(),
-                                        Bytes("value", kMaxValueBytes, false)};
+  static const Schema& heartbeat = *new Schema{Slot(),
+                                               Int("step", 0, kI64Max),
+                                               Int("seq", 0, kI64Max),
+                                               Bool("ack", false),
+                                               Int("calls", 0, kI64Max, false),
+                                               Bool("inc", false),
+                                               Int("peer", -1, kMaxSlot, false),
+                                               Bool("lp", false),
+                                               Int("age", 0, kI64Max, false),
+                                               Int("wus", 0, kI64Max, false),
+                                               Int("wn", 1, kI32Max, false),
+                                               Int("pze", 0, kI64Max, false),
+                                               Int("pz", 0, kI64Max, false)};
+  static const Schema& failure =
+      *new Schema{Req(), Slot(), Int("kind", 0, static_cast<int64_t>(FailureKind::kCorrupt)),
+                  Int("rank", -1, kMaxSlot), Int("detail", kI32Min, kI32Max)};
+  static const Schema& exit = *new Schema{Req(), Slot(), Int("xcode", kI32Min, kI32Max)};
+  static const Schema& kv_put =
+      *new Schema{Req(), Str("key", kMaxKeyBytes), Bytes("value", kMaxValueBytes)};
+  static const Schema& kv_get =
+      *new Schema{Req(), Str("key", kMaxKeyBytes), Int("tmo", 0, kMaxTimeoutMs)};
+  static const Schema& vote = *new Schema{Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema& sync = *new Schema{Slot(), Int("epoch", 0, kI64Max)};
+  static const Schema& gather = *new Schema{Req(),
+                                            Str("key", kMaxKeyBytes),
+                                            Int("epoch", 0, kI64Max),
+                                            Int("n", 1, kMaxSlots),
+                                            Int("idx", 0, kMaxSlot),
+                                            Bytes("value", kMaxGatherValueBytes),
+                                            Int("tmo", 0, kMaxTimeoutMs),
+                                            Bool("all", false)};
+  static const Schema& gather_result =
+      *new Schema{Req(), Str("key", kMaxKeyBytes), Int("epoch", 0, kI64Max),
+                  Bytes("value", kMaxGatherResultBytes)};
+  static const Schema& event_delta = *new Schema(EventDeltaSchema());
+  static const Schema& gather_value =
+      *new Schema{Req(), Code(), Msg(), BytesList("values", kMaxGatherValueBytes, false),
+                  Bytes("value", kMaxGatherResultBytes, false)};
+  static const Schema& local_gather_reply = *new Schema{
+      Str("key", kMaxKeyBytes), Code(), Msg(), BytesList("values", kMaxGatherValueBytes, false),
+      Bytes("value", kMaxGatherResultBytes, false)};
+  static const Schema& coordinators = *new Schema{
+      Int("primary", -1, kMaxSlot), Int("standby", -1, kMaxSlot), Str("sbep", kMaxEndpointBytes)};
+  static const Schema& repl = *new Schema(ReplSchema());
+  static const Schema& repl_ack = *new Schema{Int("seq", 0, kI64Max)};
+  static const Schema& event = *new Schema(EventSchema(false));
+  static const Schema& ack = *new Schema{Req(), Code(), Msg()};
+  static const Schema& kv_value =
+      *new Schema{Req(), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
+  static const Schema& heartbeat_ack = *new Schema{Int("epoch", 0, kI64Max)};
+  static const Schema& attach = *new Schema{Int("pid", 0, kI32Max)};
+  static const Schema& pause =
+      *new Schema{Int("epoch", 0, kI64Max), Int("step", 0, kI64Max), Bool("cancel")};
+  static const Schema& report =
+      *new Schema{Int("rt", 0, static_cast<int64_t>(RuntimeReport::Type::kCorrupt)),
+                  Int("step", 0, kI64Max, false),
+                  Int("work", 0, kI64Max, false),
+                  Str("detail", kMaxTextBytes, false),
+                  Str("key", kMaxKeyBytes, false),
+                  Bytes("value", kMaxValueBytes, false),
+                  Int("tmo", 0, kMaxTimeoutMs, false),
+                  Int("epoch", 0, kI64Max, false),
+                  Int("n", 1, kMaxSlots, false),
+                  Int("idx", 0, kMaxSlot, false),
+                  Bool("all", false),
+                  Int("calls", 0, kI64Max, false),
+                  Bool("inc", false),
+                  Int("peer", -1, kMaxSlot, false),
+                  Bool("lp", false)};
+  static const Schema& assign = *new Schema{
+      Int("role", 0, static_cast<int64_t>(Role::kRetired)), Int("rank", -1, kMaxSlot),
+      Int("epoch", 0, kI64Max), Int("ws", 0, kMaxSlots), Int("dev", -1, kMaxDevice, false)};
+  static const Schema& local_event = *new Schema(EventSchema(true));
+  static const Schema& local_kv_reply =
+      *new Schema{Str("key", kMaxKeyBytes), Code(), Msg(), Bytes("value", kMaxValueBytes, false)};
   switch (static_cast<MsgType>(type)) {
     case MsgType::kHello:
       return &hello;

@@ -158,13 +158,14 @@ class UringBackend final : public LocalFsBackend {
 }  // namespace
 
 Status ProbeUring() {
-  static const Status probe = [] {
+  // Never destroyed: a writer thread may probe while the process exits.
+  static const Status& probe = *new Status([] {
     io_uring ring;
     int rc = io_uring_queue_init(2, &ring, 0);
     if (rc < 0) return Status::FromErrno(-rc, "io_uring_queue_init");
     io_uring_queue_exit(&ring);
     return Status::Ok();
-  }();
+  }());
   return probe;
 }
 
