@@ -108,9 +108,11 @@ struct ProtectOptions {
 
 // What a recovery did, for logs and timelines.
 struct RecoveryInfo {
-  uint64_t epoch = 0;        // the epoch recovered into
-  uint64_t step = 0;         // the step training resumes at
-  std::string source;        // "l1" (every rank from its own snapshot and replicas) or "l3"
+  uint64_t epoch = 0;  // the epoch recovered into
+  uint64_t step = 0;   // the step training resumes at
+  // "l1" (every rank from its own snapshot and replicas), "l3", or "start" (a rank lost before
+  // the first snapshot: step 0 again, from the state each rank built; docs/protect.md)
+  std::string source;
   int world_size = 0;        // ranks of that epoch (fewer than before after a shrink)
   int ranks_fed = 0;         // ranks that received state from a peer
   uint64_t bytes_moved = 0;  // state sent to them

@@ -11,6 +11,7 @@ namespace rtft::protect {
 
 Status Held::Open(const Runtime& rt, const Settings& settings) {
   RTFT_ASSIGN_OR_RETURN(dir, ProtectDir(settings.options.shm_dir, &owned_dir));
+  built_world = rt.info().world_size;
   if (rt.info().role == RuntimeRole::kRestarted) RTFT_RETURN_IF_ERROR(AdoptOldLayout(rt, settings));
   if (!l1) {
     RTFT_ASSIGN_OR_RETURN(l1, Snapshot::Open(dir, layout));
@@ -66,10 +67,12 @@ RankState Held::Mine(int rank_now) const {
   mine.layout_hash = layout.shared_hash;
   mine.l1 = l1->CompleteSteps();
   for (const auto& h : l2->Complete()) mine.l2.emplace_back(h.owner, h.step);
+  mine.untouched_world = untouched ? built_world : 0;
   return mine;
 }
 
 Status Held::Restored(uint64_t step, bool sharded) {
+  untouched = false;
   RTFT_RETURN_IF_ERROR(l1->Restore(step, sharded));
   return state->Restored().Annotate("after restoring step " + std::to_string(step));
 }

@@ -77,6 +77,11 @@ struct Held {
   ShardTable table;
   int rank = -1;
   int world = 0;
+  // The application's state is as it built it: no step has begun and nothing was restored into
+  // it. A job that loses a rank before its first snapshot starts again from such states
+  // (docs/protect.md, "Lost before the first snapshot").
+  bool untouched = true;
+  int built_world = 0;  // the world the runtime said when the protection opened
 };
 
 // One epoch's communicators (epoch.cc): the training one over every rank, one per group of the

@@ -346,4 +346,21 @@ ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int p
   return d;
 }
 
+bool CanStartOver(const std::vector<RankState>& all, uint64_t layout_hash) {
+  if (all.empty()) return false;
+  const int world = static_cast<int>(all.size());
+  for (const RankState& r : all) {
+    if (r.layout_hash != layout_hash) return false;
+    const bool built = r.untouched_world == world && r.l1.empty();
+    const bool only_step_0 =
+        r.was_world == world && std::find(r.l1.begin(), r.l1.end(), uint64_t{0}) != r.l1.end() &&
+        std::all_of(r.l1.begin(), r.l1.end(), [](uint64_t s) { return s == 0; });
+    if (!built && !only_step_0) return false;
+    // A replica of a later step: some rank got past step 0.
+    for (const auto& [owner, step] : r.l2)
+      if (step != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace rtft::protect

@@ -30,6 +30,9 @@ struct RankState {
   // After a replay found a device faulty: the newest step the replays vouch for, which the
   // recovery may not pass (docs/protect.md, "Replay"); none otherwise.
   std::optional<uint64_t> ceiling;
+  // Its application's state is as the application built it for a world of this many ranks
+  // (Held::untouched); 0: it may have changed since.
+  int untouched_world = 0;
 };
 
 // Who feeds whom, decided identically on every rank from the published states.
@@ -118,7 +121,15 @@ struct AgreedPlan {
   std::optional<uint64_t> l3_version;
   bool shrink = false;
   ShrinkDecision shrink_decision;  // when `shrink`
+  // The job starts again at step 0 (docs/protect.md, "Lost before the first snapshot"): `plan`
+  // is not ok, no L3 version exists, and every rank's state is as its application built it or
+  // its L1 holds step 0 and no later one. Each rank keeps the state it built or restores step 0.
+  bool start_over = false;
 };
+// Whether the job can start again at step 0 from what every rank of `all` (the new world, in rank
+// order) holds (`start_over` above): each rank's state untouched and built for that world, or
+// step 0 of the job's layout (`layout_hash`) in its L1, laid out for that world, and no later step.
+bool CanStartOver(const std::vector<RankState>& all, uint64_t layout_hash);
 std::string EncodeAgreedPlan(const AgreedPlan& agreed);
 // Checks every field against a world of `world` ranks (it came over the network).
 StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world);

@@ -25,6 +25,7 @@ std::string EncodeRankState(const RankState& s) {
          {"l1", s.l1},
          {"l2", l2}};
   if (s.ceiling) j["ceiling"] = *s.ceiling;
+  if (s.untouched_world > 0) j["untouched"] = s.untouched_world;
   return j.dump();
 }
 
@@ -49,6 +50,10 @@ RankState DecodeRankState(const std::string& text, int rank) {
     if (v.is_number_unsigned()) s.l1.push_back(v.get<uint64_t>());
   if (j.contains("ceiling") && j["ceiling"].is_number_unsigned())
     s.ceiling = j["ceiling"].get<uint64_t>();
+  // Anything but a world size: the state may have changed.
+  if (j.contains("untouched") && j["untouched"].is_number_unsigned() &&
+      j["untouched"].get<uint64_t>() >= 1 && j["untouched"].get<uint64_t>() <= kMaxWorld)
+    s.untouched_world = static_cast<int>(j["untouched"].get<uint64_t>());
   for (const auto& v : j["l2"])
     if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_unsigned() &&
         v[0].get<int64_t>() >= 0 && v[0].get<int64_t>() < kMaxWorld)
@@ -179,6 +184,7 @@ std::string EncodeAgreedPlan(const AgreedPlan& a) {
   j["shrink"] = a.shrink;
   if (a.shrink) j["decision"] = DecisionJson(a.shrink_decision);
   if (a.l3_version) j["l3_version"] = *a.l3_version;
+  if (a.start_over) j["start_over"] = true;
   return j.dump();
 }
 
@@ -196,6 +202,12 @@ StatusOr<AgreedPlan> DecodeAgreedPlan(const std::string& text, int world) {
   if (j.contains("l3_version")) {
     if (!j["l3_version"].is_number_unsigned()) return BadPlan("'l3_version' is not a step");
     a.l3_version = j["l3_version"].get<uint64_t>();
+  }
+  if (j.contains("start_over")) {
+    if (!j["start_over"].is_boolean()) return BadPlan("'start_over' is not a boolean");
+    a.start_over = j["start_over"].get<bool>();
+    if (a.start_over && (a.plan.ok || a.shrink || a.l3_version))
+      return BadPlan("a start at step 0 with a plan, a shrink or an L3 version");
   }
   return a;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/fault_point.h"
 #include "core/logging.h"
 #include "core/params.h"
 
@@ -143,12 +144,31 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   // A new job: what a slot's files hold is from no run of this job.
   for (uint64_t k = 0; k < 2; ++k) held_.l1->Invalidate(k);
   held_.l2->Clear();
-  const uint64_t epoch = rt_->current().epoch;
-  RTFT_RETURN_IF_ERROR(epoch_.Build(parts(), epoch));
+  FaultPoint("protect.start");
+  // A rank lost while the job started (before this one came here, or while it builds the first
+  // epoch): a spare takes it in a later epoch, where this rank joins its recovery.
+  uint64_t epoch = rt_->current().epoch;
+  Status built = epoch == me.epoch ? epoch_.Build(parts(), epoch)
+                                   : Status::Aborted("the job moved on before it started");
+  const bool moved = built.code() == StatusCode::kAborted || rt_->current().epoch != me.epoch;
+  if (!built.ok() && moved && settings_.options.enabled) {
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + settings_.recovery_timeout;
+    if (!events_.WaitForEpochAfter(me.epoch, deadline))
+      return events_.shutting_down() ? ShutDown() : built;
+    epoch = events_.NewestEpoch();
+    RTFT_LOG(kWarn, kLogRuntime) << "a rank was lost while the job started (" << built.message()
+                                 << "): this one joins the recovery of epoch " << epoch;
+    RTFT_ASSIGN_OR_RETURN(next_step_, RecoverFrom(epoch, deadline));
+    info_.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return next_step_;
+  }
+  RTFT_RETURN_IF_ERROR(built);
   next_step_ = 0;
   if (!settings_.options.enabled) return next_step_;
   // A job started again with its checkpoint directory resumes from the newest version.
   if (l3_->enabled() && LatestVersion(l3_->dir()).ok()) {
+    held_.untouched = false;
     RTFT_ASSIGN_OR_RETURN(next_step_, RestoreL3(parts(), &epoch_, epoch, &info_));
     step_ = next_step_;
     replay_.vouched = next_step_;
@@ -244,6 +264,8 @@ StatusOr<uint64_t> ProtectorImpl::Install(Recovered recovered) {
   info_ = std::move(recovered.info);
   stats_.state_bytes = held_.layout.objects_begin;  // a shrink describes the state again
   if (recovered.step.ok()) {
+    // Restored into, unless the job started again from the state each rank built.
+    if (info_.source != "start") held_.untouched = false;
     step_ = *recovered.step;
     if (recovered.in_memory) restored_step_ = *recovered.step;
     // The restored state is what the job agreed on; no newer one than before is vouched for.

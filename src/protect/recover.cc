@@ -3,10 +3,12 @@
 // step every rank can restore, and who feeds the ranks that hold nothing) and sends the plan to
 // all; they build the epoch's communicators, move the missing state, and restore that step.
 #include <algorithm>
+#include <limits>
 
 #include "core/fault_point.h"
 #include "core/logging.h"
 #include "protect/recovery.h"
+#include "rtft/checkpoint.h"
 #include "runtime/gather.h"
 
 namespace rtft::protect {
@@ -68,6 +70,13 @@ Bounded ChooseWithin(const Parts& p, const char* what, uint64_t ceiling,
       << " goes on from the newest state, which the faulty device's gradients may have changed "
          "(set the L3 interval to a multiple of RTFT_PROTECT_REPLAY_EVERY to keep one)";
   return {};
+}
+
+// Where the L3 fallback has nothing to restore: no checkpoint directory, or none complete in it.
+bool NoL3Version(const Parts& p) {
+  return !p.l3->enabled() ||
+         (!LatestVersion(p.l3->dir()).ok() &&
+          !NewestL3Version(p, std::numeric_limits<uint64_t>::max()).has_value());
 }
 
 std::optional<uint64_t> StepOf(const RecoveryPlan& plan) {
@@ -142,6 +151,8 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
       agreed.plan = PlanRecovery(all, grid->DataGroups());
       if (const auto ceiling = Ceiling(all))
         PlanWithin(p_, all, grid->DataGroups(), *ceiling, &agreed);
+      agreed.start_over = !agreed.plan.ok && !agreed.l3_version &&
+                          CanStartOver(all, p_.held->layout.shared_hash) && NoL3Version(p_);
     } else {
       grid_error = grid.status();
       agreed.plan.why = grid_error.message();
@@ -186,6 +197,7 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   const RecoveryPlan& plan = agreed_.plan;
   info_.epoch = epoch;
   info_.agree_s = Since(t0);
+  if (agreed_.start_over) return StartOver(epoch, mine, t0);
   if (!plan.ok) {
     RTFT_LOG(kError, kLogRuntime) << "recovery of epoch " << epoch << ": " << plan.why
                                   << "; falling back to "
@@ -210,6 +222,30 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
   RTFT_LOG(kInfo, kLogRuntime) << "recovered into epoch " << epoch << " at step " << plan.step
                                << " (" << plan.needy.size() << " rank(s) fed by peers)";
   return plan.step;
+}
+
+// A rank lost before the job's first snapshot was complete (docs/protect.md, "Lost before the
+// first snapshot"): no step can be restored from memory and there is no L3 version, but every
+// rank's state is as its application built it, or its L1 holds step 0. The job starts again at
+// step 0: a rank whose state is untouched keeps it (a spare built it as the rank it replaces
+// did), one that began step 0 restores its snapshot of it.
+StatusOr<uint64_t> Recovery::StartOver(uint64_t epoch, const RankState& mine,
+                                       Clock::time_point t0) {
+  RTFT_LOG(kWarn, kLogRuntime) << "recovery of epoch " << epoch << ": " << agreed_.plan.why
+                               << "; no step was protected yet and no L3 version exists: the job "
+                                  "starts again at step 0 from the state each rank built";
+  RTFT_RETURN_IF_ERROR(epoch_.Build(p_, epoch));
+  RTFT_RETURN_IF_ERROR(p_.held->PlaceShards(epoch_));
+  RTFT_RETURN_IF_ERROR(epoch_.OpenL3(p_, L3Writer::When::kInBackground));
+  info_.rebuild_s = Since(t0);
+  if (mine.untouched_world == 0 || !mine.l1.empty()) {
+    RTFT_RETURN_IF_ERROR(p_.held->Restored(0, /*sharded=*/true));
+    in_memory_ = true;
+  }
+  info_.transfer_s = Since(t0);
+  info_.step = 0;
+  info_.source = "start";
+  return uint64_t{0};
 }
 
 // For each rank that holds nothing, in rank order: its replica holder sends the replica (sharded

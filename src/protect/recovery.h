@@ -43,6 +43,8 @@ class Recovery {
   StatusOr<AgreedPlan> Agree(uint64_t epoch, const RankState& mine, int world);
   // The needy ranks' state from their replica holders and sources (agreed_.plan).
   Status Transfer(uint64_t epoch);
+  // The agreement's start_over: step 0 again, from the state each rank built or its L1 of it.
+  StatusOr<uint64_t> StartOver(uint64_t epoch, const RankState& mine, Clock::time_point t0);
 
   const Parts p_;
   Epoch epoch_;

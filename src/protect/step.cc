@@ -49,6 +49,7 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
   const double replica_wait = Seconds(std::chrono::steady_clock::now() - begin);
   step_ = step;
   phase_ = Phase::kInStep;
+  held_.untouched = false;  // the application may change its state from here
   step_protected_ = Protected(step);
   replay_.step_replayed = false;
   if (!step_protected_) return Status::Ok();

@@ -289,5 +289,73 @@ TEST(PlanTest, TheCeilingOfAFaultyDeviceTravelsWithTheStateAndThePlan) {
   EXPECT_FALSE(DecodeAgreedPlan(text, 3).ok()) << text;
 }
 
+// A rank lost before the first snapshot (docs/protect.md, "Lost before the first snapshot"):
+// the job may start again at step 0 when every rank's state is as its application built it for
+// this world, or its L1 holds step 0, laid out for this world, and nothing later.
+TEST(PlanTest, AJobStartsAgainAtStepZeroOnlyFromUntouchedStatesOrStepZero) {
+  const auto built = [](int rank, int world) {
+    RankState s = Holds(rank, {}, {});
+    s.untouched_world = world;
+    return s;
+  };
+  const auto began = [](int rank, std::vector<uint64_t> l1,
+                        std::vector<std::pair<int, uint64_t>> l2, int world) {
+    RankState s = Holds(rank, std::move(l1), std::move(l2));
+    s.was = rank;
+    s.was_world = world;
+    return s;
+  };
+  EXPECT_TRUE(CanStartOver({built(0, 3), built(1, 3), began(2, {0}, {{1, 0}}, 3)}, 7));
+  EXPECT_TRUE(CanStartOver({began(0, {0}, {}, 2), built(1, 2)}, 7));
+  // A rank that began step 0 and holds no snapshot of it: its state may have changed.
+  EXPECT_FALSE(CanStartOver({Holds(0, {}, {}), built(1, 2)}, 7));
+  // Past step 0 somewhere: in L1, or a replica of a later step.
+  EXPECT_FALSE(CanStartOver({began(0, {1, 0}, {}, 2), built(1, 2)}, 7));
+  EXPECT_FALSE(CanStartOver({began(0, {0}, {{1, 1}}, 2), built(1, 2)}, 7));
+  // Built, or laid out, for another world than this one (a shrink while the job started).
+  EXPECT_FALSE(CanStartOver({built(0, 3), built(1, 3)}, 7));
+  EXPECT_FALSE(CanStartOver({began(0, {0}, {}, 3), built(1, 2)}, 7));
+  // Another layout, or nobody.
+  RankState other = built(1, 2);
+  other.layout_hash = 8;
+  EXPECT_FALSE(CanStartOver({built(0, 2), other}, 7));
+  EXPECT_FALSE(CanStartOver({}, 7));
+  // An untouched rank whose L1 holds a later step (a restarted process's old snapshot).
+  RankState odd = built(1, 2);
+  odd.l1 = {3};
+  EXPECT_FALSE(CanStartOver({built(0, 2), odd}, 7));
+}
+
+TEST(PlanTest, UntouchedAndTheStartAtStepZeroTravelAndAreChecked) {
+  RankState s = Holds(1, {}, {});
+  EXPECT_EQ(DecodeRankState(EncodeRankState(s), 1).untouched_world, 0);
+  s.untouched_world = 4;
+  EXPECT_EQ(DecodeRankState(EncodeRankState(s), 1).untouched_world, 4);
+  for (const char* text : {R"({"hash":7,"l1":[],"l2":[],"untouched":-4})",
+                           R"({"hash":7,"l1":[],"l2":[],"untouched":"4"})",
+                           R"({"hash":7,"l1":[],"l2":[],"untouched":true})",
+                           R"({"hash":7,"l1":[],"l2":[],"untouched":0})",
+                           R"({"hash":7,"l1":[],"l2":[],"untouched":99999999999})"})
+    EXPECT_EQ(DecodeRankState(text, 0).untouched_world, 0) << text;
+  AgreedPlan agreed;
+  agreed.plan.why = "rank 1's state of step 0 is held nowhere";
+  auto back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->start_over);
+  agreed.start_over = true;
+  back = DecodeAgreedPlan(EncodeAgreedPlan(agreed), 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->start_over);
+  std::string text = EncodeAgreedPlan(agreed);
+  text.replace(text.find("\"start_over\":true"), 17, "\"start_over\":1");
+  EXPECT_FALSE(DecodeAgreedPlan(text, 2).ok()) << text;
+  // With a plan, or an L3 version, a start at step 0 is a contradiction.
+  agreed.l3_version = 5;
+  EXPECT_FALSE(DecodeAgreedPlan(EncodeAgreedPlan(agreed), 2).ok());
+  agreed.l3_version.reset();
+  agreed.plan.ok = true;
+  EXPECT_FALSE(DecodeAgreedPlan(EncodeAgreedPlan(agreed), 2).ok());
+}
+
 }  // namespace
 }  // namespace rtft::protect

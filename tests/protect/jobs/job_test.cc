@@ -143,6 +143,27 @@ TEST_F(ProtectJobTest, NothingSpinsWhileItWaitsForAHungRank) {
   EXPECT_TRUE(offenders.empty()) << "busy in every window up to the deadline:" << offenders;
 }
 
+// A rank lost before the job's first snapshot (docs/protect.md, "Lost before the first
+// snapshot"): while the ranks start (`protect.start`, before the first epoch's communicators) or
+// in the capture of step 0. Memory holds no step every rank can restore and there is no L3
+// checkpoint: the job starts again at step 0, each rank from the state it built (the spare, or
+// the restarted process, builds the one the lost rank had) or its L1 of step 0, and ends with the
+// failure-free digest.
+TEST_F(ProtectJobTest, ARankLostBeforeTheFirstSnapshotStartsTheJobAgainAtStepZero) {
+  for (const std::string& point : {"protect.start", "protect.capture@1"}) {
+    for (const auto& [action, lose] :
+         std::vector<std::pair<std::string, int>>{{"kill", 0}, {"hang", 1}}) {
+      SCOPED_TRACE(point + " " + action);
+      Run run = Start("start-" + point + "-" + action, 4, 1, "1:" + point + ":" + action, lose);
+      ExpectIdentical(run, 4, "rank lost at " + point + " (" + action + ")");
+      EXPECT_NE(run.output.find(" step=0 world=4 source=start"), std::string::npos) << run.output;
+      EXPECT_NE(run.output.find(lose ? "role=spare-activated rank=1" : "role=restarted"),
+                std::string::npos)
+          << run.output;
+    }
+  }
+}
+
 TEST_F(ProtectJobTest, AFailureDuringRecoveryRestartsRecoveryInTheNextEpoch) {
   // Rank 2 crashes in step 5; rank 1 crashes in the middle of that recovery, then rank 3 in the
   // next one, after the epoch's communicators were built.
