@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 namespace rtft {
 
@@ -60,6 +61,12 @@ class ProgressMonitor {
   std::atomic<uint64_t> since_ns_{0};     // when the outermost call under way began
   std::atomic<uint64_t> in_calls_ns_{0};  // summed when it ends
 };
+
+// Nanoseconds the calling thread has waited for a CPU while it could run (the kernel's run
+// delay, the second field of /proc/thread-self/schedstat), since it started; nothing where the
+// kernel does not say. The straggler detector's measure leaves it out: a host with more busy
+// threads than cores does not make a rank slow (docs/protect.md, "Stragglers").
+std::optional<uint64_t> ThreadRunDelayNanos();
 
 // Marks a scope that may take longer than a step, so that its peers waiting for this rank do not
 // count as a hang (the detector then allows RTFT_HANG_FIRST_STEP_S).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "control/link/local_link.h"
@@ -63,23 +64,35 @@ class AgentRuntime final : public RuntimeBase,
   }
 
   // With the step, its own work: the time since the step before ended, less the time spent in
-  // watched calls (waiting for peers, moving their data), for the straggler detector
-  // (docs/protect.md, "Stragglers"). Only between consecutive steps: the first after a start or
-  // a recovery includes the restore.
+  // watched calls (waiting for peers, moving their data) and the time the step's thread waited
+  // for a CPU outside them, for the straggler detector (docs/protect.md, "Stragglers"). Only
+  // between consecutive steps: the first after a start or a recovery includes the restore.
   Status ReportStep(uint64_t step) override {
     control::RuntimeReport r;
     r.type = control::RuntimeReport::Type::kProgress;
     r.step = step;
     const uint64_t now = ProgressMonitor::NowNs();
     const uint64_t in_calls = ProgressMonitor::Get().InCallNanos();
+    const std::optional<uint64_t> delay = ThreadRunDelayNanos();
     if (reported_ && step == last_step_ + 1) {
       const uint64_t wall = now - last_ns_, calls = in_calls - last_in_calls_;
-      r.work_us = static_cast<int64_t>((wall > calls ? wall - calls : 0) / 1000);
+      const uint64_t outside = wall > calls ? wall - calls : 0;
+      // The run delay is counted for the whole step; the part outside the calls is taken as
+      // theirs in proportion (the calls' own share is in `calls` already). A thread other than
+      // the last report's (its counter is not this one's) subtracts nothing.
+      uint64_t waited = 0;
+      if (delay && last_delay_ && *delay >= *last_delay_ && wall > 0 &&
+          last_thread_ == std::this_thread::get_id())
+        waited = static_cast<uint64_t>(static_cast<double>(*delay - *last_delay_) *
+                                       (static_cast<double>(outside) / static_cast<double>(wall)));
+      r.work_us = static_cast<int64_t>((outside > waited ? outside - waited : 0) / 1000);
     }
     reported_ = true;
     last_step_ = step;
     last_ns_ = now;
     last_in_calls_ = in_calls;
+    last_delay_ = delay;
+    last_thread_ = std::this_thread::get_id();
     return client_->Report(r);
   }
   Status ReportDeviceError(const std::string& detail) override {
@@ -192,6 +205,8 @@ class AgentRuntime final : public RuntimeBase,
   // ReportStep's (the training thread's).
   bool reported_ = false;
   uint64_t last_step_ = 0, last_ns_ = 0, last_in_calls_ = 0;
+  std::optional<uint64_t> last_delay_;  // the reporting thread's run delay at the last report
+  std::thread::id last_thread_;
 };
 
 // A spare may wait for hours: wait in slices so no deadline arithmetic overflows.

@@ -1,15 +1,19 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "core/checksum.h"
 #include "core/fault_point.h"
 #include "core/params.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "rtft/status.h"
 
@@ -210,4 +214,36 @@ TEST(FaultPoint, RepeatSlowsFromItsReachOnByTheFactorOnAverage) {
 }
 
 }  // namespace
+// The straggler detector leaves out the time a step's thread waited for a CPU (docs/protect.md,
+// "Stragglers"). Two threads that both want one CPU for the same stretch of wall time: each
+// waits for it about half of that, and the kernel's count says so.
+TEST(Progress, TheRunDelayCountsTheTimeAThreadWaitedForACpu) {
+  if (!ThreadRunDelayNanos()) GTEST_SKIP() << "no /proc/thread-self/schedstat";
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  const auto spin = [&](std::chrono::milliseconds for_wall) {
+    EXPECT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // this thread only
+    const auto end = std::chrono::steady_clock::now() + for_wall;
+    volatile uint64_t x = 0;
+    while (std::chrono::steady_clock::now() < end) x = x + 1;
+  };
+  const uint64_t before = ThreadRunDelayNanos().value_or(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread other([&] { spin(std::chrono::milliseconds(400)); });
+  spin(std::chrono::milliseconds(400));
+  other.join();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited = (ThreadRunDelayNanos().value_or(0) - before) / 1e9;
+  // About half of the 400 ms; a tenth of the stretch is what the kernel must have counted.
+  EXPECT_GT(waited, 0.1 * 0.4) << "waited " << waited << " s of " << wall << " s";
+  EXPECT_LT(waited, wall) << "waited " << waited << " s of " << wall << " s";
+}
+
 }  // namespace rtft
