@@ -78,6 +78,17 @@ class LongPhase {
   LongPhase& operator=(const LongPhase&) = delete;
 };
 
+// A wait for the other ranks outside any communicator's call (the job's first communicators being
+// made): the hang detector counts this rank as one that waits, as it does a rank inside a watched
+// call, so a rank that never comes is named (docs/protect.md, "Hangs").
+class WaitingForPeers {
+ public:
+  WaitingForPeers() { ProgressMonitor::Get().BeginCall(); }
+  ~WaitingForPeers() { ProgressMonitor::Get().EndCall(); }
+  WaitingForPeers(const WaitingForPeers&) = delete;
+  WaitingForPeers& operator=(const WaitingForPeers&) = delete;
+};
+
 // A watched call's wait on one peer (nothing when `peer` is negative: the call is not watched).
 class WaitingOn {
  public:

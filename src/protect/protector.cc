@@ -11,6 +11,7 @@
 #include "core/fault_point.h"
 #include "core/logging.h"
 #include "core/params.h"
+#include "core/progress.h"
 
 namespace rtft {
 
@@ -146,16 +147,31 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   held_.l2->Clear();
   FaultPoint("protect.start");
   // A rank lost while the job started (before this one came here, or while it builds the first
-  // epoch): a spare takes it in a later epoch, where this rank joins its recovery.
+  // epoch): a spare takes it, or its agent restarts it, in a later epoch, where this rank joins
+  // its recovery.
   uint64_t epoch = rt_->current().epoch;
-  Status built = epoch == me.epoch ? epoch_.Build(parts(), epoch)
-                                   : Status::Aborted("the job moved on before it started");
-  const bool moved = built.code() == StatusCode::kAborted || rt_->current().epoch != me.epoch;
-  if (!built.ok() && moved && settings_.options.enabled) {
-    const auto t0 = Clock::now();
-    const auto deadline = t0 + settings_.recovery_timeout;
-    if (!events_.WaitForEpochAfter(me.epoch, deadline))
-      return events_.shutting_down() ? ShutDown() : built;
+  Status built = Status::Aborted("the job moved on before it started");
+  bool moved_on = false;
+  const auto t0 = Clock::now();
+  auto deadline = t0 + settings_.recovery_timeout;
+  {
+    // A rank that never comes (hung before here) is named by the hang detector, to which this
+    // rank is one that waits for it, until the next epoch comes or the wait ends.
+    WaitingForPeers waiting;
+    if (epoch == me.epoch) built = epoch_.Build(parts(), epoch);
+    // What an absent or lost rank makes of the first epoch's communicators; any other error (a
+    // layout the world cannot hold, a backend not built) stands at once. The detector's verdict
+    // may come just after this rank's own deadline passed (both are 60 s by default): the next
+    // epoch is waited for once more before the error stands.
+    const StatusCode code = built.code();
+    const bool absent = code == StatusCode::kAborted || code == StatusCode::kDeadlineExceeded ||
+                        code == StatusCode::kUnavailable;
+    if (absent && me.role == RuntimeRole::kInitial && settings_.options.enabled) {
+      deadline = std::max(deadline, Clock::now() + settings_.recovery_timeout);
+      moved_on = events_.WaitForEpochAfter(me.epoch, deadline);
+    }
+  }
+  if (moved_on) {
     epoch = events_.NewestEpoch();
     RTFT_LOG(kWarn, kLogRuntime) << "a rank was lost while the job started (" << built.message()
                                  << "): this one joins the recovery of epoch " << epoch;
@@ -163,6 +179,7 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
     info_.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
     return next_step_;
   }
+  if (!built.ok() && events_.shutting_down()) return ShutDown();
   RTFT_RETURN_IF_ERROR(built);
   next_step_ = 0;
   if (!settings_.options.enabled) return next_step_;

@@ -75,6 +75,21 @@ TEST_F(HangJobTest, ASpareThatHangsInItsFirstStepIsRestarted) {
   ExpectRestartedForAHang(run, 1, 3, "the first step's bound");
 }
 
+// Rank 1 hangs as the job starts, before the first epoch's communicators (`protect.start`), where
+// the others wait for it. The detector (first-step bound 5 s here) names it outside any
+// collective; restarted, it finds the others in the next epoch, and as no rank has a snapshot yet
+// the job starts again at step 0 (docs/protect.md, "Lost before the first snapshot"), ending with
+// the failure-free digest; nobody ends at the communicators' deadline.
+TEST_F(HangJobTest, ARankThatHangsAsTheJobStartsIsRestarted) {
+  env_["RTFT_HANG_FIRST_STEP_S"] = "5";
+  Run run = Start("at-start", 3, 1, "1:protect.start:hang", 0);
+  env_.erase("RTFT_HANG_FIRST_STEP_S");
+  ExpectRestartedForAHang(run, 1, 1, "outside any collective");
+  EXPECT_NE(run.output.find(" step=0 world=3 source=start"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("hang: rank 0"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("DEADLINE_EXCEEDED"), std::string::npos) << run.output;
+}
+
 // Slot 2 is killed at step 100; rank 1 hangs as it begins the recovery and never joins its
 // agreement, where ranks 0 and 2 wait. The coordinator's gather fails rank 1 as hung once a
 // member waited past its own deadline (RTFT_COMM_CREATE_TIMEOUT_MS, 15 s here); the others go on
