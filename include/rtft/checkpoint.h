@@ -39,6 +39,11 @@ struct CheckpointOptions {
   // whose state is all in host memory sets false: then the engine never creates a CUDA context,
   // which on a GPU node costs device memory, start-up time and tens of milliseconds at exit.
   bool pin_pool = true;
+  // Which write of a version this engine's files belong to (docs/format.md, "Commit"): the ranks
+  // that write a version together pass the same nonzero id, and rank 0 commits only files that
+  // carry it, never a file of the same version left by an earlier write (an earlier epoch of a
+  // job that went back, a run that crashed). 0: any file of the version is taken.
+  uint64_t write_id = 0;
 };
 
 // What one version cost; filled in as the version moves through the pipeline.

@@ -306,6 +306,7 @@ Status Engine::FinalizeVersion(Version* v) {
   m.world_size = options_.world_size;
   m.chunk_bytes = options_.chunk_bytes;
   m.created_unix_ms = NowUnixMs();
+  m.write_id = options_.write_id;
   for (const TensorState& t : v->tensors) {
     m.tensors.push_back(TensorEntry{t.desc.name, t.desc.dtype, t.desc.shape, t.desc.shard,
                                     t.file_offset, t.desc.bytes(), t.xxh3});
@@ -356,7 +357,7 @@ void Engine::CommitLoop() {
     }
     Status status = RunGuarded("the checkpoint engine\'s commit thread", [&] {
       return CommitVersion(io_.get(), options_.dir, v->version, options_.world_size,
-                           options_.commit_timeout, move_latest, &abandoned_);
+                           options_.commit_timeout, move_latest, &abandoned_, options_.write_id);
     });
     if (status.ok()) {
       Status pruned = RunGuarded("the checkpoint engine\'s commit thread", [&] {

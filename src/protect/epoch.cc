@@ -139,7 +139,8 @@ void Epoch::Drop() {
 }
 
 Status Epoch::OpenL3(const Parts& parts, L3Writer::When when) const {
-  return parts.l3->Open(train->rank(), train->world_size(), parts.held->layout.payload_bytes, when);
+  return parts.l3->Open(train->rank(), train->world_size(), parts.held->layout.payload_bytes,
+                        train->epoch(), when);
 }
 
 }  // namespace rtft::protect

@@ -2,6 +2,7 @@
 // the survivors write when the job ends for want of spares, and the restore from the newest version
 // when memory holds no step that every rank can resume from.
 #include <algorithm>
+#include <filesystem>
 
 #include "core/logging.h"
 #include "protect/l3_views.h"
@@ -51,12 +52,12 @@ StatusOr<RecoveryPlan> AgreeFinal(const Parts& p, const GridMap& grid, uint64_t 
 }
 
 // One engine per file (a rank's own, or a lost rank's from its replica), all written at once.
-Status WriteFiles(const Parts& p, uint64_t step, int world,
+Status WriteFiles(const Parts& p, uint64_t step, int world, uint64_t epoch,
                   const std::vector<std::pair<int, AreaView>>& files) {
   std::vector<std::unique_ptr<CheckpointEngine>> engines;
   for (const auto& [rank, view] : files) {
     RTFT_ASSIGN_OR_RETURN(auto engine, CheckpointEngine::Create(p.l3->Options(
-                                           rank, world, p.held->layout.payload_bytes)));
+                                           rank, world, p.held->layout.payload_bytes, epoch)));
     RTFT_RETURN_IF_ERROR(engine->Checkpoint(step, view));
     engines.push_back(std::move(engine));
   }
@@ -99,7 +100,7 @@ Status WriteFinalCheckpoint(const Parts& p, const Epoch& ep, const FailureEvent&
         ReplicaAreaView(held.layout, held.table, area, held.l2->Data(step), replica->bytes, lost));
     files.emplace_back(plan.needy[i], std::move(view));
   }
-  RTFT_RETURN_IF_ERROR(WriteFiles(p, step, world, files));
+  RTFT_RETURN_IF_ERROR(WriteFiles(p, step, world, e.epoch, files));
   RTFT_LOG(kWarn, kLogRuntime) << "checkpoint-and-exit: step " << step << " written to "
                                << p.l3->dir() << " (" << files.size() << " file(s) by this rank)";
   return Status::Ok();
@@ -113,6 +114,28 @@ std::optional<uint64_t> NewestL3Version(const Parts& p, uint64_t at_most) {
   for (const VersionInfo& v : *versions)  // oldest first
     if (v.complete && v.version <= at_most) newest = v.version;
   return newest;
+}
+
+void WithdrawVersionsAfterLatest(const Parts& p) {
+  if (!p.l3->enabled()) return;
+  const StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());
+  if (!latest.ok()) return;
+  const auto versions = ListVersions(p.l3->dir());
+  if (!versions.ok()) return;
+  for (const VersionInfo& v : *versions) {
+    if (v.version <= *latest) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(v.path, ec);
+    if (ec) {
+      RTFT_LOG(kWarn, kLogRuntime) << "L3: cannot remove version " << v.version << " (" << v.path
+                                   << "), newer than LATEST " << *latest << ": " << ec.message();
+    } else {
+      RTFT_LOG(kWarn, kLogRuntime)
+          << "L3: removed version " << v.version << " (" << (v.complete ? "complete" : "incomplete")
+          << "), newer than LATEST " << *latest
+          << ": an earlier run's, which this one writes again";
+    }
+  }
 }
 
 StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryInfo* info,

@@ -19,11 +19,15 @@ L3Writer::~L3Writer() {
   engine_.reset();
 }
 
-CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes) const {
+CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes,
+                                    uint64_t epoch) const {
   CheckpointOptions c;
   c.dir = dir_;
   c.rank = rank;
   c.world_size = world;
+  // Every rank of an epoch writes its versions as one write: a version the job writes again after
+  // it went back (a recovery, a replay's rollback) never commits a file an earlier epoch left.
+  c.write_id = epoch;
   // A commit waiting for a rank that died is abandoned with its engine at the next recovery; it
   // then gives up after this long in the background.
   c.commit_timeout = commit_timeout_;
@@ -43,10 +47,10 @@ CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes) c
   return c;
 }
 
-Status L3Writer::Open(int rank, int world, uint64_t state_bytes, When when) {
+Status L3Writer::Open(int rank, int world, uint64_t state_bytes, uint64_t epoch, When when) {
   if (!enabled()) return Status::Ok();
   Retire();
-  const CheckpointOptions options = Options(rank, world, state_bytes);
+  const CheckpointOptions options = Options(rank, world, state_bytes, epoch);
   if (when == When::kInBackground) {
     auto thread = Thread::Start("rtft-l3-open", [this, options] {
       auto engine = CheckpointEngine::Create(options);

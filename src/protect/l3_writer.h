@@ -32,7 +32,7 @@ class L3Writer {
   // pool unless RTFT_CKPT_POOL_BYTES does. In the background: made on a thread, its error
   // reported (and logged once) by the first call that needs it; Open returns at once.
   enum class When { kNow, kInBackground };
-  Status Open(int rank, int world, uint64_t state_bytes, When when = When::kNow);
+  Status Open(int rank, int world, uint64_t state_bytes, uint64_t epoch, When when = When::kNow);
   // An engine is open or being opened.
   bool open() const { return engine_ != nullptr || opener_.running(); }
   void Retire();
@@ -48,7 +48,8 @@ class L3Writer {
   std::optional<uint64_t> pending() const { return pending_; }
 
   // The options of an engine that writes rank `rank`'s files.
-  CheckpointOptions Options(int rank, int world, uint64_t state_bytes) const;
+  // `epoch`: the job's epoch, the write of every version this engine writes (write_id).
+  CheckpointOptions Options(int rank, int world, uint64_t state_bytes, uint64_t epoch) const;
 
  private:
   const std::string dir_;

@@ -145,6 +145,9 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   // A new job: what a slot's files hold is from no run of this job.
   for (uint64_t k = 0; k < 2; ++k) held_.l1->Invalidate(k);
   held_.l2->Clear();
+  // Nor do an earlier run's versions after LATEST: rank 0 removes them before it makes the first
+  // epoch's communicators, which every other rank waits for before it writes anything.
+  if (me.rank == 0 && settings_.options.enabled) WithdrawVersionsAfterLatest(parts());
   FaultPoint("protect.start");
   // A rank lost while the job started (before this one came here, or while it builds the first
   // epoch): a spare takes it, or its agent restarts it, in a later epoch, where this rank joins

@@ -102,6 +102,11 @@ StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, Recov
                              std::optional<uint64_t> version = std::nullopt);
 // The newest complete L3 version at or before `at_most`; none without L3 or such a version.
 std::optional<uint64_t> NewestL3Version(const Parts& parts, uint64_t at_most);
+// A job started again (rank 0, before the first epoch's communicators, so before any rank
+// writes): the versions an earlier run left after the one LATEST names (not committed, or
+// committed without LATEST moving) are removed, as this run writes them again. Logged; an error
+// to remove one is logged too and changes nothing else. Nothing without LATEST.
+void WithdrawVersionsAfterLatest(const Parts& parts);
 // Checkpoint-and-exit (docs/protect.md, "Spares exhausted"), once the survivors' replication
 // stopped: they agree on a step and write one L3 version of it, lost ranks' files included.
 Status WriteFinalCheckpoint(const Parts& parts, const Epoch& e, const FailureEvent& event);

@@ -1,7 +1,8 @@
 // The engine against the file system and the other ranks: versions whose flushes finish out of
 // order, a full disk, a read-only file system and a failing fsync (a fault-injecting I/O
 // backend, and a real read-only tmpfs), the commit across ranks, the marks a version's manifests
-// record, and an abandoned commit. Runs once per I/O backend, as engine_test.cc.
+// record, a version written again, and an abandoned commit. Runs once per I/O backend, as
+// engine_test.cc.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,8 @@
 
 #include "checkpoint/engine.h"
 #include "checkpoint/io/fault/fault_backend.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
 #include "checkpoint/layout/naming.h"
 #include "engine_test_state.h"
 #include "engine_test_util.h"
@@ -210,6 +213,53 @@ TEST(Engine, VersionMarksReachTheManifests) {
   auto global = ReadText(GlobalManifestPath(dir.path(), 1));
   EXPECT_NE(global.find("\"certified\""), std::string::npos) << global;
   EXPECT_EQ(ReadText(GlobalManifestPath(dir.path(), 3)).find("certified"), std::string::npos);
+}
+
+// A version written again (a job that went back to an older step writes it once more) commits
+// only the files of its own write (docs/format.md, "Commit protocol"): a rank's file of the same
+// version that an earlier write left is waited past, never taken with this write's.
+TEST(Engine, AVersionWrittenAgainCommitsOnlyTheFilesOfItsOwnWrite) {
+  TempDir dir;
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.keep_versions = 0;
+  TrainState s;
+  const auto write = [&](uint64_t id, bool rank1, std::chrono::milliseconds timeout) {
+    o.write_id = id;
+    o.commit_timeout = timeout;
+    auto [r0, r1] = MakeTwoRanks(o);
+    EXPECT_TRUE(r0 && r1);
+    EXPECT_TRUE(r0->Checkpoint(5, s.provider).ok());
+    if (rank1) {
+      EXPECT_TRUE(r1->Checkpoint(5, s.provider).ok());
+      EXPECT_TRUE(r1->WaitPersisted(5).ok());
+    }
+    return r0->WaitPersisted(5);
+  };
+  const auto write_of = [&](int rank) {
+    auto json = ReadFileManifestJson(RankFilePath(dir.path(), 5, rank));
+    EXPECT_TRUE(json.ok()) << json.status();
+    auto m = FileManifest::FromJson(json.ok() ? *json : "");
+    return m.ok() ? m->write_id : 0;
+  };
+  ASSERT_TRUE(write(1, true, std::chrono::seconds(60)).ok());
+  ASSERT_EQ(write_of(1), 1u);
+  // Written again by rank 0 only: rank 1's file is the first write's, and the commit does not
+  // take it (it would commit at once); it ends at its deadline, saying why.
+  s.big[0] = -1;
+  Status st = write(2, false, std::chrono::milliseconds(500));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("from another write of the version (write 1, this one's 2)"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(write_of(0), 2u);
+  EXPECT_EQ(write_of(1), 1u);
+  // Written again by both: committed, every file of the version from this write, and the global
+  // manifest names these files (each file's manifest checksum is the one on disk).
+  ASSERT_TRUE(write(3, true, std::chrono::seconds(60)).ok());
+  EXPECT_EQ(write_of(0), 3u);
+  EXPECT_EQ(write_of(1), 3u);
+  auto verified = VerifyVersion(dir.path(), 5);
+  EXPECT_TRUE(verified.ok()) << verified;
 }
 
 TEST(Engine, AnAbandonedCommitEndsAtOnceNotAtItsTimeout) {

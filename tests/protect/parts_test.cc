@@ -321,7 +321,7 @@ TEST_F(DirTest, TheL3WriterWritesFromL1AndRetiresWithoutWaiting) {
   EXPECT_TRUE(w.Due(6));
   EXPECT_FALSE(w.Due(0));
   EXPECT_FALSE(w.Due(7));
-  ASSERT_TRUE(w.Open(0, 1, layout.payload_bytes).ok());
+  ASSERT_TRUE(w.Open(0, 1, layout.payload_bytes, /*epoch=*/1).ok());
   const AreaView view = OwnAreaView(layout, (*l1)->payload(6), 0, 0, 1);
   ASSERT_TRUE(w.Write(6, view).ok());
   EXPECT_EQ(w.pending(), std::optional<uint64_t>(6));

@@ -34,22 +34,56 @@ bool Exists(const std::string& path) {
   return std::filesystem::exists(path, ec);
 }
 
-// A rank's file appears only by rename after it is durable, so a file that opens is done. It is
-// opened once and read through that descriptor: size, manifest.
-StatusOr<std::unique_ptr<File>> WaitForRankFile(IoBackend* io, const std::string& path,
-                                                uint64_t version, int rank,
-                                                std::chrono::steady_clock::time_point deadline,
-                                                const std::atomic<bool>* abandon) {
+// A rank's file of this write of `version`, opened once and read through that descriptor (size,
+// manifest), with its manifest's JSON and the manifest.
+struct RankFile {
+  std::unique_ptr<File> file;
+  std::string json;
+  FileManifest manifest;
+};
+
+// A rank's file appears only by rename after it is durable, so a file that opens is done. With a
+// nonzero `write_id` it is this write's only when its manifest says so: a file an earlier write
+// of the version left (an epoch that ended, a run that crashed) is waited past until this write's
+// file is renamed over it.
+StatusOr<RankFile> WaitForRankFile(IoBackend* io, const std::string& path, uint64_t version,
+                                   int rank, std::chrono::steady_clock::time_point deadline,
+                                   const std::atomic<bool>* abandon, uint64_t write_id) {
+  uint64_t other_write = 0;  // the id of an earlier write's file seen at `path`
   for (;;) {
     StatusOr<std::unique_ptr<File>> file = io->Open(path, {OpenMode::kReadOnly, false});
-    if (file.status().code() != StatusCode::kNotFound) return file;
+    if (file.ok()) {
+      RankFile got;
+      got.file = std::move(*file);
+      StatusOr<std::string> json = ReadFileManifestJson(got.file.get());
+      StatusOr<FileManifest> m =
+          json.ok() ? FileManifest::FromJson(*json) : StatusOr<FileManifest>(json.status());
+      // Without a write id every file of the version is this write's, and one that cannot be
+      // read fails the commit; with one, such a file is another write's, waited past.
+      if (write_id == 0 && !m.ok()) return m.status();
+      if (m.ok() && (write_id == 0 || m->write_id == write_id)) {
+        got.json = std::move(*json);
+        got.manifest = std::move(*m);
+        return got;
+      }
+      other_write = m.ok() ? m->write_id : 0;
+    } else if (file.status().code() != StatusCode::kNotFound) {
+      return file.status();
+    }
     if (abandon != nullptr && abandon->load())
       return Status::Aborted("version " + std::to_string(version) + ": the commit was abandoned " +
                              "while waiting for rank " + std::to_string(rank) + "'s file");
-    if (std::chrono::steady_clock::now() > deadline)
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (other_write != 0 || (write_id != 0 && file.ok()))
+        return Status::DeadlineExceeded(
+            "version " + std::to_string(version) + ": rank " + std::to_string(rank) + "'s file " +
+            path + " is from another write of the version (write " + std::to_string(other_write) +
+            ", this one's " + std::to_string(write_id) +
+            ") and this write's did not replace it in time; the version is not committed");
       return Status::DeadlineExceeded("version " + std::to_string(version) + ": rank " +
                                       std::to_string(rank) + "'s file " + path +
                                       " did not appear in time; the version is not committed");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -88,7 +122,7 @@ StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes) {
 
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
                      std::chrono::milliseconds timeout, bool move_latest,
-                     const std::atomic<bool>* abandon) {
+                     const std::atomic<bool>* abandon, uint64_t write_id) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   GlobalManifest global;
   global.version = version;
@@ -96,10 +130,11 @@ Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, i
   std::vector<VersionMarks> marks;
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string path = RankFilePath(root, version, rank);
-    RTFT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
-                          WaitForRankFile(io, path, version, rank, deadline, abandon));
-    RTFT_ASSIGN_OR_RETURN(std::string json, ReadFileManifestJson(file.get()));
-    RTFT_ASSIGN_OR_RETURN(FileManifest m, FileManifest::FromJson(json));
+    RTFT_ASSIGN_OR_RETURN(RankFile got,
+                          WaitForRankFile(io, path, version, rank, deadline, abandon, write_id));
+    const std::unique_ptr<File>& file = got.file;
+    const std::string& json = got.json;
+    const FileManifest& m = got.manifest;
     if (m.version != version || m.rank != rank || m.world_size != world_size)
       return Status::DataLoss(path + " belongs to version " + std::to_string(m.version) +
                               ", rank " + std::to_string(m.rank) + " of " +

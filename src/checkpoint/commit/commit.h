@@ -27,10 +27,11 @@ StatusOr<std::string> ReadSmallFile(File* file, uint64_t max_bytes = 64ull << 20
 // each one's manifest, writes the version's MANIFEST.json, then, with `move_latest`, moves LATEST
 // to `version`. Once `*abandon` is true the wait ends with kAborted. Versions can finish out of
 // order; the engine passes false for a version older than one it already moved LATEST to, so that
-// LATEST never goes back.
+// LATEST never goes back. With a nonzero `write_id` a rank's file counts only once it carries that
+// id (CheckpointOptions::write_id): a file of an earlier write of the version is waited past.
 Status CommitVersion(IoBackend* io, const std::string& root, uint64_t version, int world_size,
                      std::chrono::milliseconds timeout, bool move_latest = true,
-                     const std::atomic<bool>* abandon = nullptr);
+                     const std::atomic<bool>* abandon = nullptr, uint64_t write_id = 0);
 
 // Deletes complete versions older than the newest `keep` complete ones, and incomplete versions
 // older than the oldest kept one (leftovers of crashed writers). keep == 0 keeps everything.

@@ -201,6 +201,7 @@ std::string FileManifest::ToJson() const {
   j["world_size"] = world_size;
   j["chunk_bytes"] = chunk_bytes;
   j["created_unix_ms"] = created_unix_ms;
+  if (write_id != 0) j["write"] = write_id;
   json tensors = json::array();
   for (const TensorEntry& t : this->tensors) {
     json e;
@@ -247,6 +248,8 @@ StatusOr<FileManifest> FileManifest::FromJson(const std::string& text) {
     return f.Error("chunk_bytes",
                    "is not a positive multiple of " + std::to_string(kChunkAlignment));
   RTFT_RETURN_IF_ERROR(ParseMarks(f, &m.marks));
+  if (j.contains("write"))
+    RTFT_RETURN_IF_ERROR(f.Uint("write", std::numeric_limits<uint64_t>::max(), &m.write_id));
   const json* tensors = nullptr;
   const json* objects = nullptr;
   RTFT_RETURN_IF_ERROR(f.List("tensors", &tensors));

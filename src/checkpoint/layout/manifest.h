@@ -58,6 +58,7 @@ struct FileManifest {
   int world_size = 1;
   uint64_t chunk_bytes = 0;
   int64_t created_unix_ms = 0;
+  uint64_t write_id = 0;  // CheckpointOptions::write_id; the `write` field, absent when 0
   std::vector<TensorEntry> tensors;
   std::vector<ObjectEntry> objects;
   VersionMarks marks;  // the optional `certified` field: absent when nothing is marked

@@ -8,8 +8,11 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <sstream>
 #include <thread>
+
+#include "rtft/checkpoint.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -245,6 +248,45 @@ TEST_F(ProtectJobTest, AJobStartedAgainResumesFromItsNewestL3Checkpoint) {
       << again.output;
   ASSERT_EQ(again.digests.size(), 4u) << again.output;
   for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+}
+
+// A run that died while it wrote an L3 version leaves files of that version after LATEST; the job
+// started again writes the version once more (with the same write id: it is epoch 1 again).
+// Rank 0 removes them before the first epoch's communicators, so the new version is made of this
+// run's files only: it verifies, and the run ends identical.
+TEST_F(ProtectJobTest, AJobStartedAgainRemovesTheFilesAnEarlierRunLeftAfterLatest) {
+  const std::string ckpt = root_ + "/l3-leftovers";
+  const std::string v15 = ckpt + "/v000000000015";  // docs/format.md, "Directory layout"
+  // Rank 0's flush of version 15 (its third file) never renames its file; the others' files of
+  // version 15 land, LATEST stays at 10; then the whole job is killed.
+  Run died =
+      Start("leftovers-1", 4, 0, "0:ckpt.synced@3:hang", 0, {"--l3-every", "5", "--ckpt-dir", ckpt},
+            {}, nullptr, [&](Job& job) {
+              EXPECT_TRUE(WaitFor(
+                  [&] {
+                    for (int r = 1; r < 4; ++r)
+                      if (!std::filesystem::exists(v15 + "/rank-0000" + std::to_string(r) + ".h5"))
+                        return false;
+                    return true;
+                  },
+                  seconds(60)))
+                  << job.Output();
+              for (int slot = 0; slot < 4; ++slot)
+                if (const pid_t agent = job.AgentOf(slot); agent > 0) kill(agent, SIGKILL);
+            });
+  ASSERT_TRUE(CommittedAtLeast(ckpt, 10) && !CommittedAtLeast(ckpt, 15)) << died.output;
+  Run again = Start("leftovers-2", 4, 0, "", 0, {"--l3-every", "5", "--ckpt-dir", ckpt});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("restored step 10 from the L3 checkpoint"), std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("removed version 15 (incomplete), newer than LATEST 10"),
+            std::string::npos)
+      << again.output;
+  ASSERT_EQ(again.digests.size(), 4u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(4)) << rank;
+  EXPECT_TRUE(CommittedAtLeast(ckpt, 15)) << again.output;
+  const Status verified = VerifyVersion(ckpt, 15);
+  EXPECT_TRUE(verified.ok()) << verified;
 }
 
 TEST_F(ProtectJobTest, SparesExhaustedCheckpointAndExitThenTheRelaunchEndsIdentical) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "protect/jobs/train_job.h"
+#include "rtft/checkpoint.h"
 
 namespace rtft::launch::test {
 namespace {
@@ -112,6 +113,16 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Versi
   EXPECT_LE(std::stoi(version), 28);
   // Every rank restored that very version.
   ExpectEachRank(run, 3, kRestoredFromL3, version);
+  // The versions the run wrote again after it went back hold this run's files only (each epoch's
+  // engines commit only their own write's files, docs/format.md "Commit protocol"): every
+  // complete one verifies.
+  const auto versions = ListVersions(ckpt);
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  for (const VersionInfo& v : *versions) {
+    if (!v.complete) continue;
+    const Status verified = VerifyVersion(ckpt, v.version);
+    EXPECT_TRUE(verified.ok()) << "version " << v.version << ": " << verified;
+  }
 }
 
 // The same with the replay every 2 steps: the newest state the replays vouch for is step 31's
