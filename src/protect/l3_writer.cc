@@ -1,7 +1,14 @@
 #include "protect/l3_writer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <memory>
 
+#include "checkpoint/commit/commit.h"
+#include "checkpoint/io/io_backend.h"
+#include "checkpoint/layout/layout.h"
+#include "checkpoint/layout/manifest.h"
+#include "checkpoint/layout/naming.h"
 #include "core/logging.h"
 #include "core/params.h"
 #include "core/progress.h"
@@ -17,6 +24,74 @@ L3Writer::~L3Writer() {
   (void)Ready();
   retirement_.Join();
   engine_.reset();
+}
+
+void L3Writer::Withdraw(uint64_t after_step, uint64_t epoch) {
+  if (!enabled()) return;
+  WithdrawNow(after_step, epoch);
+  // Again once the retired engines are destroyed (their commits ended): on the thread that
+  // destroys them, after them.
+  auto retired = std::make_shared<Thread>(std::move(retirement_));
+  auto thread = Thread::Start("rtft-l3-withdraw", [this, retired, after_step, epoch] {
+    retired->Join();
+    WithdrawNow(after_step, epoch);
+  });
+  if (thread.ok()) {
+    retirement_ = std::move(*thread);
+  } else {
+    retired->Join();
+    WithdrawNow(after_step, epoch);
+  }
+}
+
+void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch) const {
+  const auto versions = ListVersions(dir_);
+  if (!versions.ok()) {
+    RTFT_LOG(kError, kLogRuntime) << "L3: cannot list the versions to withdraw: "
+                                  << versions.status();
+    return;
+  }
+  std::optional<uint64_t> newest;  // the newest complete version left
+  std::string withdrawn;
+  for (const VersionInfo& v : *versions) {
+    if (!v.complete) continue;
+    // One this epoch wrote (its rank 0 file carries the epoch as its write id) stays.
+    const auto json = ReadFileManifestJson(RankFilePath(dir_, v.version, 0));
+    const auto m =
+        json.ok() ? FileManifest::FromJson(*json) : StatusOr<FileManifest>(json.status());
+    if (v.version <= after_step || (m.ok() && m->write_id == epoch)) {
+      newest = v.version;
+      continue;
+    }
+    std::error_code ec;
+    std::filesystem::remove(GlobalManifestPath(dir_, v.version), ec);
+    if (ec) {
+      RTFT_LOG(kError, kLogRuntime)
+          << "L3: cannot withdraw version " << v.version << ": " << ec.message();
+      newest = v.version;
+    } else {
+      withdrawn += (withdrawn.empty() ? "" : ", ") + std::to_string(v.version);
+    }
+  }
+  // LATEST where it names no complete version (one just withdrawn, or one whose commit wrote
+  // LATEST after the first pass withdrew it).
+  const bool stale = LatestVersion(dir_).status().code() == StatusCode::kDataLoss;
+  if (withdrawn.empty() && !stale) return;
+  Status moved = Status::Ok();
+  if (stale) {
+    auto io = CreateIoBackend({"posix", 1});
+    moved = !io.ok() ? io.status()
+            : newest
+                ? WriteFileAtomically(io->get(), LatestPath(dir_), std::to_string(*newest) + "\n")
+                : (*io)->Remove(LatestPath(dir_));
+    if (!moved.ok()) RTFT_LOG(kError, kLogRuntime) << "L3: cannot move LATEST back: " << moved;
+  }
+  RTFT_LOG(kWarn, kLogRuntime) << "L3: versions after step " << after_step << " withdrawn ("
+                               << (withdrawn.empty() ? "none complete" : withdrawn)
+                               << "): written from state the replays do not vouch for"
+                               << (!stale || !moved.ok() ? std::string()
+                                   : newest ? "; LATEST names version " + std::to_string(*newest)
+                                            : std::string("; LATEST removed"));
 }
 
 CheckpointOptions L3Writer::Options(int rank, int world, uint64_t state_bytes,

@@ -158,6 +158,9 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
       agreed.plan.why = grid_error.message();
     }
   }
+  // After a faulty device, the L3 versions after the newest step the replays vouch for are
+  // withdrawn before any rank of the new epoch writes one (docs/protect.md, "Replay").
+  if (const auto ceiling = Ceiling(all)) p_.l3->Withdraw(*ceiling, epoch);
   // The others wait for this even when it failed here: they then fail the same way.
   RTFT_RETURN_IF_ERROR(KvGatherResult(p_.rt, key, epoch, EncodeAgreedPlan(agreed)));
   RTFT_RETURN_IF_ERROR(grid_error);

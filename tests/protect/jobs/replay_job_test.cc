@@ -7,6 +7,7 @@
 // ends with the digest of the run without the flip, bit for bit; without the replay the same flip
 // changes the result. The check for non-finite gradients: a NaN once, a NaN at every step, and a
 // NaN that replays make too (the model's own: the run ends, no device blamed).
+#include <iterator>
 #include <sstream>
 
 #include "protect/jobs/train_job.h"
@@ -123,6 +124,59 @@ TEST_F(ReplayJobTest, AFaultyDeviceFoundBetweenReplaysGoesBackToAReplayedL3Versi
     const Status verified = VerifyVersion(ckpt, v.version);
     EXPECT_TRUE(verified.ok()) << "version " << v.version << ": " << verified;
   }
+}
+
+// The rollback withdraws the L3 versions it cannot vouch for (docs/protect.md, "Replay"): L3 every
+// 2 steps, so version 30 is committed (LATEST 30) when the flip is found in step 32, or its commit
+// ends after the recovery began. With rank 0 held at its first update after the recovery, before
+// the run writes any version after step 29 again, LATEST comes to name a version at or before
+// step 29 and no complete version is newer; the whole job killed there and started again resumes
+// from such a version and ends with the failure-free digest.
+TEST_F(ReplayJobTest, AFaultyDevicesRollbackWithdrawsTheL3VersionsItCannotVouchFor) {
+  const std::string ckpt = root_ + "/l3-withdrawn";
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
+  std::string held;  // what the directory said while rank 0 was held
+  // Rank 0 updates steps 0 to 31 (32 updates); the flip is found in step 32, before its update;
+  // its 33rd update is the first after the recovery.
+  Run died = Start("withdrawn-1", 3, 1, "1:train.grad_flip@31:flags,0:protect.update@33:hang", 0,
+                   {"--l3-every", "2", "--ckpt-dir", ckpt}, {}, nullptr, [&](Job& job) {
+                     EXPECT_TRUE(WaitFor(
+                         [&] {
+                           std::ifstream in(root_ + "/withdrawn-1/faults.log");
+                           const std::string log((std::istreambuf_iterator<char>(in)), {});
+                           return log.find("protect.update") != std::string::npos &&
+                                  job.Output().find("recovered epoch=2") != std::string::npos;
+                         },
+                         seconds(60)))
+                         << job.Output();
+                     // The second pass runs once the retired engine is gone (its commit of version
+                     // 30 may move LATEST after the first): waited for, not assumed.
+                     const bool withdrawn = WaitFor(
+                         [&] {
+                           const auto latest = LatestVersion(ckpt);
+                           held = "LATEST " + (latest.ok() ? std::to_string(*latest)
+                                                           : latest.status().ToString());
+                           const auto versions = ListVersions(ckpt);
+                           if (!latest.ok() || *latest > 29 || !versions.ok()) return false;
+                           for (const VersionInfo& v : *versions)
+                             if (v.complete && v.version > 29) return false;
+                           return true;
+                         },
+                         seconds(30));
+                     EXPECT_TRUE(withdrawn) << held << "\n" << job.Output();
+                     for (int slot = 0; slot < 4; ++slot)
+                       if (const pid_t agent = job.AgentOf(slot); agent > 0) kill(agent, SIGKILL);
+                   });
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  // Version 30 was withdrawn, whichever pass found it complete.
+  EXPECT_NE(died.output.find("L3: versions after step 29 withdrawn (30)"), std::string::npos)
+      << died.output;
+  Run again = Start("withdrawn-2", 3, 1, "", 0, {"--l3-every", "4", "--ckpt-dir", ckpt});
+  std::smatch restored;
+  ASSERT_TRUE(std::regex_search(again.output, restored, std::regex(kRestoredFromL3)))
+      << again.output;
+  EXPECT_LE(std::stoi(restored[1]), 29) << held;
+  ExpectIdentical(again, 3, "started again after the rollback withdrew the versions after 29");
 }
 
 // The same with the replay every 2 steps: the newest state the replays vouch for is step 31's
