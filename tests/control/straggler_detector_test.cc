@@ -12,7 +12,7 @@ namespace {
 
 class StragglerDetectorTest : public ::testing::Test {
  protected:
-  StragglerDetectorTest() : d_(StragglerOptions{}) { d_.Reset(kWorld); }
+  StragglerDetectorTest() : d_(StragglerOptions{20, 50, 0}) { d_.Reset(kWorld); }
 
   // `beats` heartbeats from every rank, each covering `steps` steps of `ms[rank]` ms of work,
   // checked after each round as the primary does at every scan: the first verdict, and the
@@ -118,7 +118,7 @@ TEST_F(StragglerDetectorTest, OnlyTheNewestWindowCounts) {
 }
 
 TEST_F(StragglerDetectorTest, TwoRanksCompareWithEachOther) {
-  StragglerDetector two(StragglerOptions{});
+  StragglerDetector two(StragglerOptions{20, 50, 0});
   two.Reset(2);
   std::optional<StragglerDetector::Verdict> v;
   for (int b = 0; b < 20 && !v; ++b) {
@@ -133,7 +133,7 @@ TEST_F(StragglerDetectorTest, TwoRanksCompareWithEachOther) {
 TEST_F(StragglerDetectorTest, OnAGridARankIsComparedWithItsReplicasOnly) {
   // 2 x 2 tensor x pipeline, 2 replicas: ranks t + 2 * (d + 2 * p). The last stage (p = 1: ranks
   // 4..7) works 50 % more than the first, as stages may: nobody is slow.
-  StragglerDetector grid(StragglerOptions{});
+  StragglerDetector grid(StragglerOptions{20, 50, 0});
   grid.Reset(8, 2, 2);
   auto beat = [&](double slow_rank_ms) {
     std::optional<StragglerDetector::Verdict> v;
@@ -165,8 +165,36 @@ TEST_F(StragglerDetectorTest, OnAGridARankIsComparedWithItsReplicasOnly) {
   EXPECT_EQ(v->rank, 5);
 }
 
+// With steps of milliseconds a window of steps is under a second: the default also asks for 5 s of
+// the rank's own work past the threshold. Rank 2 at 13 ms: 385 steps past it (49 rounds of 8
+// after the 7 that fill its window), not the 56 steps that a window alone asks for.
+TEST_F(StragglerDetectorTest, FastStepsMustStayPastTheThresholdForFiveSecondsOfWork) {
+  StragglerDetector d(StragglerOptions{});
+  d.Reset(kWorld);
+  int at = 0;
+  for (int b = 0; b < 80 && at == 0; ++b) {
+    const std::vector<double> ms = {10, 10.4, 13, 9.8};
+    for (LogicalRank r = 0; r < kWorld; ++r)
+      d.Observe(r, StepWork{static_cast<uint64_t>(ms[r] * 1000 * 8), 8});
+    if (auto v = d.Check()) {
+      at = b + 1;
+      EXPECT_EQ(v->rank, 2);
+      EXPECT_NE(v->why.find("past it for 392 steps"), std::string::npos) << v->why;
+    }
+  }
+  EXPECT_EQ(at, 56);
+  // A slow spell shorter than that names nobody: 30 rounds past it, then even again.
+  d.Reset(kWorld);
+  for (int b = 0; b < 80; ++b) {
+    const std::vector<double> ms = {10, 10.4, b < 37 ? 13 : 10.1, 9.8};
+    for (LogicalRank r = 0; r < kWorld; ++r)
+      d.Observe(r, StepWork{static_cast<uint64_t>(ms[r] * 1000 * 8), 8});
+    EXPECT_FALSE(d.Check().has_value()) << "round " << b + 1;
+  }
+}
+
 TEST_F(StragglerDetectorTest, OffAndMalformedInputIsIgnored) {
-  StragglerDetector off(StragglerOptions{0, 50});
+  StragglerDetector off(StragglerOptions{0, 50, 0});
   off.Reset(kWorld);
   for (int b = 0; b < 20; ++b) {
     for (LogicalRank r = 0; r < kWorld; ++r)
@@ -179,7 +207,7 @@ TEST_F(StragglerDetectorTest, OffAndMalformedInputIsIgnored) {
   d_.Observe(0, StepWork{1000000, 0});
   EXPECT_FALSE(Beat(20, {10, 10, 10, 10}).has_value());
   // A single rank has no peers.
-  StragglerDetector one(StragglerOptions{});
+  StragglerDetector one(StragglerOptions{20, 50, 0});
   one.Reset(1);
   for (int b = 0; b < 20; ++b) {
     one.Observe(0, StepWork{80000, 8});

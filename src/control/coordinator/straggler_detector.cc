@@ -90,7 +90,9 @@ std::optional<StragglerDetector::Verdict> StragglerDetector::Check() {
       continue;
     }
     if (!r.over_since) r.over_since = r.total;
-    if (named_[i] || r.total - *r.over_since < window) continue;
+    const uint64_t past = r.total - *r.over_since;
+    if (named_[i] || past < window || static_cast<double>(past) * mean[i] < o_.min_past_ms)
+      continue;
     if (worst == ranks_.size() || mean[i] / peers[i] > mean[worst] / peers[worst]) worst = i;
   }
   if (worst == ranks_.size()) return std::nullopt;

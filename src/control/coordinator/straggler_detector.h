@@ -28,6 +28,10 @@ struct StragglerOptions {
   // more of its steps. 0: no detection.
   int32_t percent = 20;
   int32_t window = 50;  // steps
+  // ... and for at least this long of its own work past the threshold (the steps past it times its
+  // work per step): with steps of milliseconds, a window of steps is under a second, which the
+  // scheduler of a busy host can hold a rank back for without the rank being slow.
+  double min_past_ms = 5000;
 };
 
 class StragglerDetector {
