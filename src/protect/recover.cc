@@ -8,7 +8,6 @@
 #include "core/fault_point.h"
 #include "core/logging.h"
 #include "protect/recovery.h"
-#include "rtft/checkpoint.h"
 #include "runtime/gather.h"
 
 namespace rtft::protect {
@@ -72,11 +71,10 @@ Bounded ChooseWithin(const Parts& p, const char* what, uint64_t ceiling,
   return {};
 }
 
-// Where the L3 fallback has nothing to restore: no checkpoint directory, or none complete in it.
+// Where the L3 fallback has nothing to restore: no checkpoint directory, or none complete in it
+// (LATEST names only a complete version).
 bool NoL3Version(const Parts& p) {
-  return !p.l3->enabled() ||
-         (!LatestVersion(p.l3->dir()).ok() &&
-          !NewestL3Version(p, std::numeric_limits<uint64_t>::max()).has_value());
+  return !NewestL3Version(p, std::numeric_limits<uint64_t>::max()).has_value();
 }
 
 std::optional<uint64_t> StepOf(const RecoveryPlan& plan) {
