@@ -99,7 +99,9 @@ class RTFT_EXPORT CheckpointEngine {
   virtual Status PollError() = 0;
   // Gives up on committing the versions in flight: a commit that waits for other ranks' files
   // (one of them lost) ends at once with kAborted instead of at `commit_timeout`, so destroying
-  // the engine does not wait for it. Files already being written are finished.
+  // the engine does not wait for it. Files already being written are finished, and versions whose
+  // files are all there are still committed, but none is pruned any more (a prune that runs ends
+  // before Abandon returns): a recovery may restore any version on disk (docs/format.md).
   virtual void Abandon() = 0;
   virtual StatusOr<CheckpointStats> Stats(uint64_t version) = 0;
   virtual const CheckpointOptions& options() const = 0;

@@ -329,6 +329,13 @@ Status Engine::PollError() {
   return first_error_;
 }
 
+void Engine::Abandon() {
+  abandoned_ = true;
+  // A prune that runs ends first: once this returns, every version on disk stays until the next
+  // engine prunes.
+  std::lock_guard<std::mutex> lock(prune_mu_);
+}
+
 StatusOr<CheckpointStats> Engine::Stats(uint64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = versions_.find(version);

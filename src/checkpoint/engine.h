@@ -71,7 +71,7 @@ class Engine : public CheckpointEngine {
   Status WaitPersisted(uint64_t version) override;
   Status WaitPersisted(uint64_t version, std::chrono::milliseconds timeout) override;
   Status PollError() override;
-  void Abandon() override { abandoned_ = true; }
+  void Abandon() override;
   StatusOr<CheckpointStats> Stats(uint64_t version) override;
   const CheckpointOptions& options() const override { return options_; }
 
@@ -120,6 +120,8 @@ class Engine : public CheckpointEngine {
   std::condition_variable cv_;  // any change of version state or queue
   bool stopping_ = false;
   std::atomic<bool> abandoned_{false};
+  // Held while old versions are pruned: Abandon waits for a prune that runs, and none starts after.
+  std::mutex prune_mu_;
   uint64_t last_version_ = 0;
   bool any_version_ = false;
   Status first_error_;

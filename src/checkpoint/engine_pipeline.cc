@@ -360,10 +360,16 @@ void Engine::CommitLoop() {
                            options_.commit_timeout, move_latest, &abandoned_, options_.write_id);
     });
     if (status.ok()) {
-      Status pruned = RunGuarded("the checkpoint engine\'s commit thread", [&] {
-        return PruneVersions(io_.get(), options_.dir, *options_.keep_versions, in_flight);
-      });
-      if (!pruned.ok()) RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();
+      // An abandoned engine prunes nothing: the recovery that abandoned it may restore any version
+      // on disk, and the next engine prunes once every rank wrote a version after it.
+      std::lock_guard<std::mutex> prune_lock(prune_mu_);
+      if (!abandoned_) {
+        Status pruned = RunGuarded("the checkpoint engine\'s commit thread", [&] {
+          return PruneVersions(io_.get(), options_.dir, *options_.keep_versions, in_flight);
+        });
+        if (!pruned.ok())
+          RTFT_LOG(kWarn, kLogCkpt) << "pruning old versions: " << pruned.ToString();
+      }
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok()) FailLocked(v.get(), status);

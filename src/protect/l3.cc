@@ -145,31 +145,29 @@ StatusOr<uint64_t> RestoreL3(const Parts& p, Epoch* e, uint64_t epoch, RecoveryI
     return Status::DataLoss(
         "no step can be restored from memory and there is no L3 checkpoint directory to fall "
         "back to");
-  StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());
-  if (version) latest = *version;  // complete when the leader chose it
-  if (!latest.ok())
+  if (!version)
     return Status::DataLoss("no step can be restored from memory and " + p.l3->dir() +
-                            " holds no complete L3 checkpoint: " + latest.status().ToString());
+                            " holds no complete L3 checkpoint");
   if (!e->train || e->train->epoch() != epoch) RTFT_RETURN_IF_ERROR(e->Build(p, epoch));
   RTFT_RETURN_IF_ERROR(held.PlaceShards(*e));
   std::string objects;
   LiveView view(held.layout, &objects);
   RestoreOptions r;
-  r.version = *latest;
+  r.version = *version;
   // Objects are per rank (an RNG's state): this rank's own, where the version has its file.
   r.rank = e->train->rank();
-  const std::string what = "restoring L3 step " + std::to_string(*latest);
+  const std::string what = "restoring L3 step " + std::to_string(*version);
   RTFT_RETURN_IF_ERROR(Restore(p.l3->dir(), r, view).Annotate(what));
   RTFT_RETURN_IF_ERROR(DeserializeObjects(held.layout.objects, objects.data(), objects.size()));
   RTFT_RETURN_IF_ERROR(held.state->Restored().Annotate(what));
   RTFT_RETURN_IF_ERROR(e->OpenL3(p));
-  RTFT_LOG(kWarn, kLogRuntime) << "restored step " << *latest << " from the L3 checkpoint in "
+  RTFT_LOG(kWarn, kLogRuntime) << "restored step " << *version << " from the L3 checkpoint in "
                                << p.l3->dir() << " (epoch " << epoch << ")";
   info->epoch = epoch;
-  info->step = *latest;
+  info->step = *version;
   info->source = "l3";
   info->world_size = e->train->world_size();
-  return *latest;
+  return *version;
 }
 
 }  // namespace rtft::protect

@@ -26,25 +26,25 @@ L3Writer::~L3Writer() {
   engine_.reset();
 }
 
-void L3Writer::Withdraw(uint64_t after_step, uint64_t epoch) {
+void L3Writer::Withdraw(uint64_t after_step, uint64_t epoch, const std::string& why) {
   if (!enabled()) return;
-  WithdrawNow(after_step, epoch);
+  WithdrawNow(after_step, epoch, why);
   // Again once the retired engines are destroyed (their commits ended): on the thread that
   // destroys them, after them.
   auto retired = std::make_shared<Thread>(std::move(retirement_));
-  auto thread = Thread::Start("rtft-l3-withdraw", [this, retired, after_step, epoch] {
+  auto thread = Thread::Start("rtft-l3-withdraw", [this, retired, after_step, epoch, why] {
     retired->Join();
-    WithdrawNow(after_step, epoch);
+    WithdrawNow(after_step, epoch, why);
   });
   if (thread.ok()) {
     retirement_ = std::move(*thread);
   } else {
     retired->Join();
-    WithdrawNow(after_step, epoch);
+    WithdrawNow(after_step, epoch, why);
   }
 }
 
-void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch) const {
+void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::string& why) const {
   const auto versions = ListVersions(dir_);
   if (!versions.ok()) {
     RTFT_LOG(kError, kLogRuntime) << "L3: cannot list the versions to withdraw: "
@@ -55,11 +55,15 @@ void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch) const {
   std::string withdrawn;
   for (const VersionInfo& v : *versions) {
     if (!v.complete) continue;
+    if (v.version <= after_step) {
+      newest = v.version;
+      continue;
+    }
     // One this epoch wrote (its rank 0 file carries the epoch as its write id) stays.
     const auto json = ReadFileManifestJson(RankFilePath(dir_, v.version, 0));
     const auto m =
         json.ok() ? FileManifest::FromJson(*json) : StatusOr<FileManifest>(json.status());
-    if (v.version <= after_step || (m.ok() && m->write_id == epoch)) {
+    if (m.ok() && m->write_id == epoch) {
       newest = v.version;
       continue;
     }
@@ -87,8 +91,7 @@ void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch) const {
     if (!moved.ok()) RTFT_LOG(kError, kLogRuntime) << "L3: cannot move LATEST back: " << moved;
   }
   RTFT_LOG(kWarn, kLogRuntime) << "L3: versions after step " << after_step << " withdrawn ("
-                               << (withdrawn.empty() ? "none complete" : withdrawn)
-                               << "): written from state the replays do not vouch for"
+                               << (withdrawn.empty() ? "none complete" : withdrawn) << "): " << why
                                << (!stale || !moved.ok() ? std::string()
                                    : newest ? "; LATEST names version " + std::to_string(*newest)
                                             : std::string("; LATEST removed"));
@@ -164,7 +167,12 @@ Status L3Writer::Ready() {
 
 void L3Writer::Retire() {
   (void)Ready();
-  if (!engine_) return;
+  if (!engine_) {
+    // A withdrawal's second pass ends before another engine writes, whose versions it must not
+    // take for an earlier epoch's.
+    retirement_.Join();
+    return;
+  }
   // Its copy out of L1 is local and short: let it finish before the areas change again.
   (void)WaitCopied();
   // A commit waiting for a lost rank's file ends now, not at its timeout.

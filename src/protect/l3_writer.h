@@ -47,15 +47,15 @@ class L3Writer {
   Status WaitPersisted(uint64_t step);
   std::optional<uint64_t> pending() const { return pending_; }
 
-  // After a faulty device's rollback into `epoch` (docs/protect.md, "Replay"), rank 0: the
-  // complete versions after `after_step` (written from state the replays do not vouch for) are
-  // withdrawn: their MANIFEST.json removed, so they are incomplete (pruned later, or written
-  // again), and LATEST, where it names no complete version any more, moved back to the newest
-  // complete one (removed when there is none). At once, and again on the retirement thread once
-  // the engines retired before are gone (one of them may still commit a version after the first
-  // pass); a version `epoch`'s engines wrote (their write id) is never withdrawn. Logged; an
-  // error is logged and changes nothing else.
-  void Withdraw(uint64_t after_step, uint64_t epoch);
+  // A recovery into `epoch` went back to `after_step` (docs/protect.md, "Recovery"), rank 0: the
+  // complete versions after it (the steps the job runs again; after a faulty device, state the
+  // replays do not vouch for: `why` says which) are withdrawn: their MANIFEST.json removed, so
+  // they are incomplete (pruned later, or written again), and LATEST, where it names no complete
+  // version any more, moved back to the newest complete one (removed when there is none). At once,
+  // and again on the retirement thread once the engines retired before are gone (one of them may
+  // still commit a version after the first pass); a version `epoch`'s engines wrote (their write
+  // id) is never withdrawn. Logged; an error is logged and changes nothing else.
+  void Withdraw(uint64_t after_step, uint64_t epoch, const std::string& why);
 
   // The options of an engine that writes rank `rank`'s files.
   // `epoch`: the job's epoch, the write of every version this engine writes (write_id).
@@ -75,7 +75,7 @@ class L3Writer {
   std::unique_ptr<CheckpointEngine> opened_;
   Status open_status_;
   Thread retirement_;
-  void WithdrawNow(uint64_t after_step, uint64_t epoch) const;
+  void WithdrawNow(uint64_t after_step, uint64_t epoch, const std::string& why) const;
 };
 
 }  // namespace rtft::protect

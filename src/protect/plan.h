@@ -116,8 +116,9 @@ ShrinkDecision DecideShrink(const std::vector<RankState>& all, int tensor, int p
 // the job shrank and the shrink's decision.
 struct AgreedPlan {
   RecoveryPlan plan;
-  // When `plan` is not ok: the L3 version every rank restores, as the leader found it (a ceiling
-  // that memory could not meet; one version for all, whatever commits meanwhile); none: LATEST.
+  // When `plan` (or the shrink's decision) is not ok: the L3 version every rank restores, as the
+  // leader found it (the newest complete one, at or before a ceiling memory could not meet; one
+  // version for all, whatever a retired engine commits meanwhile); none: there is none.
   std::optional<uint64_t> l3_version;
   bool shrink = false;
   ShrinkDecision shrink_decision;  // when `shrink`

@@ -187,9 +187,11 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   next_step_ = 0;
   if (!settings_.options.enabled) return next_step_;
   // A job started again with its checkpoint directory resumes from the newest version.
-  if (l3_->enabled() && LatestVersion(l3_->dir()).ok()) {
+  const StatusOr<uint64_t> latest =
+      l3_->enabled() ? LatestVersion(l3_->dir()) : Status::NotFound("no L3");
+  if (latest.ok()) {
     held_.untouched = false;
-    RTFT_ASSIGN_OR_RETURN(next_step_, RestoreL3(parts(), &epoch_, epoch, &info_));
+    RTFT_ASSIGN_OR_RETURN(next_step_, RestoreL3(parts(), &epoch_, epoch, &info_, *latest));
     step_ = next_step_;
     replay_.vouched = next_step_;
     return next_step_;

@@ -92,6 +92,13 @@ void PlanWithin(const Parts& p, const std::vector<RankState>& all,
   agreed->l3_version = b.l3_version;
 }
 
+// The step a shrink's decision resumes from memory; none: it has no plan.
+std::optional<uint64_t> StepOf(const ShrinkDecision& d, const Grid& wanted) {
+  const bool on_grid = wanted.tensor > 1 || wanted.pipeline > 1;
+  if (on_grid ? !d.grid.ok : !d.plan.ok) return std::nullopt;
+  return on_grid ? d.grid.step : d.plan.step;
+}
+
 // The shrink's decision, under a ceiling as the recovery's plan (ChooseWithin); with kL3 the
 // decision has no plan, and Shrink restores the agreement's L3 version.
 void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid& wanted,
@@ -99,11 +106,7 @@ void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid&
   const auto decide = [&](const std::vector<RankState>& states) {
     return DecideShrink(states, wanted.tensor, wanted.pipeline, p.held->layout.shared_hash);
   };
-  const bool on_grid = wanted.tensor > 1 || wanted.pipeline > 1;
-  const auto step = [&](const ShrinkDecision& d) -> std::optional<uint64_t> {
-    if (on_grid ? !d.grid.ok : !d.plan.ok) return std::nullopt;
-    return on_grid ? d.grid.step : d.plan.step;
-  };
+  const auto step = [&](const ShrinkDecision& d) { return StepOf(d, wanted); };
   ShrinkDecision newest = decide(all);
   if (!ceiling) {
     agreed->shrink_decision = std::move(newest);
@@ -113,6 +116,38 @@ void ShrinkWithin(const Parts& p, const std::vector<RankState>& all, const Grid&
   const Bounded b = ChooseWithin(p, "shrink", *ceiling, step(newest), step(within));
   agreed->shrink_decision = std::move(b.take == Bounded::kNewest ? newest : within);
   agreed->l3_version = b.l3_version;
+}
+
+// The leader's last word on L3 (docs/protect.md, "Recovery"). Where the decision restores from L3
+// and no ceiling named the version, it names the newest complete one, so that every rank restores
+// that very version whatever a retired engine commits meanwhile (none: every rank fails alike).
+// Then the complete versions after the step the job goes back to are withdrawn (after the ceiling
+// where that is lower): the job runs those steps again and writes them again.
+void SettleL3(const Parts& p, const std::vector<RankState>& all, uint64_t epoch,
+              AgreedPlan* agreed) {
+  if (!p.l3->enabled()) return;
+  const Grid& wanted = p.settings->options.grid;
+  std::optional<uint64_t> back_to =
+      agreed->shrink ? StepOf(agreed->shrink_decision, wanted) : StepOf(agreed->plan);
+  if (!back_to && !agreed->start_over) {
+    if (!agreed->l3_version)
+      agreed->l3_version = NewestL3Version(p, std::numeric_limits<uint64_t>::max());
+    back_to = agreed->l3_version;
+  }
+  const std::optional<uint64_t> ceiling = Ceiling(all);
+  const std::string faulty = ceiling
+                                 ? "a replay found a device faulty and vouches for no step after " +
+                                       std::to_string(*ceiling)
+                                 : std::string();
+  if (ceiling && (!back_to || *ceiling < *back_to)) {
+    p.l3->Withdraw(*ceiling, epoch,
+                   "written from state the replays do not vouch for (" + faulty + ")");
+  } else if (back_to) {
+    p.l3->Withdraw(*back_to, epoch,
+                   "the recovery into epoch " + std::to_string(epoch) + " went back to step " +
+                       std::to_string(*back_to) +
+                       (ceiling ? " (" + faulty + ")" : ", which the job runs on from again"));
+  }
 }
 
 }  // namespace
@@ -156,9 +191,8 @@ StatusOr<AgreedPlan> Recovery::Agree(uint64_t epoch, const RankState& mine, int 
       agreed.plan.why = grid_error.message();
     }
   }
-  // After a faulty device, the L3 versions after the newest step the replays vouch for are
-  // withdrawn before any rank of the new epoch writes one (docs/protect.md, "Replay").
-  if (const auto ceiling = Ceiling(all)) p_.l3->Withdraw(*ceiling, epoch);
+  // Before any rank of the new epoch writes a version.
+  if (grid_error.ok()) SettleL3(p_, all, epoch, &agreed);
   // The others wait for this even when it failed here: they then fail the same way.
   RTFT_RETURN_IF_ERROR(KvGatherResult(p_.rt, key, epoch, EncodeAgreedPlan(agreed)));
   RTFT_RETURN_IF_ERROR(grid_error);
@@ -204,7 +238,7 @@ StatusOr<uint64_t> Recovery::Into(uint64_t epoch) {
                                   << "; falling back to "
                                   << (agreed_.l3_version
                                           ? "L3 version " + std::to_string(*agreed_.l3_version)
-                                          : std::string("the newest L3 checkpoint"));
+                                          : std::string("L3, which holds no complete version"));
     return RestoreL3(p_, &epoch_, epoch, &info_, agreed_.l3_version);
   }
   RTFT_RETURN_IF_ERROR(epoch_.Build(p_, epoch));

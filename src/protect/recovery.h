@@ -60,10 +60,10 @@ class Shrink {
       : p_(parts), epoch_(std::move(epoch)), info_(std::move(info)) {}
 
   // Into `epoch` of `world` ranks as the agreement's leader decided; `t0`: when the recovery began.
-  // `l3_version`: where the decision has no plan, the L3 version to restore (the agreement's,
-  // under a ceiling); none: the newest.
+  // `l3_version`: where the decision has no plan, the L3 version to restore (the agreement's);
+  // none: L3 holds no complete version.
   Recovered Run(uint64_t epoch, const ShrinkDecision& decision, int world, Clock::time_point t0,
-                std::optional<uint64_t> l3_version = std::nullopt);
+                std::optional<uint64_t> l3_version);
 
  private:
   // The application's state described again for this rank's new place.
@@ -93,13 +93,13 @@ class Shrink {
   bool in_memory_ = false;
 };
 
-// l3.cc. The newest L3 version restored in `epoch` (its communicators made in `e` when they are
-// another epoch's): where memory holds no step every rank can resume from, and where a job started
-// again with its checkpoint directory begins.
-// `version`: that one (the agreement's, under a ceiling: docs/protect.md, "Replay"); none: the
-// version LATEST names.
+// l3.cc. L3 version `version` restored in `epoch` (its communicators made in `e` when they are
+// another epoch's): where memory holds no step every rank can resume from (the version the
+// agreement's leader named, the same for every rank whatever a retired engine commits meanwhile),
+// and where a job started again with its checkpoint directory begins (the one LATEST names).
+// None: the leader found no complete version, a DATA_LOSS error.
 StatusOr<uint64_t> RestoreL3(const Parts& parts, Epoch* e, uint64_t epoch, RecoveryInfo* info,
-                             std::optional<uint64_t> version = std::nullopt);
+                             std::optional<uint64_t> version);
 // The newest complete L3 version at or before `at_most`; none without L3 or such a version.
 std::optional<uint64_t> NewestL3Version(const Parts& parts, uint64_t at_most);
 // A job started again (rank 0, before the first epoch's communicators, so before any rank

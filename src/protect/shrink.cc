@@ -80,8 +80,9 @@ StatusOr<uint64_t> Shrink::Into(uint64_t epoch, const ShrinkDecision& decision, 
   if (plan_.ok) return FromMemory(epoch, std::move(resized));
   RTFT_LOG(kError, kLogRuntime) << "shrink into epoch " << epoch << ": " << plan_.why
                                 << "; falling back to "
-                                << (l3_version ? "L3 version " + std::to_string(*l3_version)
-                                               : std::string("the newest L3 checkpoint"));
+                                << (l3_version
+                                        ? "L3 version " + std::to_string(*l3_version)
+                                        : std::string("L3, which holds no complete version"));
   if (!p_.l3->enabled())
     return Status::DataLoss("the job shrank and " + plan_.why +
                             "; there is no L3 checkpoint directory to fall back to");

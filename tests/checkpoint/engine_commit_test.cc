@@ -1,7 +1,7 @@
 // The engine against the file system and the other ranks: versions whose flushes finish out of
 // order, a full disk, a read-only file system and a failing fsync (a fault-injecting I/O
 // backend, and a real read-only tmpfs), the commit across ranks, the marks a version's manifests
-// record, a version written again, and an abandoned commit. Runs once per I/O backend, as
+// record, a version written again, and an abandoned engine. Runs once per I/O backend, as
 // engine_test.cc.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -281,6 +281,36 @@ TEST(Engine, AnAbandonedCommitEndsAtOnceNotAtItsTimeout) {
   EXPECT_FALSE(Exists(LatestPath(dir.path())));
   EXPECT_FALSE(Exists(GlobalManifestPath(dir.path(), 1)));
   r0.reset();
+}
+
+// An abandoned engine still commits a version whose files are all there, but prunes nothing any
+// more: the recovery that abandoned it may restore any version on disk (a retired L3 engine's
+// commits pruned the version a faulty device's rollback had chosen: protect_replay_job_test).
+TEST(Engine, AnAbandonedEngineCommitsButPrunesNothing) {
+  TempDir dir;
+  CheckpointOptions o = SmallOptions(dir.path());
+  o.keep_versions = 1;
+  auto [r0, r1] = MakeTwoRanks(o);
+  ASSERT_TRUE(r0 && r1);
+  TrainState s;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(r1->Checkpoint(v, s.provider).ok());
+    ASSERT_TRUE(r1->WaitPersisted(v).ok());
+  }
+  ASSERT_TRUE(r0->Checkpoint(1, s.provider).ok());
+  ASSERT_TRUE(r0->WaitPersisted(1).ok());
+  r0->Abandon();
+  for (uint64_t v = 2; v <= 3; ++v) {
+    ASSERT_TRUE(r0->Checkpoint(v, s.provider).ok());
+    const Status persisted = r0->WaitPersisted(v);
+    EXPECT_TRUE(persisted.ok()) << persisted;
+  }
+  r0.reset();
+  EXPECT_EQ(ReadText(LatestPath(dir.path())), "3\n");
+  for (uint64_t v = 1; v <= 3; ++v) {
+    const Status verified = VerifyVersion(dir.path(), v);
+    EXPECT_TRUE(verified.ok()) << "version " << v << ": " << verified;
+  }
 }
 
 }  // namespace
