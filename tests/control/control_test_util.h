@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <vector>
@@ -28,8 +29,9 @@ struct JobConfig {
   // the detection, it never races it.
   milliseconds heartbeat_timeout{1500};
   milliseconds handshake_timeout{5000};
-  int max_pending_connections = 0;  // 0: from the descriptor limit
-  bool hang_detection = true;       // the primary's (HangOptions::k 10, or 0)
+  int max_pending_connections = 0;                // 0: from the descriptor limit
+  bool hang_detection = true;                     // the primary's (HangOptions::k 10, or 0)
+  std::function<void()> coordinator_fault_point;  // at the top of its event loop's every round
 };
 
 class TestJob {
@@ -50,6 +52,7 @@ class TestJob {
     o.handshake_timeout = cfg.handshake_timeout;
     o.max_pending_connections = cfg.max_pending_connections;
     if (!cfg.hang_detection) o.hang.k = 0;
+    o.fault_point = cfg.coordinator_fault_point;
     auto c = Coordinator::Start(o);
     EXPECT_TRUE(c.ok()) << c.status();
     coord_ = std::move(*c);

@@ -207,9 +207,15 @@ SteadyClock::time_point AgentClientImpl::OnTimer(SteadyClock::time_point now) {
   for (const Outgoing& o : out) loop_->SendNow(primary_.socket, "", o.type, o.body, gen_);
   if (!beating_) return now + milliseconds(20);
   // A loop that did not run (the process stopped, or starved of CPU) does not blame the primary
-  // for the silence it could not hear.
-  if (last_timer_ != SteadyClock::time_point{} && now - last_timer_ > primary_timeout_ / 2)
-    last_heard_ = std::max(last_heard_, now);
+  // for the silence it could not hear: the time past its heartbeat period counts for nothing, and
+  // after half a primary timeout or more the primary is heard afresh.
+  if (last_timer_ != SteadyClock::time_point{}) {
+    const auto gap = now - last_timer_;
+    if (gap > primary_timeout_ / 2)
+      last_heard_ = std::max(last_heard_, now);
+    else if (gap > 2 * options_.heartbeat_period)
+      last_heard_ = MovedForward(last_heard_, now, gap - options_.heartbeat_period);
+  }
   last_timer_ = now;
   Beat(now);
   CheckPrimary(now);

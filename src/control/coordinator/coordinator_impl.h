@@ -39,8 +39,9 @@ class CoordinatorRole {
   // next, at the latest `next`.
   virtual SteadyClock::time_point Expire(SteadyClock::time_point now,
                                          SteadyClock::time_point next) = 0;
-  // After a gap in the loop: the silence it saw is its own.
-  virtual void Resumed(SteadyClock::time_point now) = 0;
+  // After a gap in the loop: the silence it saw for `lost` is its own; every liveness clock moves
+  // forward by that much, never past `now` (MovedForward).
+  virtual void Resumed(SteadyClock::time_point now, SteadyClock::duration lost) = 0;
   // The stats' role fields.
   virtual bool deciding() const = 0;
   virtual SlotId standby_slot() const { return -1; }  // its standby in sync
@@ -105,7 +106,8 @@ class CoordinatorImpl final : public Coordinator {
 
  private:
   SteadyClock::time_point OnTimer(SteadyClock::time_point now);
-  // After a gap in the loop (the process stopped, or starved of CPU): liveness clocks restart.
+  // After a gap in the loop (the process stopped, or starved of CPU): liveness clocks move forward
+  // by the time it did not run, or restart after half a heartbeat timeout or more.
   void Resumed(SteadyClock::time_point now, std::chrono::milliseconds gap);
   void Tick(SteadyClock::time_point now);
   void Dispatch(const std::string& peer, const Message& msg);

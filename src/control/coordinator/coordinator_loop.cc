@@ -26,8 +26,7 @@ double ThreadCpuSeconds() {
 SteadyClock::time_point CoordinatorImpl::OnTimer(SteadyClock::time_point now) {
   replaced_.clear();  // no method of theirs is on the stack at the top of a callback
   const auto gap = std::chrono::duration_cast<milliseconds>(now - last_timer_);
-  if (last_timer_ != SteadyClock::time_point{} && gap > options_.heartbeat_timeout / 2)
-    Resumed(now, gap);
+  if (last_timer_ != SteadyClock::time_point{} && gap > 2 * tick_) Resumed(now, gap);
   last_timer_ = now;
   if (now >= next_tick_) {
     Tick(now);
@@ -38,12 +37,19 @@ SteadyClock::time_point CoordinatorImpl::OnTimer(SteadyClock::time_point now) {
 
 void CoordinatorImpl::Resumed(SteadyClock::time_point now, milliseconds gap) {
   // This coordinator did not run: the silence it saw is its own. It judges no agent, standby or
-  // primary by it, and hears them again first (a primary replaced meanwhile learns so from its
+  // primary by it: every liveness clock moves forward by the time the loop lost (past its tick),
+  // so a slot is declared lost only for silence the coordinator was there to hear (two stalls of
+  // 700 ms, the agent's and the coordinator's, made a 1.5 s timeout once). After half a timeout
+  // or more it hears them again first (a primary replaced meanwhile learns so from its
   // standby's first answer, within a round trip).
-  RTFT_LOG(kWarn, kLogCtrl) << "the coordinator's thread did not run for " << gap.count()
-                            << " ms (stopped, or starved of CPU): liveness is judged afresh";
-  for (CoordinatorSlot& s : state_.slots()) s.last_seen = std::max(s.last_seen, now);
-  if (role_) role_->Resumed(now);
+  const bool afresh = gap > options_.heartbeat_timeout / 2;
+  if (afresh)
+    RTFT_LOG(kWarn, kLogCtrl) << "the coordinator's thread did not run for " << gap.count()
+                              << " ms (stopped, or starved of CPU): liveness is judged afresh";
+  const SteadyClock::duration lost =
+      afresh ? SteadyClock::duration::max() : SteadyClock::duration(gap - tick_);
+  for (CoordinatorSlot& s : state_.slots()) s.last_seen = MovedForward(s.last_seen, now, lost);
+  if (role_) role_->Resumed(now, lost);
 }
 
 void CoordinatorImpl::Tick(SteadyClock::time_point now) {

@@ -29,7 +29,9 @@ class PrimaryRole final : public CoordinatorRole {
   void Tick(SteadyClock::time_point now) override;
   SteadyClock::time_point Expire(SteadyClock::time_point now,
                                  SteadyClock::time_point next) override;
-  void Resumed(SteadyClock::time_point now) override { replicator_.Resumed(now); }
+  void Resumed(SteadyClock::time_point now, SteadyClock::duration lost) override {
+    replicator_.Resumed(now, lost);
+  }
   bool deciding() const override { return true; }
   SlotId standby_slot() const override;
 

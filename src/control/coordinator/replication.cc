@@ -212,9 +212,9 @@ bool Replicator::Check(SteadyClock::time_point now) {
   return false;
 }
 
-void Replicator::Resumed(SteadyClock::time_point now) {
-  if (link_) link_->last_heard = std::max(link_->last_heard, now);
-  alone_since_.reset();
+void Replicator::Resumed(SteadyClock::time_point now, SteadyClock::duration lost) {
+  if (link_) link_->last_heard = MovedForward(link_->last_heard, now, lost);
+  if (alone_since_) alone_since_ = MovedForward(*alone_since_, now, lost);
 }
 
 void Replicator::Stop() {

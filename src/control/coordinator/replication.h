@@ -46,7 +46,7 @@ class Replicator {
   // off. False when the primary stepped down.
   bool Check(SteadyClock::time_point now);
   // After a gap in the loop: the standby is heard again first.
-  void Resumed(SteadyClock::time_point now);
+  void Resumed(SteadyClock::time_point now, SteadyClock::duration lost);
   // The primary steps down: nothing held goes out, and the standby is let go.
   void Stop();
   // The standby in sync (nullptr: none).

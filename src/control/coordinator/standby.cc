@@ -71,8 +71,8 @@ void StandbyRole::OnRepl(const std::string& peer, const Message& msg) {
   ack();
 }
 
-void StandbyRole::Resumed(SteadyClock::time_point now) {
-  primary_heard_ = std::max(primary_heard_, now);
+void StandbyRole::Resumed(SteadyClock::time_point now, SteadyClock::duration lost) {
+  primary_heard_ = MovedForward(primary_heard_, now, lost);
 }
 
 int StandbyRole::LiveMembers(const Membership& m) const {

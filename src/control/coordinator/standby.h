@@ -24,7 +24,7 @@ class StandbyRole final : public CoordinatorRole {
   SteadyClock::time_point Expire(SteadyClock::time_point, SteadyClock::time_point next) override {
     return next;  // it answers no agent: nothing waits for it
   }
-  void Resumed(SteadyClock::time_point now) override;
+  void Resumed(SteadyClock::time_point now, SteadyClock::duration lost) override;
   bool deciding() const override { return false; }
   bool synced() const override { return synced_; }
 

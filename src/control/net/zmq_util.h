@@ -3,6 +3,7 @@
 // limiter so a flood of bad input cannot flood the log.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -19,6 +20,13 @@
 namespace rtft::control {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// A liveness clock `t` moved forward by `lost` (the time the loop that keeps it did not run: its
+// silence is the loop's own), never past `now`.
+inline SteadyClock::time_point MovedForward(SteadyClock::time_point t, SteadyClock::time_point now,
+                                            SteadyClock::duration lost) {
+  return now - t <= lost ? std::max(t, now) : t + lost;
+}
 
 // Sockets never block the process at exit for longer than this.
 constexpr int kLingerMs = 1000;
