@@ -16,6 +16,8 @@ import os
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+# fully_shard imports torch._dynamo at its first call (about 2 s): a warm spare imports it first.
+import torch._dynamo  # noqa: F401
 
 import rtft
 import rtft.torch
