@@ -219,6 +219,9 @@ typedef struct rtft_ckpt_options {
   int32_t direct_io;         /* -1: RTFT_CKPT_DIRECT_IO; 0 off; 1 where the file system allows */
   int64_t commit_timeout_ms; /* RTFT_CKPT_COMMIT_TIMEOUT_MS */
   int64_t wait_timeout_ms;   /* RTFT_CKPT_WAIT_TIMEOUT_MS */
+  /* ---- from here, fields a caller's size may not cover (added in rt-ft 0.3) ---- */
+  uint64_t write_id; /* 0: none; else the id of this write of its versions: a version written
+                      * again commits only the files of its own write (docs/format.md) */
 } rtft_ckpt_options_t;
 /* Fills the first `size` bytes at `options` with the defaults (dir NULL, rank 0, world_size 1,
  * keep_versions -1, pin_pool 1 as in C++, direct_io -1, every other field 0) and sets

@@ -75,6 +75,7 @@ module rtft_c
     integer(c_int64_t) :: chunk_bytes
     integer(c_int32_t) :: capture_threads, flush_threads, io_depth, direct_io
     integer(c_int64_t) :: commit_timeout_ms, wait_timeout_ms
+    integer(c_int64_t) :: write_id
   end type
   ! grid_ranks: c_loc of a TARGET integer(c_int32_t) array. protect_step: c_funloc of a bind(c)
   ! function returning integer(c_int) (nonzero: the step takes a snapshot), with arguments

@@ -18,7 +18,7 @@ constexpr const char* kType = "rtft_ckpt_options";
 // size ends there get the later fields' defaults; the number is the ABI and never changes.
 constexpr size_t kFirstSize = offsetof(rtft_ckpt_options_t, io_backend) + sizeof(const char*);
 static_assert(kFirstSize == 48, "rtft_ckpt_options_t's first version is 48 bytes (ABI)");
-static_assert(offsetof(rtft_ckpt_options_t, wait_timeout_ms) + sizeof(int64_t) ==
+static_assert(offsetof(rtft_ckpt_options_t, write_id) + sizeof(uint64_t) ==
                   sizeof(rtft_ckpt_options_t),
               "no padding at the end: a field added later would land in an older caller's");
 
@@ -72,6 +72,7 @@ Status Convert(const rtft_ckpt_options_t& c, rtft::CheckpointOptions* o) {
   if (c.direct_io >= 0) o->direct_io = c.direct_io == 1;
   o->commit_timeout = std::chrono::milliseconds(c.commit_timeout_ms);
   o->wait_timeout = std::chrono::milliseconds(c.wait_timeout_ms);
+  o->write_id = c.write_id;
   return Status::Ok();
 }
 

@@ -107,7 +107,8 @@ std::unique_ptr<PyEngine> MakeEngine(const std::string& dir, int rank, int world
                                      std::optional<bool> direct_io,
                                      std::optional<int> keep_versions,
                                      std::optional<double> commit_timeout,
-                                     std::optional<double> wait_timeout, bool pin_pool) {
+                                     std::optional<double> wait_timeout, bool pin_pool,
+                                     uint64_t write_id) {
   if (dir.empty()) throw StatusError(Status::InvalidArgument("CheckpointEngine: dir is empty"));
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw StatusError(Status::InvalidArgument("CheckpointEngine: needs 0 <= rank < world_size"));
@@ -128,6 +129,7 @@ std::unique_ptr<PyEngine> MakeEngine(const std::string& dir, int rank, int world
   o.commit_timeout = Timeout(commit_timeout, "commit_timeout").value_or(milliseconds(0));
   o.wait_timeout = Timeout(wait_timeout, "wait_timeout").value_or(milliseconds(0));
   o.pin_pool = pin_pool;
+  o.write_id = write_id;
   return std::make_unique<PyEngine>(o);
 }
 
@@ -159,7 +161,7 @@ void BindCheckpoint(py::module_& m) {
            py::arg("flush_threads") = 0, py::arg("io_backend") = "",
            py::arg("direct_io") = py::none(), py::arg("keep_versions") = py::none(),
            py::arg("commit_timeout") = py::none(), py::arg("wait_timeout") = py::none(),
-           py::arg("pin_pool") = true)
+           py::arg("pin_pool") = true, py::arg("write_id") = 0)
       .def("checkpoint", &PyEngine::Checkpoint, py::arg("version"), py::arg("state"),
            "Starts a lazy checkpoint of `state` as `version` and returns at once; the memory "
            "must not change until wait_captured(version) returns")

@@ -146,6 +146,59 @@ static void test_checkpoint(const char* dir) {
   EXPECT_OK(rtft_state_destroy(fresh));
 }
 
+/* A version written again with another write_id commits only the files of its own write: rank 1's
+ * file of write 1 is waited past (rank 1 does not write again), and the commit says so at its
+ * deadline; written again by both, it commits. Two ranks' engines in this one process. */
+static char wait_error[1024]; /* rtft_last_error() of write_version's wait */
+
+static rtft_status_t write_version(const char* dir, uint64_t write_id, int ranks,
+                                   int64_t timeout_ms, rtft_state_t* state) {
+  rtft_ckpt_t* engines[2] = {NULL, NULL};
+  rtft_status_t persisted = RTFT_INTERNAL;
+  int r;
+  for (r = 0; r < ranks; ++r) {
+    rtft_ckpt_options_t opts;
+    EXPECT_OK(rtft_ckpt_options_init(&opts));
+    EXPECT(opts.write_id == 0);
+    opts.dir = dir;
+    opts.rank = r;
+    opts.world_size = 2;
+    opts.keep_versions = 0;
+    opts.pool_bytes = 128u << 20;
+    opts.commit_timeout_ms = timeout_ms;
+    opts.write_id = write_id;
+    EXPECT_OK(rtft_ckpt_create(&opts, &engines[r]));
+  }
+  /* Rank 1 first: its file is on disk before rank 0 commits. */
+  for (r = ranks - 1; r >= 0; --r) {
+    EXPECT_OK(rtft_ckpt_checkpoint(engines[r], 5, state));
+    if (r > 0) EXPECT_OK(rtft_ckpt_wait_persisted(engines[r], 5));
+  }
+  if (engines[0]) persisted = rtft_ckpt_wait_persisted(engines[0], 5);
+  snprintf(wait_error, sizeof(wait_error), "%s", rtft_last_error());
+  for (r = 0; r < ranks; ++r) EXPECT_OK(rtft_ckpt_destroy(engines[r]));
+  return persisted;
+}
+
+static void test_write_id(const char* dir) {
+  double grid[20] = {0};
+  int32_t shard[3] = {1, 2, 3};
+  object_t o;
+  rtft_state_t* state;
+  uint64_t latest = 0;
+  rtft_status_t again;
+  memset(&o, 0, sizeof(o));
+  state = make_state(grid, shard, &o);
+  EXPECT_OK(write_version(dir, 1, 2, 60000, state));
+  again = write_version(dir, 2, 1, 500, state);
+  EXPECT(again == RTFT_DEADLINE_EXCEEDED);
+  EXPECT(contains(wait_error, "from another write of the version (write 1, this one's 2)"));
+  EXPECT_OK(write_version(dir, 3, 2, 60000, state));
+  EXPECT_OK(rtft_ckpt_latest(dir, &latest));
+  EXPECT(latest == 5);
+  EXPECT_OK(rtft_state_destroy(state));
+}
+
 /* ---- runtime and communicators -------------------------------------------------------- */
 
 static void test_runtime_and_comm(rtft_runtime_t* rt) {
@@ -507,15 +560,17 @@ static void test_new_protect_fields(rtft_runtime_t* rt, const char* scratch) {
 
 int main(int argc, char** argv) {
   rtft_runtime_t* rt = NULL;
-  char dir[4096], l3[4096];
+  char dir[4096], l3[4096], rewritten[4096];
   if (argc != 3) {
     fprintf(stderr, "usage: capi_test SCRATCH_DIR EXPECTED_VERSION\n");
     return 2;
   }
   snprintf(dir, sizeof(dir), "%s/ckpt", argv[1]);
   snprintf(l3, sizeof(l3), "%s/l3", argv[1]);
+  snprintf(rewritten, sizeof(rewritten), "%s/rewritten", argv[1]);
   test_statuses(argv[2]);
   test_checkpoint(dir);
+  test_write_id(rewritten);
   EXPECT_OK(rtft_runtime_create(&rt));
   if (rt) {
     test_runtime_and_comm(rt);

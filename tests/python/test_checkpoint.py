@@ -159,6 +159,31 @@ class CheckpointTest(unittest.TestCase):
         rtft.restore(self.dir, rtft.State({"m": rtft.Shard(whole, [10, 3], [0, 0])}))
         self.assertTrue(torch.equal(whole, full))
 
+    def test_a_version_written_again_commits_only_its_own_writes_files(self):
+        # write_id (docs/format.md, "Commit protocol"): rank 1's file of write 1 is waited past when
+        # rank 0 alone writes the version again as write 2; written again by both, it commits.
+        state = rtft.State({"w": torch.arange(4, dtype=torch.float32)})
+
+        def write(write_id, ranks, commit_timeout):
+            engines = [engine_for(self.dir, rank=r, world_size=2, keep_versions=0,
+                                  commit_timeout=commit_timeout, write_id=write_id)
+                       for r in ranks]
+            try:
+                for engine in reversed(engines):  # rank 1's file first
+                    engine.checkpoint(5, state)
+                    engine.wait_persisted(5)
+            finally:
+                for engine in engines:
+                    engine.close()
+
+        write(1, [0, 1], 60)
+        with self.assertRaises(rtft.DeadlineExceededError) as raised:
+            write(2, [0], 0.5)
+        self.assertIn("from another write of the version (write 1, this one's 2)",
+                      str(raised.exception))
+        write(3, [0, 1], 60)
+        self.assertEqual(rtft.latest_version(self.dir), 5)
+
     def test_errors_carry_their_codes(self):
         with self.assertRaises(rtft.NotFoundError) as caught:
             rtft.restore(os.path.join(self.dir, "nothing"), rtft.State({"w": torch.zeros(1)}))
