@@ -113,6 +113,12 @@ struct CommOptions {
   int device = 0;
   // Gloo: the address or host name to listen on; empty: RTFT_COMM_GLOO_HOST, or this host's name.
   std::string host;
+  // The job rank of each of its ranks (world_size of them): its calls then count for the hang
+  // detector as the step's (docs/protect.md, "Hangs"), as the Protector's own communicators' do.
+  // For a communicator the step's collectives run on (rtft.torch's groups of listed ranks: HSDP's
+  // shard and replica groups). Gloo only: an NCCL communicator is never watched. Empty: not
+  // watched, as an application's own communicator.
+  std::vector<int> job_ranks;
 };
 
 struct CallOptions {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "comm/comm_internal.h"
+#include "comm/watch.h"
 #include "core/build_config.h"
 #include "core/params.h"
 
@@ -69,8 +70,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const CommOptions& 
                            std::to_string(options.epoch) + " is stale: the job is at epoch " +
                            std::to_string(options.aborts->epoch()));
   switch (options.backend) {
-    case CommBackend::kGloo:
-      return comm::CreateGlooCommunicator(resolved);
+    case CommBackend::kGloo: {
+      RTFT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
+                            comm::CreateGlooCommunicator(resolved));
+      if (!options.job_ranks.empty()) comm::WatchCalls(c.get(), options.job_ranks);
+      return c;
+    }
     case CommBackend::kNccl:
       return comm::CreateNcclCommunicator(resolved);
   }
@@ -119,6 +124,15 @@ StatusOr<ResolvedOptions> ResolveOptions(const CommOptions& options) {
     return Status::InvalidArgument("communicator '" + options.name +
                                    "' of several ranks needs a store to meet in");
   if (options.device < 0) return Status::InvalidArgument("negative CUDA device ordinal");
+  if (!options.job_ranks.empty() &&
+      options.job_ranks.size() != static_cast<size_t>(options.world_size))
+    return Status::InvalidArgument(
+        "communicator '" + options.name + "': " + std::to_string(options.job_ranks.size()) +
+        " job ranks for a world of " + std::to_string(options.world_size));
+  for (const int r : options.job_ranks)
+    if (r < 0)
+      return Status::InvalidArgument("communicator '" + options.name + "': job rank " +
+                                     std::to_string(r) + " is negative");
   RTFT_ASSIGN_OR_RETURN(r.create_timeout,
                         TimeoutParam(Param::kCommCreateTimeoutMs, options.create_timeout));
   RTFT_ASSIGN_OR_RETURN(r.timeout, TimeoutParam(Param::kCommTimeoutMs, options.timeout));
@@ -203,6 +217,7 @@ const char* OpKindName(OpKind op) {
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const ResolvedOptions&) {
   return Status::Unimplemented("this build has no Gloo backend (RTFT_WITH_GLOO=OFF)");
 }
+void WatchCalls(Communicator*, std::vector<int>) {}  // only a Gloo communicator is watched
 #endif
 #if !RTFT_WITH_NCCL
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const ResolvedOptions&) {

@@ -4,6 +4,8 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <vector>
+
 #include "python/bind.h"
 #include "python/comm.h"
 #include "python/runtime_wrapper.h"
@@ -169,14 +171,19 @@ void BindRuntime(py::module_& m) {
       "create_group_communicator",
       [](PyRuntime& s, const std::string& name, int group_rank, int group_size,
          const std::string& backend, std::optional<double> timeout,
-         std::optional<double> create_timeout, int device, const std::string& host) {
+         std::optional<double> create_timeout, int device, const std::string& host,
+         std::vector<int> job_ranks) {
         CommOptions o = CommFrom(backend, timeout, create_timeout, device, host);
+        o.job_ranks = std::move(job_ranks);
         return MakeComm(
             [&] { return s.get()->CreateGroupCommunicator(name, group_rank, group_size, o); });
       },
       py::arg("name"), py::arg("group_rank"), py::arg("group_size"), py::arg("backend") = "gloo",
       py::arg("timeout") = py::none(), py::arg("create_timeout") = py::none(),
-      py::arg("device") = 0, py::arg("host") = "", py::keep_alive<0, 1>());
+      py::arg("device") = 0, py::arg("host") = "", py::arg("job_ranks") = std::vector<int>(),
+      py::keep_alive<0, 1>(),
+      "A communicator of the current epoch over a group of its ranks; `job_ranks` (the job rank "
+      "of each member) makes its calls count for the hang detector as the step's");
 }
 
 }  // namespace rtft::python

@@ -7,6 +7,7 @@
 
 #include "comm/comm_test_util.h"
 #include "core/params.h"
+#include "core/progress.h"
 
 namespace rtft::comm::test {
 namespace {
@@ -273,6 +274,41 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest,
 // neighbours, and most pairs of the exchange connect late.
 INSTANTIATE_TEST_SUITE_P(Wide, CollectivesTest, ::testing::Values(std::make_tuple(8, "ring")),
                          [](const auto& info) { return std::string("8ranks_ring"); });
+
+// CommOptions::job_ranks makes a communicator's calls count for the hang detector (the process's
+// ProgressMonitor), as the step's; without them it is the application's own and never counts.
+// Job ranks that do not name every member are refused.
+TEST(CommWatchTest, JobRanksMakeACommunicatorsCallsCountAsTheSteps) {
+  RTFT_REQUIRE_GLOO();
+  const auto call = [](bool watched, const std::string& name) {
+    auto store = NewLocalCommStore();
+    std::vector<Status> got(2);
+    RunRanks(2, [&](int r) {
+      CommOptions o = Options(r, 2, store.get(), 1, name);
+      if (watched) o.job_ranks = {4, 6};
+      auto c = Communicator::Create(o);
+      if (!c.ok()) {
+        got[r] = c.status();
+        return;
+      }
+      std::vector<float> in(1 << 16, 1.0f), out(in.size());
+      got[r] = (*c)->AllReduce(in.data(), out.data(), in.size(), DType::kFloat32, ReduceOp::kSum);
+    });
+    for (const Status& s : got) EXPECT_TRUE(s.ok()) << s;
+  };
+  const uint64_t before = ProgressMonitor::Get().InCallNanos();
+  call(false, "own");
+  EXPECT_EQ(ProgressMonitor::Get().InCallNanos(), before);
+  call(true, "watched");
+  EXPECT_GT(ProgressMonitor::Get().InCallNanos(), before);
+  for (const std::vector<int>& bad : {std::vector<int>{4}, std::vector<int>{4, -1}}) {
+    auto store = NewLocalCommStore();
+    CommOptions o = Options(0, 2, store.get(), 1, "bad");
+    o.job_ranks = bad;
+    const auto c = Communicator::Create(o);
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  }
+}
 
 }  // namespace
 }  // namespace rtft::comm::test

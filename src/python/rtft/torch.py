@@ -198,8 +198,9 @@ class ProcessGroup(dist.ProcessGroup):
             if self._group_comm is not None:
                 self._group_comm.close()
                 self._group_comm = None
+            # Its calls are the step's: watched for the hang detector, members by job rank.
             self._group_comm = self._runtime.create_group_communicator(
-                _comm_name(self._name), self._rank, self._size)
+                _comm_name(self._name), self._rank, self._size, job_ranks=list(self._ranks))
             self._group_epoch = epoch
         self._bind(self._group_comm)
 
