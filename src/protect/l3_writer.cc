@@ -1,7 +1,6 @@
 #include "protect/l3_writer.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 
 #include "checkpoint/commit/commit.h"
@@ -46,9 +45,10 @@ void L3Writer::Withdraw(uint64_t after_step, uint64_t epoch, const std::string& 
 
 void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::string& why) const {
   const auto versions = ListVersions(dir_);
-  if (!versions.ok()) {
-    RTFT_LOG(kError, kLogRuntime) << "L3: cannot list the versions to withdraw: "
-                                  << versions.status();
+  auto io = CreateIoBackend({"posix", 1});
+  if (!versions.ok() || !io.ok()) {
+    RTFT_LOG(kError, kLogRuntime) << "L3: cannot withdraw versions: "
+                                  << (versions.ok() ? io.status() : versions.status());
     return;
   }
   std::optional<uint64_t> newest;  // the newest complete version left
@@ -60,18 +60,15 @@ void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::strin
       continue;
     }
     // One this epoch wrote (its rank 0 file carries the epoch as its write id) stays.
-    const auto json = ReadFileManifestJson(RankFilePath(dir_, v.version, 0));
-    const auto m =
-        json.ok() ? FileManifest::FromJson(*json) : StatusOr<FileManifest>(json.status());
+    const StatusOr<FileManifest> m = ReadFileManifest(RankFilePath(dir_, v.version, 0));
     if (m.ok() && m->write_id == epoch) {
       newest = v.version;
       continue;
     }
-    std::error_code ec;
-    std::filesystem::remove(GlobalManifestPath(dir_, v.version), ec);
-    if (ec) {
+    const Status removed = (*io)->Remove(GlobalManifestPath(dir_, v.version));
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) {  // absent: withdrawn already
       RTFT_LOG(kError, kLogRuntime)
-          << "L3: cannot withdraw version " << v.version << ": " << ec.message();
+          << "L3: cannot withdraw version " << v.version << ": " << removed;
       newest = v.version;
     } else {
       withdrawn += (withdrawn.empty() ? "" : ", ") + std::to_string(v.version);
@@ -83,9 +80,7 @@ void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::strin
   if (withdrawn.empty() && !stale) return;
   Status moved = Status::Ok();
   if (stale) {
-    auto io = CreateIoBackend({"posix", 1});
-    moved = !io.ok() ? io.status()
-            : newest
+    moved = newest
                 ? WriteFileAtomically(io->get(), LatestPath(dir_), std::to_string(*newest) + "\n")
                 : (*io)->Remove(LatestPath(dir_));
     if (!moved.ok()) RTFT_LOG(kError, kLogRuntime) << "L3: cannot move LATEST back: " << moved;
