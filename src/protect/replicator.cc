@@ -244,7 +244,13 @@ Status Replicator::Exchange(const Item& item) {
     std::vector<uint64_t> sums(static_cast<size_t>(world_));
     const uint64_t own = area->checksum;
     RTFT_RETURN_IF_ERROR(comm_->AllGather(&own, sums.data(), sizeof(own), DType::kUInt8));
-    CrossCheck(step, sums);
+    if (const std::optional<bool> ask = CrossCheck(step, sums)) {
+      // Every rank computed the same verdict and acted on it before it entered the barrier: the
+      // repair's epoch, which the report starts, can no longer abort a rank that has yet to drop
+      // its corrupt snapshot.
+      RTFT_RETURN_IF_ERROR(comm_->Barrier());
+      if (*ask && report_) report_(step);
+    }
   } else {
     RTFT_RETURN_IF_ERROR(comm_->Barrier());
   }
@@ -264,11 +270,11 @@ Status Replicator::Exchange(const Item& item) {
   return Status::Ok();
 }
 
-void Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
+std::optional<bool> Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
   // The majority's checksum: the one more than half the copies hold, if any.
   std::map<uint64_t, int> count;
   for (uint64_t s : sums) ++count[s];
-  if (count.size() == 1) return;  // every copy agrees: the usual case
+  if (count.size() == 1) return std::nullopt;  // every copy agrees: the usual case
   Corruption c;
   c.step = step;
   c.copies = static_cast<int>(sums.size());
@@ -289,9 +295,9 @@ void Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums) {
   const bool mine = !named || std::find(c.ranks.begin(), c.ranks.end(), rank_) != c.ranks.end();
   if (mine) l1_->Invalidate(step);
   const int asker = c.ranks.empty() ? 0 : c.ranks.front();
-  if (rank_ == asker && report_) report_(step);
   std::lock_guard<std::mutex> lock(mu_);
   corrupt_.push_back(std::move(c));
+  return rank_ == asker;
 }
 
 bool Replicator::Disagreed(uint64_t step) {

@@ -24,10 +24,12 @@ struct JobConfig {
   int max_restarts = 1;
   SparesExhaustedPolicy policy = SparesExhaustedPolicy::kCheckpointAndExit;
   milliseconds heartbeat_period{20};
-  // Long enough that a heartbeat thread starved by a loaded machine (CI runs two tests on two
-  // cores; stalls of 400 ms were seen) is not declared lost: a test that kills a slot waits for
-  // the detection, it never races it.
-  milliseconds heartbeat_timeout{1500};
+  // Long enough that a slot whose heartbeats a loaded machine delays is not declared lost: a
+  // test that kills a slot waits for the detection, it never races it. CI runs three tests at
+  // once on two cores: heartbeat threads stalled 400 ms, and twice the coordinator heard nothing
+  // from a live slot for 1.5 s (the agent sent on time; not explained), which at 1.5 s made a
+  // test that lost no slot see one lost.
+  milliseconds heartbeat_timeout{5000};
   milliseconds handshake_timeout{5000};
   int max_pending_connections = 0;                // 0: from the descriptor limit
   bool hang_detection = true;                     // the primary's (HangOptions::k 10, or 0)

@@ -176,8 +176,8 @@ TEST(Coordinator, TwoSlotsLostTogetherBothRanksReassigned) {
   job.Kill(0);
   job.Kill(2);
   // One or two epochs; after them, both ranks live on the spares.
-  ControlEvent e = job.NextEvent(1, milliseconds(10000));
-  if (e.membership.retired.size() < 2) e = job.NextEvent(1, milliseconds(10000));
+  ControlEvent e = job.NextEvent(1, milliseconds(20000));
+  if (e.membership.retired.size() < 2) e = job.NextEvent(1, milliseconds(20000));
   EXPECT_LE(e.membership.epoch, 3u);
   EXPECT_EQ(e.membership.world_size, 3);
   EXPECT_EQ(e.membership.rank_to_slot[1], 1);
@@ -192,7 +192,7 @@ TEST(Coordinator, LostSpareLeavesThePool) {
   TestJob job(JobConfig{4, 2});
   ASSERT_TRUE(job.JoinAll());
   job.Kill(3);
-  ControlEvent e = job.NextEvent(0, milliseconds(10000));
+  ControlEvent e = job.NextEvent(0, milliseconds(20000));
   EXPECT_EQ(e.type, ControlEvent::Type::kEpochChange);
   EXPECT_EQ(e.membership.epoch, 2u);  // a spare pool change is an epoch too
   EXPECT_TRUE(e.failed_ranks.empty());
@@ -267,7 +267,7 @@ TEST(Coordinator, SparesExhaustedFail) {
   TestJob job(cfg);
   ASSERT_TRUE(job.JoinAll());
   job.Kill(2);
-  ControlEvent e = job.NextEvent(0, milliseconds(10000));
+  ControlEvent e = job.NextEvent(0, milliseconds(20000));
   EXPECT_EQ(e.type, ControlEvent::Type::kShutdown);
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_EQ(job.coord().WaitJobEndFor(milliseconds(3000)), std::optional<int>(1));
