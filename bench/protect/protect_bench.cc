@@ -3,10 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <regex>
+#include <thread>
 
 #include "bench/common/bench_job.h"
 #include "bench/common/bench_util.h"
+#include "bench/offload/offload_runs.h"
+#include "bench/protect/protect_budget.h"
 
 namespace rtft::bench {
 namespace {
@@ -43,6 +47,14 @@ class ProtectCommand final : public BenchCommand {
     cmd->add_flag("--sdc", sdc_,
                   "also what the replicated copies' cross-check costs: each run paired with one "
                   "under RTFT_PROTECT_SDC_CHECK=0, in alternating order");
+    cmd->add_option("--node-ranks", node_ranks_,
+                    "the ranks of the node whose budget the protect-node line derives (its host "
+                    "traffic and cores against this host's triad and cores)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    cmd->add_flag("--sdc-fence", sdc_fence_,
+                  "also what the fence's wait for the cross-check costs: each run paired with one "
+                  "under RTFT_PROTECT_SDC_FENCE=1");
     cmd->add_option("--replay", replay_,
                     "also what the replay of every N-th step costs: each run paired with one "
                     "under RTFT_PROTECT_REPLAY_EVERY=N (0: not measured)")
@@ -64,9 +76,13 @@ class ProtectCommand final : public BenchCommand {
     // Rank 0's L2: bytes sent and received, and the time of its exchanges.
     uint64_t l2_bytes = 0;
     double l2_s = 0;
+    std::optional<RankBudget> budget;  // the host traffic and threads' CPU (protect_budget.h)
   };
   StatusOr<RunTimes> OneRun(int batch, uint64_t* params,
                             const std::map<std::string, std::string>& env = {});
+  // The protect-node line (protect_budget.h), when every run's trainers counted the traffic.
+  void EmitNodeBudget(const std::vector<RunTimes>& runs, double step_s_on, double cpu_extra_s,
+                      uint64_t state_bytes, JsonLines* out) const;
   std::vector<std::string> Extra(std::vector<std::string> a) const {
     const std::vector<std::string> d = dev_.Args();
     a.insert(a.end(), d.begin(), d.end());
@@ -74,8 +90,8 @@ class ProtectCommand final : public BenchCommand {
   }
 
   int ranks_ = 4, steps_ = 123, blocks_ = 5, hidden_ = 1024, batch_ = 0, repeats_ = 7;
-  int replay_ = 0;
-  bool sdc_ = false, check_finite_ = false;
+  int replay_ = 0, node_ranks_ = 8;
+  bool sdc_ = false, sdc_fence_ = false, check_finite_ = false;
   double step_s_ = 0.3;
   TrainDevice dev_;
 };
@@ -119,10 +135,39 @@ StatusOr<ProtectCommand::RunTimes> ProtectCommand::OneRun(
     return Status::Internal("the trainer did not finish (see " + dir + "/mpirun.out)");
   t.cpu_on_s /= ranks;
   t.cpu_off_s /= ranks;
+  t.budget = ParseBudget(out, ranks_);
   std::smatch m;
   if (std::regex_search(out, m, start)) *params = std::stoull(m[1]);
   (void)RemoveTree(dir);
   return t;
+}
+
+void ProtectCommand::EmitNodeBudget(const std::vector<RunTimes>& runs, double step_s_on,
+                                    double cpu_extra_s, uint64_t state_bytes,
+                                    JsonLines* out) const {
+  std::vector<RankBudget> budgets;
+  for (const RunTimes& t : runs)
+    if (t.budget) budgets.push_back(*t.budget);
+  if (budgets.empty() || budgets.size() != runs.size()) {
+    Progress("protect: the trainer did not count the protection's host traffic: no protect-node");
+    return;
+  }
+  // The host's memory bandwidth, all its hardware threads: the triad `rtft-bench offload`
+  // measures, over 384 MB (three arrays of 32 Mi floats).
+  NodeInputs in;
+  in.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  Progress("protect: host memory bandwidth (triad, " + std::to_string(in.host_cores) + " threads)");
+  auto triad = RunTriad(32ull << 20, in.host_cores, 5);
+  if (!triad.ok()) Progress("protect: the triad failed: " + triad.status().ToString());
+  in.triad_gb_per_s = triad.ok() ? triad->gbps_moved : 0;
+  in.step_s_on = step_s_on;
+  in.cpu_extra_s = cpu_extra_s;
+  in.state_bytes = state_bytes;
+  in.node_ranks = node_ranks_;
+  nlohmann::json line = NodeBudget(budgets, in);
+  line["device"] = dev_.Name();
+  line["ranks"] = ranks_;
+  out->Emit(line);
 }
 
 int ProtectCommand::Run() {
@@ -162,6 +207,9 @@ int ProtectCommand::Run() {
   };
   std::vector<Twin> twins;
   if (sdc_) twins.push_back({"without the cross-check", {{"RTFT_PROTECT_SDC_CHECK", "0"}}, {}});
+  if (sdc_fence_)
+    twins.push_back(
+        {"with the fence waiting for the cross-check", {{"RTFT_PROTECT_SDC_FENCE", "1"}}, {}});
   if (replay_ > 0)
     twins.push_back({"replaying every " + std::to_string(replay_) + " steps",
                      {{"RTFT_PROTECT_REPLAY_EVERY", std::to_string(replay_)}},
@@ -238,6 +286,8 @@ int ProtectCommand::Run() {
        {"cpu_step_s_off", Median(cpu_off)},
        {"cpu_step_s_on", Median(cpu_on)},
        {"cpu_overhead_pct", (Median(cpu_ratios) - 1.0) * 100.0},
+       // The protection's CPU seconds per second of protected step: the cores it keeps busy.
+       {"protection_cpu_s_per_step_s", (Median(cpu_on) - Median(cpu_off)) / Median(on)},
        {"fence_wait_s", Median(fence)},
        {"fence_wait_pct_of_step", Median(fence) / step_off * 100.0},
        {"replica_wait_s", Median(replica)},
@@ -248,6 +298,7 @@ int ProtectCommand::Run() {
        {"step_in_range", step_off >= 0.2 && step_off <= 0.5},
        {"target_pct", target},
        {"met", overhead <= target}});
+  EmitNodeBudget(base, Median(on), Median(cpu_on) - Median(cpu_off), state_bytes, &out);
   // A run's mean step, protected and paused blocks alike (a replayed step falls in either).
   const auto mean_step = [](const RunTimes& t) { return (t.on_s + t.off_s) / 2; };
   std::vector<double> base_step;
@@ -255,18 +306,39 @@ int ProtectCommand::Run() {
   for (const Twin& w : twins) {
     std::vector<double> twin_over_base, cpu_twin_over_base, twin_step;
     for (size_t r = 0; r < w.runs.size() && r < base.size(); ++r) {
+      // The cross-check's and the fence's twins differ from the run in the protected blocks
+      // only; the cross-check's runs without it: its cost is the base over the twin.
       const bool sdc = w.env.count("RTFT_PROTECT_SDC_CHECK") > 0;
-      twin_step.push_back(sdc ? w.runs[r].on_s : mean_step(w.runs[r]));
-      // The cross-check's twin runs without it: its cost is the base over the twin.
-      twin_over_base.push_back(sdc ? base[r].on_s / w.runs[r].on_s
-                                   : mean_step(w.runs[r]) / mean_step(base[r]));
+      const bool fence = w.env.count("RTFT_PROTECT_SDC_FENCE") > 0;
+      twin_step.push_back(sdc || fence ? w.runs[r].on_s : mean_step(w.runs[r]));
+      twin_over_base.push_back(sdc     ? base[r].on_s / w.runs[r].on_s
+                               : fence ? w.runs[r].on_s / base[r].on_s
+                                       : mean_step(w.runs[r]) / mean_step(base[r]));
       cpu_twin_over_base.push_back(sdc ? base[r].cpu_on_s / w.runs[r].cpu_on_s
                                        : w.runs[r].cpu_on_s / base[r].cpu_on_s);
     }
     std::vector<double> pct_runs;
     for (double x : twin_over_base) pct_runs.push_back((x - 1.0) * 100.0);
     const double pct = (Median(twin_over_base) - 1.0) * 100.0;
-    if (w.env.count("RTFT_PROTECT_SDC_CHECK")) {
+    if (w.env.count("RTFT_PROTECT_SDC_FENCE")) {
+      // The fence's wait for the step's exchange (docs/protect.md, "Silent data corruption"): the
+      // protected step of the twin over the run's, and the fence's wait in each.
+      std::vector<double> fence_wait;
+      for (size_t r = 0; r < w.runs.size() && r < base.size(); ++r)
+        fence_wait.push_back(w.runs[r].fence_wait_s);
+      out.Emit({{"name", "protect-sdc-fence"},
+                {"ranks", ranks_},
+                {"device", dev_.Name()},
+                {"batch", batch},
+                {"repeats", repeats_},
+                {"step_s_on", Median(on)},
+                {"step_s_fenced", Median(twin_step)},
+                {"fence_overhead_pct", pct},
+                {"fence_overhead_pct_runs", pct_runs},
+                {"fence_cpu_overhead_pct", (Median(cpu_twin_over_base) - 1.0) * 100.0},
+                {"fence_wait_s", Median(fence)},
+                {"fence_wait_s_fenced", Median(fence_wait)}});
+    } else if (w.env.count("RTFT_PROTECT_SDC_CHECK")) {
       // The cross-check (docs/protect.md, "Silent data corruption"): one gather of 8 bytes per
       // rank per step in place of the exchange's barrier; the checksums are L1's already.
       out.Emit({{"name", "protect-sdc"},

@@ -14,6 +14,7 @@
 
 #include "blocking_save.h"
 #include "rtft/testing.h"
+#include "thread_cpu.h"
 
 namespace train {
 
@@ -154,10 +155,17 @@ int Trainer::Run() {
                 ps.fence_wait_s * per, ps.replica_wait_s * per, ps.state_bytes, ps.replica_bytes,
                 ps.replica_s);
   times += waits;
-  char line[512];
-  std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " %s",
-                o_.steps, loss_ema_, digest, times.c_str());
-  Say(line);
+  // The protection's host memory traffic and the CPU time of each thread (docs/benchmarks.md,
+  // "A node's budget").
+  std::snprintf(waits, sizeof(waits),
+                " protected_steps=%" PRIu64 " l1_copied_bytes=%" PRIu64 " l1_hashed_bytes=%" PRIu64,
+                ps.protected_steps, ps.l1_copied_bytes, ps.l1_hashed_bytes);
+  times += waits;
+  times += " threads_cpu_s=" + FormatThreadCpu(ThreadCpuSeconds());
+  char line[256];
+  std::snprintf(line, sizeof(line), "done steps=%" PRIu64 " loss_ema=%.6f digest=%016" PRIx64 " ",
+                o_.steps, loss_ema_, digest);
+  Say(line + times);
   return 0;
 }
 

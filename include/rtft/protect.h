@@ -137,6 +137,11 @@ struct ProtectStats {
   // replicator's threads, from the first header to the barrier): their quotient is L2's speed.
   uint64_t replica_bytes = 0;
   double replica_s = 0;
+  // L1's host memory traffic: the bytes this rank's captures wrote into its snapshot (tensors and
+  // objects; a host tensor's copy also reads as many from the application's memory) and the
+  // bytes its checksums read (each capture's seal and each verification).
+  uint64_t l1_copied_bytes = 0;
+  uint64_t l1_hashed_bytes = 0;
 };
 
 // What each step function sees.

@@ -34,6 +34,7 @@ struct Settings {
   int device = 0;             // the CUDA device of the training communicator and step
   int l2_streams = 2;         // RTFT_PROTECT_L2_STREAMS: the replicator's communicators
   bool sdc_check = true;      // RTFT_PROTECT_SDC_CHECK: the replicated tensors' cross-check
+  bool sdc_fence = false;     // RTFT_PROTECT_SDC_FENCE: the fence waits for the cross-check
   int64_t replay_every = 0;   // RTFT_PROTECT_REPLAY_EVERY: the replay of a step by a peer (0: off)
   bool check_finite = false;  // RTFT_PROTECT_CHECK_FINITE: the check for non-finite gradients
 

@@ -92,6 +92,7 @@ Status ProtectorImpl::Open() {
                                    ": 1 to 16 connections per neighbour");
   settings_.l2_streams = static_cast<int>(streams);
   RTFT_ASSIGN_OR_RETURN(settings_.sdc_check, ParamBool(Param::kProtectSdcCheck));
+  RTFT_ASSIGN_OR_RETURN(settings_.sdc_fence, ParamBool(Param::kProtectSdcFence));
   int64_t replay = o.replay_every;
   if (replay == 0) {
     RTFT_ASSIGN_OR_RETURN(replay, ParamInt(Param::kProtectReplayEvery));

@@ -35,6 +35,10 @@ class ProtectorImpl final : public Protector {
   const ProtectStats& stats() const override {
     stats_.replica_bytes = replica_counters_->bytes;
     stats_.replica_s = replica_counters_->micros * 1e-6;
+    if (held_.l1) {
+      stats_.l1_copied_bytes = held_.l1->copied_bytes();
+      stats_.l1_hashed_bytes = held_.l1->hashed_bytes();
+    }
     return stats_;
   }
   void Pause(bool paused) override { paused_ = paused; }

@@ -249,6 +249,7 @@ Status Replicator::Exchange(const Item& item) {
       // repair's epoch, which the report starts, can no longer abort a rank that has yet to drop
       // its corrupt snapshot.
       RTFT_RETURN_IF_ERROR(comm_->Barrier());
+      if (*ask) FaultPoint("protect.sdc_report");  // test hook: a repair asked for late
       if (*ask && report_) report_(step);
     }
   } else {

@@ -115,6 +115,7 @@ bool Snapshot::Verify(uint64_t step) const {
   const char* p = payload(step);
   const size_t end = layout_.objects_begin + h->object_bytes;
   ThreadPool* pool = HashPool();
+  hashed_bytes_.fetch_add(end, std::memory_order_relaxed);
   return ChunkedXxh3(p, layout_.shard_begin, pool) == h->checksum &&
          ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool) ==
              h->replica_checksum;
@@ -250,6 +251,11 @@ void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t
 
 void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
                      uint64_t checksum, uint64_t replica_checksum) {
+  uint64_t tensors = 0;
+  for (const auto* list : {&layout_.replicated, &layout_.sharded})
+    for (const Entry& e : *list) tensors += e.bytes;
+  copied_bytes_.fetch_add(tensors + object_bytes, std::memory_order_relaxed);
+  hashed_bytes_.fetch_add(layout_.objects_begin + object_bytes, std::memory_order_relaxed);
   AreaHeader* h = header(step);
   h->state = kWriting;
   h->magic = kAreaMagic;

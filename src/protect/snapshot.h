@@ -93,6 +93,12 @@ class Snapshot {
   void Invalidate(uint64_t step);
 
   const Layout& layout() const { return layout_; }
+  // What this snapshot's captures and checks moved through host memory since it was opened (a
+  // relayout keeps counting): the bytes written into areas (tensors and objects; a host tensor's
+  // copy reads as many from the application's memory) and the bytes read by checksums (each
+  // capture's seal and each Verify).
+  uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
+  uint64_t hashed_bytes() const { return hashed_bytes_.load(std::memory_order_relaxed); }
   ~Snapshot();
 
  private:
@@ -126,6 +132,7 @@ class Snapshot {
 
   Layout layout_;
   std::unique_ptr<ShmFile> file_;
+  mutable std::atomic<uint64_t> copied_bytes_{0}, hashed_bytes_{0};
   mutable std::once_flag hash_pool_once_;
   mutable std::unique_ptr<ThreadPool> hash_pool_;
   bool pinned_ = false;

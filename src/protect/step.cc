@@ -132,6 +132,19 @@ Status ProtectorImpl::BeforeUpdate() {
     return Status::FailedPrecondition("BeforeUpdate() outside a step: BeginStep() first");
   const auto begin = std::chrono::steady_clock::now();
   RTFT_RETURN_IF_ERROR(capture_->WaitCopied());
+  if (step_protected_ && settings_.sdc_fence && epoch_.replicator &&
+      epoch_.replicator->checking()) {
+    // RTFT_PROTECT_SDC_FENCE: the step's exchange, whose gather compares the copies, ends before
+    // the update. Every rank records the verdict before the barrier that precedes the repair's
+    // epoch, so an exchange that this epoch cut short has the verdict too.
+    const Status exchanged = epoch_.replicator->Wait(step_);
+    if (auto bad = epoch_.replicator->TakeCorruption()) {
+      RTFT_LOG(kWarn, kLogRuntime) << "silent data corruption found before step " << step_
+                                   << "'s update: the update does not run";
+      return Repair(*bad);
+    }
+    RTFT_RETURN_IF_ERROR(exchanged);
+  }
   if (step_protected_) stats_.fence_wait_s += Seconds(std::chrono::steady_clock::now() - begin);
   FaultPoint("protect.update");
   phase_ = Phase::kUpdating;

@@ -8,6 +8,7 @@
 // copies (no majority) both go back to the last step whose copies agreed.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "protect/jobs/train_job.h"
 
@@ -75,6 +76,58 @@ TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
+}
+
+// The wall time of the first note of `point` in a run's fault log (seconds; -1: none).
+double NoteTime(const std::string& dir, const std::string& point) {
+  std::ifstream in(dir + "/faults.log");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("fault " + point + " ", 0) != 0) continue;
+    const size_t t = line.find(" t=");
+    if (t != std::string::npos) return std::stod(line.substr(t + 3)) / 1e6;
+  }
+  return -1;
+}
+
+// The `t=` of the first line of the job's output that holds `what` (seconds; -1: none).
+double LineTime(const std::string& output, const std::string& what) {
+  const size_t at = output.find(what);
+  if (at == std::string::npos) return -1;
+  const std::string line = output.substr(at, output.find('\n', at) - at);
+  const size_t t = line.rfind(" t=");
+  return t == std::string::npos ? -1 : std::stod(line.substr(t + 3));
+}
+
+// RTFT_PROTECT_SDC_FENCE: the update waits for its step's cross-check, so no update ever runs on
+// a corrupt copy. Rank 0 flips a bit of its copy (with three copies it is then the rank that
+// asks for the repair), and its request is held (`protect.sdc_report`) until rank 0 updates or
+// 2 s pass: without the fence its step-40 update would run meanwhile, in the epoch that found the
+// corruption. With it, rank 0's 41st update (step 40's) comes only after its recovery.
+TEST_F(SdcJobTest, WithTheFenceNoUpdateRunsOnACorruptCopy) {
+  env_["RTFT_PROTECT_SDC_FENCE"] = "1";
+  const std::string dir = root_ + "/fence", go = root_ + "/fence-go", noted = root_ + "/noted";
+  std::ofstream(noted).put('\n');  // protect.update only notes its 41st reach: its file is there
+  const std::string faults =
+      "0:train.flip@40:flag,0:protect.sdc_report:wait=" + go + ",0:protect.update@41:wait=" + noted;
+  Run run = Start("fence", 3, 1, faults, 0, {}, {}, nullptr, [&](Job& job) {
+    EXPECT_TRUE(WaitFor([&] { return NoteTime(dir, "protect.sdc_report") > 0; }, seconds(60)))
+        << job.Output();
+    (void)WaitFor([&] { return NoteTime(dir, "protect.update") > 0; }, seconds(2));
+    std::ofstream(go).put('\n');
+  });
+  env_.erase("RTFT_PROTECT_SDC_FENCE");
+  ExpectIdentical(run, 3, "a flipped bit, the fence waiting for the check");
+  EXPECT_NE(run.output.find("the replicated tensors of data-parallel rank(s) 0 differ"),
+            std::string::npos)
+      << run.output;
+  const double recovered = LineTime(run.output, "[train 0] recovered epoch=2 ");
+  const double updated = NoteTime(dir, "protect.update");
+  ASSERT_GT(recovered, 0) << run.output;
+  ASSERT_GT(updated, 0) << run.output;
+  // The output's times have milliseconds.
+  EXPECT_GE(updated, recovered - 0.001) << std::fixed << "rank 0 updated step 40 at " << updated
+                                        << ", before its repair ended at " << recovered << "\n"
+                                        << run.output;
 }
 
 // L3 takes only versions whose replicated copies agreed: the version of the corrupt step is not
