@@ -116,6 +116,38 @@ std::optional<uint64_t> NewestL3Version(const Parts& p, uint64_t at_most) {
   return newest;
 }
 
+StatusOr<std::optional<uint64_t>> ResumeVersion(const Parts& p, Settings::ResumeFrom want) {
+  using Resume = std::optional<uint64_t>;
+  if (!p.l3->enabled() || want == Settings::ResumeFrom::kLatest) return Resume();
+  const StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());
+  if (latest.status().code() == StatusCode::kNotFound) return Resume();  // nothing committed
+  RTFT_ASSIGN_OR_RETURN(const std::vector<VersionInfo> versions, ListVersions(p.l3->dir()));
+  const bool agreed = want == Settings::ResumeFrom::kAgreed;
+  Resume pick;
+  const VersionInfo* newest = nullptr;
+  size_t complete = 0;
+  for (const VersionInfo& v : versions) {  // oldest first
+    if (!v.complete || (latest.ok() && v.version > *latest)) continue;
+    ++complete;
+    newest = &v;
+    if (agreed ? v.marks.checked && v.marks.agreed : v.marks.replayed) pick = v.version;
+  }
+  if (newest == nullptr || pick) return pick;
+  const VersionMarks& m = newest->marks;
+  const std::string marks = std::string(!m.checked ? "copies not compared"
+                                        : m.agreed ? "copies agreed"
+                                                   : "copies DISAGREED") +
+                            (m.replayed ? ", replayed" : ", not replayed");
+  return Status::FailedPrecondition(
+      "RTFT_PROTECT_RESUME_FROM=" + std::string(agreed ? "agreed" : "replayed") + ": none of the " +
+      std::to_string(complete) + " complete L3 version(s) in " + p.l3->dir() + " is " +
+      (agreed ? "marked agreed (its replicated copies compared and equal)"
+              : "marked replayed (its step checked by a replay)") +
+      "; the newest, " + std::to_string(newest->version) + ", has " + marks +
+      ": resume from it with RTFT_PROTECT_RESUME_FROM=latest, or move the directory away to start "
+      "at step 0");
+}
+
 void WithdrawVersionsAfterLatest(const Parts& p) {
   if (!p.l3->enabled()) return;
   const StatusOr<uint64_t> latest = LatestVersion(p.l3->dir());

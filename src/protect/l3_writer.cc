@@ -43,7 +43,8 @@ void L3Writer::Withdraw(uint64_t after_step, uint64_t epoch, const std::string& 
   }
 }
 
-void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::string& why) const {
+void L3Writer::WithdrawNow(uint64_t after_step, std::optional<uint64_t> own_write,
+                           const std::string& why) const {
   const auto versions = ListVersions(dir_);
   auto io = CreateIoBackend({"posix", 1});
   if (!versions.ok() || !io.ok()) {
@@ -60,10 +61,12 @@ void L3Writer::WithdrawNow(uint64_t after_step, uint64_t epoch, const std::strin
       continue;
     }
     // One this epoch wrote (its rank 0 file carries the epoch as its write id) stays.
-    const StatusOr<FileManifest> m = ReadFileManifest(RankFilePath(dir_, v.version, 0));
-    if (m.ok() && m->write_id == epoch) {
-      newest = v.version;
-      continue;
+    if (own_write) {
+      const StatusOr<FileManifest> m = ReadFileManifest(RankFilePath(dir_, v.version, 0));
+      if (m.ok() && m->write_id == *own_write) {
+        newest = v.version;
+        continue;
+      }
     }
     const Status removed = (*io)->Remove(GlobalManifestPath(dir_, v.version));
     if (!removed.ok() && removed.code() != StatusCode::kNotFound) {  // absent: withdrawn already

@@ -56,6 +56,12 @@ class L3Writer {
   // still commit a version after the first pass); a version `epoch`'s engines wrote (their write
   // id) is never withdrawn. Logged; an error is logged and changes nothing else.
   void Withdraw(uint64_t after_step, uint64_t epoch, const std::string& why);
+  // A job started again from an older version than LATEST (RTFT_PROTECT_RESUME_FROM), rank 0,
+  // before the first epoch's communicators, so before any rank writes: the same withdrawal, once,
+  // whatever wrote the versions (an earlier run's epochs are this run's numbers too).
+  void WithdrawBeforeStart(uint64_t after_step, const std::string& why) {
+    WithdrawNow(after_step, std::nullopt, why);
+  }
 
   // The options of an engine that writes rank `rank`'s files.
   // `epoch`: the job's epoch, the write of every version this engine writes (write_id).
@@ -75,7 +81,9 @@ class L3Writer {
   std::unique_ptr<CheckpointEngine> opened_;
   Status open_status_;
   Thread retirement_;
-  void WithdrawNow(uint64_t after_step, uint64_t epoch, const std::string& why) const;
+  // `own_write`: the write id whose versions stay (none: every version after the step goes).
+  void WithdrawNow(uint64_t after_step, std::optional<uint64_t> own_write,
+                   const std::string& why) const;
 };
 
 }  // namespace rtft::protect

@@ -37,6 +37,8 @@ struct Settings {
   bool sdc_fence = false;     // RTFT_PROTECT_SDC_FENCE: the fence waits for the cross-check
   int64_t replay_every = 0;   // RTFT_PROTECT_REPLAY_EVERY: the replay of a step by a peer (0: off)
   bool check_finite = false;  // RTFT_PROTECT_CHECK_FINITE: the check for non-finite gradients
+  // RTFT_PROTECT_RESUME_FROM: the L3 version a job started again resumes from.
+  enum class ResumeFrom { kLatest, kAgreed, kReplayed } resume_from = ResumeFrom::kLatest;
 
   size_t ObjectRoom() const {
     return options.max_object_bytes ? options.max_object_bytes : (1u << 20);

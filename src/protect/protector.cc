@@ -93,6 +93,17 @@ Status ProtectorImpl::Open() {
   settings_.l2_streams = static_cast<int>(streams);
   RTFT_ASSIGN_OR_RETURN(settings_.sdc_check, ParamBool(Param::kProtectSdcCheck));
   RTFT_ASSIGN_OR_RETURN(settings_.sdc_fence, ParamBool(Param::kProtectSdcFence));
+  const std::string resume = ParamString(Param::kProtectResumeFrom);
+  if (resume == "latest") {
+    settings_.resume_from = Settings::ResumeFrom::kLatest;
+  } else if (resume == "agreed") {
+    settings_.resume_from = Settings::ResumeFrom::kAgreed;
+  } else if (resume == "replayed") {
+    settings_.resume_from = Settings::ResumeFrom::kReplayed;
+  } else {
+    return Status::InvalidArgument("RTFT_PROTECT_RESUME_FROM=" + resume +
+                                   ": latest, agreed or replayed");
+  }
   int64_t replay = o.replay_every;
   if (replay == 0) {
     RTFT_ASSIGN_OR_RETURN(replay, ParamInt(Param::kProtectReplayEvery));
@@ -149,6 +160,17 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   // Nor do an earlier run's versions after LATEST: rank 0 removes them before it makes the first
   // epoch's communicators, which every other rank waits for before it writes anything.
   if (me.rank == 0 && settings_.options.enabled) WithdrawVersionsAfterLatest(parts());
+  // RTFT_PROTECT_RESUME_FROM agreed or replayed: the version with the mark, the same for every
+  // rank; rank 0 withdraws the versions after it at the same point, so LATEST names it for all.
+  std::optional<uint64_t> resume;
+  if (settings_.options.enabled) {
+    RTFT_ASSIGN_OR_RETURN(resume, ResumeVersion(parts(), settings_.resume_from));
+    if (resume && me.rank == 0)
+      l3_->WithdrawBeforeStart(*resume, "RTFT_PROTECT_RESUME_FROM resumes from version " +
+                                            std::to_string(*resume) +
+                                            ", the newest with its mark; the job writes "
+                                            "the versions after it again");
+  }
   FaultPoint("protect.start");
   // A rank lost while the job started (before this one came here, or while it builds the first
   // epoch): a spare takes it, or its agent restarts it, in a later epoch, where this rank joins
@@ -190,6 +212,10 @@ StatusOr<uint64_t> ProtectorImpl::Start() {
   // A job started again with its checkpoint directory resumes from the newest version.
   const StatusOr<uint64_t> latest =
       l3_->enabled() ? LatestVersion(l3_->dir()) : Status::NotFound("no L3");
+  if (resume && (!latest.ok() || *latest != *resume))
+    return Status::FailedPrecondition("RTFT_PROTECT_RESUME_FROM: LATEST in " + l3_->dir() +
+                                      " does not name version " + std::to_string(*resume) +
+                                      ", which rank 0 was to move it back to (see its log)");
   if (latest.ok()) {
     held_.untouched = false;
     RTFT_ASSIGN_OR_RETURN(next_step_, RestoreL3(parts(), &epoch_, epoch, &info_, *latest));

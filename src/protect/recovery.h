@@ -107,6 +107,12 @@ std::optional<uint64_t> NewestL3Version(const Parts& parts, uint64_t at_most);
 // committed without LATEST moving) are removed, as this run writes them again. Logged; an error
 // to remove one is logged too and changes nothing else. Nothing without LATEST.
 void WithdrawVersionsAfterLatest(const Parts& parts);
+// A job started again under RTFT_PROTECT_RESUME_FROM agreed or replayed (docs/protect.md, "A job
+// started again"): the newest complete version, no newer than LATEST, with that mark. None when
+// there is no L3 or nothing complete (the job starts at step 0, as with LATEST); an error naming
+// the newest version's marks when versions exist but none has the mark. Every rank asks it of
+// the same directory and gets the same answer while rank 0 withdraws the versions after it.
+StatusOr<std::optional<uint64_t>> ResumeVersion(const Parts& parts, Settings::ResumeFrom want);
 // Checkpoint-and-exit (docs/protect.md, "Spares exhausted"), once the survivors' replication
 // stopped: they agree on a step and write one L3 version of it, lost ranks' files included.
 Status WriteFinalCheckpoint(const Parts& parts, const Epoch& e, const FailureEvent& event);

@@ -262,6 +262,62 @@ TEST_F(ReplayJobTest, L3MarksTheVersionsWhoseStepWasReplayed) {
             std::string::npos);
 }
 
+// A job started again under RTFT_PROTECT_RESUME_FROM=replayed resumes from the newest version
+// whose step a replay checked, not from the one LATEST names (docs/protect.md, "A job started
+// again"): the first run, replaying every 4 steps with a version every 2, ends after step 42,
+// whose version (the newest) was not replayed; the second resumes every rank from 40, withdraws
+// 42 and ends with the failure-free digest. A directory without a replayed version, and a value
+// the setting does not know, end the job before it starts, with the reason.
+TEST_F(ReplayJobTest, AJobStartedAgainResumesFromTheNewestReplayedVersionWhenAsked) {
+  const std::string ckpt = root_ + "/l3-resume", plain = root_ + "/l3-plain";
+  env_["RTFT_CKPT_KEEP_VERSIONS"] = "0";  // every version stays on disk
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "4";
+  const std::vector<std::string> l3 = {"--l3-every", "2", "--ckpt-dir", ckpt};
+  std::vector<std::string> first_args = l3;
+  first_args.insert(first_args.end(), {"--steps", "43"});
+  Run first = Start("resume-1", 3, 1, "", 0, first_args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const StatusOr<uint64_t> latest = LatestVersion(ckpt);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_EQ(*latest, 42u);
+  env_["RTFT_PROTECT_RESUME_FROM"] = "replayed";
+  Run again = Start("resume-2", 3, 1, "", 0, l3);
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  ASSERT_EQ(again.digests.size(), 3u) << again.output;
+  for (const auto& [rank, digest] : again.digests) EXPECT_EQ(digest, Reference(3)) << rank;
+  ExpectEachRank(again, 3, kRestoredFromL3, "40");
+  EXPECT_NE(again.output.find("L3: versions after step 40 withdrawn (42): RTFT_PROTECT_RESUME_FROM "
+                              "resumes from version 40"),
+            std::string::npos)
+      << again.output;
+  // Versions without a replay: refused, the newest named with its marks.
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  env_.erase("RTFT_PROTECT_RESUME_FROM");
+  Run unmarked =
+      Start("plain-1", 3, 1, "", 0, {"--l3-every", "2", "--ckpt-dir", plain, "--steps", "11"});
+  ASSERT_EQ(unmarked.exit_code, 0) << unmarked.output;
+  for (const char* value : {"replayed", "bogus"}) {
+    env_["RTFT_PROTECT_RESUME_FROM"] = value;
+    Run refused =
+        Start(std::string("plain-") + value, 3, 1, "", 0, {"--l3-every", "2", "--ckpt-dir", plain});
+    EXPECT_NE(refused.exit_code, 0) << refused.output;
+    EXPECT_TRUE(refused.digests.empty()) << refused.output;
+    const std::string why =
+        value == std::string("bogus")
+            ? "RTFT_PROTECT_RESUME_FROM=bogus: latest, agreed or replayed"
+            : "RTFT_PROTECT_RESUME_FROM=replayed: none of the 5 complete L3 version(s) in " +
+                  plain +
+                  " is marked replayed (its step checked by a replay); the newest, 10, has copies "
+                  "agreed, not replayed";
+    EXPECT_NE(refused.output.find(why), std::string::npos) << refused.output;
+  }
+  env_.erase("RTFT_PROTECT_RESUME_FROM");
+  env_.erase("RTFT_CKPT_KEEP_VERSIONS");
+  const StatusOr<uint64_t> left = LatestVersion(plain);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 10u) << "a refused start changes nothing";
+}
+
 // Without the replay the same flip reaches every rank through the reduction: the result differs
 // (what the tests above guard against), and nothing notices.
 TEST_F(ReplayJobTest, WithoutTheReplayTheFlipChangesTheResult) {
