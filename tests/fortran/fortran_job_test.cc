@@ -5,6 +5,7 @@
 // rt-ft, bit for bit (the program checks and prints PASS).
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -45,10 +46,16 @@ TEST(FortranJobTest, AProtectedArraySurvivesItsOwnSigkill) {
   std::ifstream in(root + "/crash/faults.log");
   const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(log.find("protect.update kill"), std::string::npos) << log;
-  // The process restarted on slot 1 resumes at the step it died in, from its own snapshot.
+  // The process restarted on slot 1 resumes from its own snapshot at the step it died in (6), or
+  // at the one before where the kill came before step 6's capture was sealed (its checksums are
+  // computed beside the step: on a loaded machine they may not be done by the update), with
+  // rank 0 at the same step.
   EXPECT_NE(crash.find("fortran 1: role 2"), std::string::npos) << crash;
-  EXPECT_NE(crash.find("fortran 1: resumed at step 6"), std::string::npos) << crash;
-  EXPECT_NE(crash.find("fortran 0: recovered at step 6"), std::string::npos) << crash;
+  std::smatch at;
+  ASSERT_TRUE(std::regex_search(crash, at, std::regex("fortran 1: resumed at step ([56])\n")))
+      << crash;
+  EXPECT_NE(crash.find("fortran 0: recovered at step " + at[1].str() + "\n"), std::string::npos)
+      << crash;
   for (const char* line : {"fortran 0: PASS (20 steps)", "fortran 1: PASS (20 steps)"})
     EXPECT_NE(crash.find(line), std::string::npos) << line << "\n" << crash;
   if (!HasFailure()) {

@@ -150,9 +150,17 @@ std::optional<HangDetector::Verdict> HangDetector::Check(
       ++named[r.peer];
     }
   }
+  // A group is blamed only while a rank outside it waits: ranks that all wait inside a call on
+  // no peer, with no other waiter, wait on a rank whose own stall is not past the bound yet (one
+  // that started later than they did, say), not on each other.
+  const auto waited_on = [&](const std::vector<LogicalRank>& group) {
+    return std::any_of(waiters.begin(), waiters.end(), [&](LogicalRank w) {
+      return std::find(group.begin(), group.end(), w) == group.end();
+    });
+  };
   std::vector<LogicalRank> culprits;
   for (const auto* group : {&silent, &outside, &unwaiting}) {
-    if (!group->empty() && group->size() < world) {
+    if (!group->empty() && group->size() < world && waited_on(*group)) {
       culprits = *group;
       break;
     }
