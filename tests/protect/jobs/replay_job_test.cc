@@ -267,7 +267,8 @@ TEST_F(ReplayJobTest, L3MarksTheVersionsWhoseStepWasReplayed) {
 // again"): the first run, replaying every 4 steps with a version every 2, ends after step 42,
 // whose version (the newest) was not replayed; the second resumes every rank from 40, withdraws
 // 42 and ends with the failure-free digest. A directory without a replayed version, and a value
-// the setting does not know, end the job before it starts, with the reason.
+// the setting does not know, end the job before it starts, with the reason; `agreed` resumes that
+// directory from its newest version, whose copies were compared.
 TEST_F(ReplayJobTest, AJobStartedAgainResumesFromTheNewestReplayedVersionWhenAsked) {
   const std::string ckpt = root_ + "/l3-resume", plain = root_ + "/l3-plain";
   env_["RTFT_CKPT_KEEP_VERSIONS"] = "0";  // every version stays on disk
@@ -311,11 +312,19 @@ TEST_F(ReplayJobTest, AJobStartedAgainResumesFromTheNewestReplayedVersionWhenAsk
                   "agreed, not replayed";
     EXPECT_NE(refused.output.find(why), std::string::npos) << refused.output;
   }
-  env_.erase("RTFT_PROTECT_RESUME_FROM");
-  env_.erase("RTFT_CKPT_KEEP_VERSIONS");
   const StatusOr<uint64_t> left = LatestVersion(plain);
   ASSERT_TRUE(left.ok()) << left.status();
   EXPECT_EQ(*left, 10u) << "a refused start changes nothing";
+  // Its versions' copies were compared and agreed (the cross-check is on by default): `agreed`
+  // resumes from the newest, 10, and ends the same.
+  env_["RTFT_PROTECT_RESUME_FROM"] = "agreed";
+  Run agreed = Start("plain-agreed", 3, 1, "", 0, {"--l3-every", "2", "--ckpt-dir", plain});
+  env_.erase("RTFT_PROTECT_RESUME_FROM");
+  env_.erase("RTFT_CKPT_KEEP_VERSIONS");
+  EXPECT_EQ(agreed.exit_code, 0) << agreed.output;
+  ExpectEachRank(agreed, 3, kRestoredFromL3, "10");
+  ASSERT_EQ(agreed.digests.size(), 3u) << agreed.output;
+  for (const auto& [rank, digest] : agreed.digests) EXPECT_EQ(digest, Reference(3)) << rank;
 }
 
 // Without the replay the same flip reaches every rank through the reduction: the result differs
