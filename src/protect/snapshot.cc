@@ -92,10 +92,18 @@ Status Snapshot::Relayout(const std::string& dir, const Layout& layout) {
   // Areas of an equal layout hold another rank's shards of the old world: never valid here.
   for (uint64_t k = 0; k < 2; ++k) fresh->Invalidate(k);
   layout_ = fresh->layout_;
+  tensor_bytes_ = fresh->tensor_bytes_;
   file_ = std::move(fresh->file_);
   pinned_ = fresh->pinned_;
   fresh->pinned_ = false;
   return Status::Ok();
+}
+
+uint64_t Snapshot::TensorBytes(const Layout& layout) {
+  uint64_t bytes = 0;
+  for (const auto* list : {&layout.replicated, &layout.sharded})
+    for (const Entry& e : *list) bytes += e.bytes;
+  return bytes;
 }
 
 AreaHeader* Snapshot::header(uint64_t step) const {
@@ -251,10 +259,7 @@ void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t
 
 void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
                      uint64_t checksum, uint64_t replica_checksum) {
-  uint64_t tensors = 0;
-  for (const auto* list : {&layout_.replicated, &layout_.sharded})
-    for (const Entry& e : *list) tensors += e.bytes;
-  copied_bytes_.fetch_add(tensors + object_bytes, std::memory_order_relaxed);
+  copied_bytes_.fetch_add(tensor_bytes_ + object_bytes, std::memory_order_relaxed);
   hashed_bytes_.fetch_add(layout_.objects_begin + object_bytes, std::memory_order_relaxed);
   AreaHeader* h = header(step);
   h->state = kWriting;

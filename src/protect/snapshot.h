@@ -102,7 +102,9 @@ class Snapshot {
   ~Snapshot();
 
  private:
-  Snapshot(const Layout& layout) : layout_(layout) {}
+  Snapshot(const Layout& layout) : layout_(layout), tensor_bytes_(TensorBytes(layout)) {}
+  // The bytes of the layout's tensors (what a capture copies besides the objects).
+  static uint64_t TensorBytes(const Layout& layout);
   // snapshot_device.cc: what device tensors need. The file's mapping is registered with CUDA
   // (page-locked, in pieces) while the layout has device tensors, once per mapping, never per step.
   Status Pin();
@@ -131,6 +133,7 @@ class Snapshot {
   ThreadPool* HashPool() const;
 
   Layout layout_;
+  uint64_t tensor_bytes_ = 0;  // TensorBytes(layout_), for the traffic counters
   std::unique_ptr<ShmFile> file_;
   mutable std::atomic<uint64_t> copied_bytes_{0}, hashed_bytes_{0};
   mutable std::once_flag hash_pool_once_;

@@ -65,6 +65,19 @@ class RuntimeTest(unittest.TestCase):
         with self.assertRaises(rtft.InvalidArgumentError):
             self.rt.create_communicator("py-two", backend="mpi")
 
+    def test_a_group_communicator_takes_its_members_job_ranks(self):
+        # What rtft.torch passes for a group's communicator (its calls then count as the step's
+        # for the hang detector): checked in C++, so each refusal below proves it got there.
+        comm = self.rt.create_group_communicator("py-group", 0, 1, job_ranks=[0])
+        x = torch.ones(3)
+        comm.all_reduce(x, op="sum")
+        self.assertTrue(torch.equal(x, torch.ones(3)))
+        comm.close()
+        with self.assertRaisesRegex(rtft.InvalidArgumentError, "2 job ranks for a world of 1"):
+            self.rt.create_group_communicator("py-group2", 0, 1, job_ranks=[0, 1])
+        with self.assertRaisesRegex(rtft.InvalidArgumentError, "job rank -1 is negative"):
+            self.rt.create_group_communicator("py-group3", 0, 1, job_ranks=[-1])
+
 
 if __name__ == "__main__":
     unittest.main()
