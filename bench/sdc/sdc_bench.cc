@@ -3,7 +3,8 @@
 // -- rtft-train` jobs of 3 ranks, one per fault, rank 1 corrupting its own data with rtft-train's
 // hooks at its --at-th chance:
 //   param_flip     a bit of its copy of the replicated parameters after an update (train.flip),
-//                  caught by the cross-check of the copies and repaired from a peer;
+//                  caught by the cross-check of the copies, every rank back to the last
+//                  step whose copies agreed;
 //   grad_flip      a bit of its gradients once (train.grad_flip, RTFT_PROTECT_REPLAY_EVERY=1),
 //                  caught by the replay and computed again;
 //   faulty_device  the same at every step from then on: the slot is retired, a spare takes it;

@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
                               "subgroup updated on the CPU: the baseline of rtft-bench "
                               "offload-e2e)")
                    ->check(CLI::IsMember({"interleaved", "cpu"}));
+  app.add_flag("--shared-shards", o.shared_shards,
+               "test option, with --tp/--pp: describe each partition's parameters as its shard of "
+               "its stage's, which its data-parallel group shares (protected as replicated, fed "
+               "from a live replica, out of L2's ring)");
   std::string drop;
   app.add_option("--drop-replica", drop,
                  "test option, D@STEP: after STEP steps lay the layout out as if data-parallel "
@@ -103,6 +107,10 @@ int main(int argc, char** argv) {
   (void)rtft::ParseOffloadMode(offload_mode, &o.offload_mode);  // checked by IsMember above
   if (comm->count() > 0 && !o.cuda) {
     std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
+    return 2;
+  }
+  if (o.shared_shards && (!o.grid() || o.cuda)) {
+    std::fprintf(stderr, "rtft-train: --shared-shards applies to --tp/--pp on the CPU only\n");
     return 2;
   }
   if (o.protect_every > 0 && o.protect_blocks > 0) {

@@ -130,6 +130,12 @@ rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world
     prefix = "p" + std::to_string(at->p) + ".t" + std::to_string(at->t) + "/";
     world = at->data;
     rank = at->d;
+    if (o_.shared_shards) {  // every partition of a stage holds as many parameters
+      shared_.global_shape = {int64_t(n_) * at->tensor};
+      shared_.offset = {int64_t(n_) * at->t};
+      shared_.replicated = true;
+      shared_name_ = "p" + std::to_string(at->p) + "/params";
+    }
   }
   shard_ = rtft::SplitEvenly(int64_t(n_), world, rank);
   grad_shard_.assign(shard_.count, 0.0f);
@@ -137,7 +143,12 @@ rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world
   if (gpu_) {
     RTFT_RETURN_IF_ERROR(DescribeGpu(state.get(), world, rank));
   } else {
-    state->AddTensor({prefix + "params", DType::kFloat32, {int64_t(n_)}, Params()});
+    rtft::TensorDesc params{prefix + "params", DType::kFloat32, {int64_t(n_)}, Params()};
+    if (shared_.replicated) {
+      params.name = shared_name_;
+      params.shard = shared_;
+    }
+    state->AddTensor(params);
   }
   if (gpu_) {
     // DescribeGpu added the optimizer.
@@ -220,6 +231,18 @@ void Trainer::Prologue(rtft::StepContext& ctx) {
   }
   if (ctx.recovered) Report(*ctx.recovered);
   Time(ctx);
+  // Test hooks: "train.compute_start:wait=PATH" holds the step's compute until PATH exists (the
+  // capture's "protect.l1_copied:touch=PATH" makes it once the step's snapshot is copied);
+  // "train.stuck_flip:flag" then flips a bit of this rank's copy of a replicated parameter, which
+  // the compute reads, and the bit stays flipped past the update (whose all-gather rewrites the
+  // word), as it would in a trainer that updates its own full copy, DDP's (docs/protect.md,
+  // "Silent data corruption").
+  if (gpu_) return;
+  rtft::FaultPoint("train.compute_start");
+  if (n_ > 0 && rtft::FaultFlag("train.stuck_flip")) {
+    FlipBit();
+    stuck_step_ = ctx.step;
+  }
 }
 
 Status Trainer::Compute(rtft::StepContext& ctx) {
@@ -286,6 +309,13 @@ Status Trainer::Reduce(rtft::StepContext& ctx) {
   return Failed(ctx, s);
 }
 
+void Trainer::FlipBit() {
+  uint32_t bits = 0;
+  std::memcpy(&bits, Params(), 4);
+  bits ^= 1u << 20;
+  std::memcpy(Params(), &bits, 4);
+}
+
 rtft::Communicator* Trainer::DataGroup(rtft::StepContext& ctx) const {
   return block_ ? ctx.data : ctx.comm;
 }
@@ -306,13 +336,10 @@ Status Trainer::Update(rtft::StepContext& ctx) {
     if (data) s = data->AllGatherV(mine, Params(), Counts(data->world_size()), DType::kFloat32);
     // Test hook: "train.flip:flag" flips a bit of this rank's copy of a replicated parameter
     // between two steps, as a bit flip in memory would (docs/protect.md, "Silent data
-    // corruption").
-    if (s.ok() && rtft::FaultFlag("train.flip")) {
-      uint32_t bits = 0;
-      std::memcpy(&bits, Params(), 4);
-      bits ^= 1u << 20;
-      std::memcpy(Params(), &bits, 4);
-    }
+    // corruption"). A bit that "train.stuck_flip" flipped as the compute started is flipped again.
+    if (s.ok() && stuck_step_ == ctx.step) FlipBit();
+    stuck_step_.reset();
+    if (s.ok() && rtft::FaultFlag("train.flip")) FlipBit();
   }
   if (!s.ok()) return Failed(ctx, s);
   if (o_.blocking_save_every > 0 && (ctx.step + 1) % o_.blocking_save_every == 0) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct Options {
   // the micro-batches of the pipeline's schedule.
   int tp = 1, pp = 1, micro = 2;
   bool grid() const { return tp > 1 || pp > 1; }
+  // Test option: each partition's parameters described as its shard of the stage's parameters,
+  // which its data-parallel group shares (ShardCoords::replicated), not a tensor of its own.
+  bool shared_shards = false;
   // --drop-replica D@STEP (a test option): after STEP steps, the layout as if data-parallel
   // replica D had left (drop_replica.cc); -1: never.
   int drop_replica = -1;
@@ -91,6 +95,8 @@ class Trainer {
   rtft::Status Update(rtft::StepContext& ctx);
   // The parameters this rank updates a shard of: the whole model, or its partition's block.
   float* Params() { return block_ ? block_->data() : params_.data(); }
+  // Flips bit 20 of the first replicated parameter (the SDC test hooks).
+  void FlipBit();
   // The group the optimizer's shards are spread over (null: this rank alone).
   rtft::Communicator* DataGroup(rtft::StepContext& ctx) const;
   // The counts of every rank's shard, for the collectives of `world` ranks.
@@ -142,6 +148,9 @@ class Trainer {
   std::vector<int> y_;
   // Step timing: the time from one step's compute to the next's, for rtft-bench protect.
   bool started_ = false;
+  rtft::ShardCoords shared_;  // --shared-shards: where this partition's parameters sit
+  std::string shared_name_;
+  std::optional<uint64_t> stuck_step_;  // "train.stuck_flip" flipped a bit as this step began
   uint64_t first_step_ = 0, last_step_ = 0;
   double last_wall_ = 0, last_cpu_ = 0;
   Timing timing_[2];  // [0]: unprotected steps, [1]: protected ones

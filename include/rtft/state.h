@@ -35,6 +35,13 @@ enum class MemoryKind : uint8_t { kHost, kDevice };
 struct ShardCoords {
   std::vector<int64_t> global_shape;
   std::vector<int64_t> offset;  // per dimension, same rank as global_shape
+  // Per-step protection (docs/protect.md, "3D layouts"): every rank of this rank's data-parallel
+  // group holds this same shard, bitwise (HSDP's replicate dimension over a shard of the tensor
+  // axis). It is protected as a replicated tensor of its partition: compared across the group,
+  // fed to a rank that lost it from a live peer's snapshot, not carried in L2's ring; L3 writes
+  // its rows split over the group, at their place in the global tensor. Without a grid the data-
+  // parallel group is the world: every rank must then hold the same shard.
+  bool replicated = false;
   bool sharded() const { return !global_shape.empty(); }
 };
 

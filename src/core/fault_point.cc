@@ -137,6 +137,10 @@ void FaultPoint(const char* point) {
     while (true) pause();
   } else if (action.rfind("exit=", 0) == 0) {
     _exit(std::atoi(action.c_str() + 5));
+  } else if (action.rfind("touch=", 0) == 0) {
+    // Creates the file and goes on: a wait=PATH elsewhere (a thread, a process) goes on then.
+    const int fd = open(action.c_str() + 6, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
   } else if (action.rfind("wait=", 0) == 0) {
     // Holds this thread until a test creates the file: an order of events, not a delay.
     const std::string path = action.substr(5);

@@ -36,14 +36,18 @@ Status AreaView::Describe(StateDescription* out) const {
       if (rank_ == 0) out->tensors.push_back(Slice(t, area_ + e.offset, t.shape, {}, {}));
       continue;
     }
+    // Each rank of the group writes its share of the rows; a shard the group shares (HSDP's)
+    // writes them at the shard's place in its global tensor.
     const EvenSplit rows = SplitEvenly(t.shape[0], world_, rank_);
     if (rows.count == 0) continue;
     const size_t row_bytes = e.bytes / t.shape[0];
-    std::vector<int64_t> shape = t.shape, offset(t.shape.size(), 0);
+    const bool shard = t.shard.sharded();
+    std::vector<int64_t> shape = t.shape;
+    std::vector<int64_t> offset = shard ? t.shard.offset : std::vector<int64_t>(t.shape.size(), 0);
     shape[0] = rows.count;
-    offset[0] = rows.offset;
-    out->tensors.push_back(
-        Slice(t, area_ + e.offset + rows.offset * row_bytes, shape, t.shape, offset));
+    offset[0] += rows.offset;
+    out->tensors.push_back(Slice(t, area_ + e.offset + rows.offset * row_bytes, shape,
+                                 shard ? t.shard.global_shape : t.shape, offset));
   }
   for (const ShardBytes& b : shards_)
     out->tensors.push_back(
@@ -57,7 +61,7 @@ Status AreaView::Describe(StateDescription* out) const {
 Status LiveView::Describe(StateDescription* out) const {
   for (const Entry& e : layout_.replicated) {
     TensorDesc d = e.tensor;
-    if (!d.shape.empty()) {
+    if (!d.shape.empty() && !d.shard.sharded()) {
       d.shard.global_shape = d.shape;
       d.shard.offset.assign(d.shape.size(), 0);
     }

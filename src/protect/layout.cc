@@ -40,7 +40,7 @@ StatusOr<Layout> Layout::Build(const StateDescription& state, size_t object_capa
   RTFT_RETURN_IF_ERROR(ValidateDescription(state).Annotate("protected state"));
   Layout l;
   for (const TensorDesc& t : state.tensors)
-    (t.shard.sharded() ? l.sharded : l.replicated).push_back({t});
+    (t.shard.sharded() && !t.shard.replicated ? l.sharded : l.replicated).push_back({t});
   l.objects = state.objects;
   RTFT_RETURN_IF_ERROR(l.Finish(object_capacity));
   return l;
@@ -65,6 +65,12 @@ Status Layout::Finish(size_t capacity) {
       shared.Update(meta, sizeof(uint64_t));
       shared.Update(&kind, sizeof(kind));
       HashInts(&shared, kind == 1 ? e.tensor.shard.global_shape : e.tensor.shape);
+      if (kind == 0 && e.tensor.shard.sharded()) {  // a shard the data-parallel group shares
+        for (Xxh3Hasher* x : {&h, &shared}) {
+          HashInts(x, e.tensor.shard.global_shape);
+          HashInts(x, e.tensor.shard.offset);
+        }
+      }
     }
   }
   for (const ObjectDesc& o : objects) {

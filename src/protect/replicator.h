@@ -74,12 +74,13 @@ class Replicator {
   // agreed. `check`: whether the exchange compares the copies at all (RTFT_PROTECT_SDC_CHECK).
   // When the check finds a corrupt copy it acts at once, on the replicator's thread, where every
   // rank of the ring learns the same thing from the same checksums (not at the next BeginStep,
-  // which a rank may never reach before the repair's epoch aborts its step): a rank whose copy is
-  // corrupt (every rank, with no majority) drops its snapshot of the step, so that recovery feeds
-  // it, and enters a barrier; once it is through, the ring's asker (the first corrupt copy's rank;
-  // with no majority, rank 0) calls `report` with the step, which asks the coordinator for the
-  // repair's epoch. Without the barrier the asker's gather can end before a peer's, whose gather
-  // the repair's epoch then aborts: that peer keeps the corrupt snapshot and feeds it.
+  // which a rank may never reach before the repair's epoch aborts its step): every rank drops its
+  // snapshot of the step, so that recovery goes back to the older one every rank holds (where
+  // one is missing, only a corrupt copy's is dropped and recovery feeds it), and enters a barrier;
+  // once it is through, the ring's asker (the first corrupt copy's rank; with no majority, rank 0)
+  // calls `report` with the step, which asks the coordinator for the repair's epoch. Without the
+  // barrier the asker's gather can end before a peer's, whose gather the repair's epoch then
+  // aborts: that peer keeps the corrupt snapshot and feeds it.
   std::optional<Corruption> TakeCorruption();
   // Whether the check of `step` found a corrupt copy not taken yet.
   bool Disagreed(uint64_t step);
@@ -103,10 +104,12 @@ class Replicator {
   void Finish(const Item& item, const Status& s);
   Status Exchange(const Item& item);
   // Compares the ranks' checksums of their replicated tensors for `step` (by ring position): on
-  // a disagreement, drops this rank's snapshot of the step if its copy is corrupt, keeps the
-  // verdict for TakeCorruption and returns whether this rank is the ring's asker (nullopt: every
-  // copy agreed).
-  std::optional<bool> CrossCheck(uint64_t step, const std::vector<uint64_t>& sums);
+  // a disagreement, drops this rank's snapshot of the step (every rank's where each holds the
+  // older snapshot `back`, whose copies agreed; else a corrupt copy's only), keeps the verdict
+  // for TakeCorruption and returns whether this rank is the ring's asker (nullopt: every copy
+  // agreed).
+  std::optional<bool> CrossCheck(uint64_t step, const std::vector<uint64_t>& sums,
+                                 std::optional<uint64_t> back);
   // Stripe `j` of the `send_bytes` at `send` to the right and of the `recv_bytes` into `recv` from
   // the left, on stream j.
   Status Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv, uint64_t recv_bytes);

@@ -203,6 +203,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     for (auto& t : device) RTFT_RETURN_IF_ERROR(t->Wait());
     const auto landed = std::chrono::steady_clock::now();
     if (copied) copied();
+    FaultPoint("protect.l1_copied");  // the state may change from here
     const size_t end = layout_.objects_begin + objects.size();
     ThreadPool* pool = HashPool();
     Close(step, epoch, rank, world, objects.size(), ChunkedXxh3(p, layout_.shard_begin, pool),
@@ -233,6 +234,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
       put(e.offset, e.tensor.changed_in_compute ? nullptr : e.tensor.data, e.bytes);
   put(layout_.objects_begin, objects.data(), objects.size());
   if (copied) copied();
+  FaultPoint("protect.l1_copied");  // the state may change from here
   Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
   return Status::Ok();
 }

@@ -70,14 +70,15 @@ Status ProtectorImpl::BeginStep(uint64_t step) {
 }
 
 // The cross-check found that copies of the replicated tensors differ at `bad.step`
-// (docs/protect.md, "Silent data corruption"). That step's compute has used them, so its update may
-// be wrong on every rank: every rank goes back to that step's snapshot, the corrupt copy fed from a
-// peer (the replicator dropped the corrupt rank's snapshot of the step and asked for the epoch
-// when it found it). With no majority (two copies), both dropped it and the step before, the last
-// one whose copies agreed, is restored. Here the rank only stops before its next step.
+// (docs/protect.md, "Silent data corruption"). The corrupt copy may have fed that step's compute,
+// or the one before (a flip between the older snapshot and its compute is seen only now), so
+// every rank's update since the older snapshot may be wrong: the replicator dropped every rank's
+// snapshot of the step and asked for the epoch when it found it, and recovery goes back to the
+// older one, the last whose copies agreed (where some rank holds none, only the corrupt copy was
+// dropped and it is fed from a peer). Here the rank only stops before its next step.
 Status ProtectorImpl::Repair(const Corruption& bad) {
   return Status::Aborted("silent data corruption found at step " + std::to_string(bad.step) +
-                         ": recovering from the peers' copies");
+                         ": going back to the last step whose copies agreed");
 }
 
 Status ProtectorImpl::PauseForSwap(uint64_t step) {

@@ -148,7 +148,8 @@ TEST(MembershipTable, ACopyFoundCorruptTwiceRetiresItsSlot) {
   ASSERT_TRUE(d.event);
   EXPECT_EQ(d.event->membership.rank_to_slot, (std::vector<SlotId>{0, 1}));
   EXPECT_TRUE(d.event->failed_ranks.empty());
-  EXPECT_NE(d.event->reason.find("repaired from a peer (restart 1/3)"), std::string::npos)
+  EXPECT_NE(d.event->reason.find("silent data corruption, recovered in place (restart 1/3)"),
+            std::string::npos)
       << d.event->reason;
   EXPECT_EQ(t.member(1).corruptions, 1);
   // A crash between the two is a restart as usual; it does not count as a corruption.

@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -184,6 +187,27 @@ TEST(FaultPoint, FlagFiresOnceAtItsReachAndFlagsFromThenOn) {
   FaultPoint("t.flip");  // a flag point never fails the process
   ArmFaults("t.flip:kill");
   EXPECT_FALSE(FaultFlag("t.flip"));  // nor does FaultFlag act on a failing action
+  ArmFaults("");
+}
+
+// touch=PATH makes the file at its reach and goes on; a wait=PATH on another thread goes on then.
+TEST(FaultPoint, TouchMakesTheFileThatAWaitGoesOnWith) {
+  const std::string path = testing::TempDir() + "/rtft-touch-" + std::to_string(getpid());
+  std::remove(path.c_str());
+  ArmFaults(("t.copied@2:touch=" + path + ",t.start:wait=" + path).c_str());
+  std::atomic<bool> started{false};
+  std::thread waiter([&] {
+    FaultPoint("t.start");
+    started = true;
+  });
+  FaultPoint("t.copied");  // the first reach: nothing yet
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+  EXPECT_FALSE(started.load());
+  FaultPoint("t.copied");
+  EXPECT_EQ(access(path.c_str(), F_OK), 0);
+  waiter.join();
+  EXPECT_TRUE(started.load());
+  std::remove(path.c_str());
   ArmFaults("");
 }
 

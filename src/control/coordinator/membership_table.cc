@@ -117,8 +117,9 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
   std::string reason;
   for (const auto& f : failures) {
     Member& mb = members_[f.slot];
-    // A corrupt copy repaired from a peer (docs/protect.md, "Silent data corruption"): the rank
-    // stays where it is and every rank recovers into the new epoch; it counts as a restart. A
+    // A corrupt copy (docs/protect.md, "Silent data corruption"): the rank stays where it is and
+    // every rank recovers in place into the new epoch (back to the last step whose copies
+    // agreed); it counts as a restart. A
     // slot whose copy is found corrupt a second time (a faulty device) is retired and a spare
     // takes its rank, as is one past the restart limit.
     const bool corrupt = f.kind == FailureKind::kCorrupt;
@@ -127,7 +128,7 @@ Decision MembershipTable::Fail(const std::vector<SlotFailure>& input) {
       ++mb.restarts;
       if (!reason.empty()) reason += "; ";
       reason += "slot " + std::to_string(f.slot) + " (rank " + std::to_string(mb.rank) +
-                "): " + FailureKindName(f.kind) + ", repaired from a peer (restart " +
+                "): " + FailureKindName(f.kind) + ", recovered in place (restart " +
                 std::to_string(mb.restarts) + "/" + std::to_string(options_.max_restarts_per_slot) +
                 ")";
       continue;

@@ -66,6 +66,27 @@ TEST_F(GridJobTest, BothRanksOfADataParallelRingLostFallBackToL3) {
   EXPECT_NE(run.output.find("source=l3"), std::string::npos) << run.output;
 }
 
+// `--shared-shards`: each partition's parameters described as its shard of its stage's (rows
+// [t n, (t + 1) n) of a tensor named p<p>/params, the same name in both partitions), which its
+// data-parallel group shares (ShardCoords::replicated, HSDP's layout). A lost rank takes them from
+// a live replica of its partition; with a whole ring lost, from the L3 version, whose rows sit at
+// their place in the stage's tensor (written at the shard's own offsets, the two partitions' rows
+// would land on each other). Both end with the digest of the run without the option or a failure.
+TEST_F(GridJobTest, AShardItsDataParallelGroupSharesComesFromALiveReplicaOrFromL3) {
+  Run lost = Start("shared-lost", 8, 1, std::to_string(kRank111) + ":protect.update@5:hang", 1,
+                   {"--shared-shards"});
+  ExpectIdentical(lost, 8, "shared shards, a slot lost");
+  EXPECT_NE(lost.output.find("role=spare-activated rank=7"), std::string::npos) << lost.output;
+  const std::string ckpt = root_ + "/shared-l3";
+  Run ring = Start("shared-ring", 8, 2,
+                   std::to_string(kRank110) + ":protect.update@8:hang," + std::to_string(kRank111) +
+                       ":protect.update@8:hang",
+                   2, {"--shared-shards", "--l3-every", "3", "--ckpt-dir", ckpt}, {},
+                   [&] { return CommittedAtLeast(ckpt, 3); });
+  ExpectIdentical(ring, 8, "shared shards, a whole ring lost, L3 fallback");
+  EXPECT_NE(ring.output.find("source=l3"), std::string::npos) << ring.output;
+}
+
 TEST_F(GridJobTest, SparesExhaustedUnderShrinkTheReplicaLeavesAsInARunToldToDropIt) {
   // No spare: rank 7's slot, (1, 1, 1), lost at the update. Its replica d = 1 (ranks 2, 3, 6, 7)
   // leaves, slots 2, 3 and 6 join the spare pool, and ranks 0, 1, 4, 5 go on as ranks 0 to 3

@@ -1,11 +1,13 @@
 // Silent data corruption of resident state, end to end (docs/protect.md, "Silent data
 // corruption"): `mpirun --enable-recovery dp-launch --spares 1 -- rtft-train` where one rank
-// flips a bit of its copy of a replicated parameter between two steps (`train.flip`). The
-// replicated tensors' cross-check finds the copy that differs from the others' at the next
-// step's exchange; every rank goes back to that step's snapshot, the corrupt copy fed from a
-// peer, and the step runs again: each run ends with the digest of the run without the flip,
-// bit for bit. A rank that corrupts its state at every step is replaced by the spare; with two
-// copies (no majority) both go back to the last step whose copies agreed.
+// flips a bit of its copy of a replicated parameter between two steps (`train.flip`), or as a
+// step's compute begins, after its snapshot (`train.stuck_flip`). The replicated tensors' cross-
+// check finds the copy that differs from the others' at the next step's exchange; every rank
+// goes back to the snapshot before, the last whose copies agreed, and runs on from there: each
+// run ends with the digest of the run without the flip, bit for bit. Where some rank holds no
+// older snapshot, the corrupt copy is fed from a peer's snapshot of the step. A rank that
+// corrupts its state at every step is replaced by the spare; with two copies (no majority) both
+// go back to the last step whose copies agreed.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,16 +41,19 @@ class SdcJobTest : public TrainJobTest {
   }
 };
 
-TEST_F(SdcJobTest, AFlippedBitInAReplicatedCopyIsRepairedFromAPeer) {
-  Run run = Start("flip-once", 3, 1, "1:train.flip@40:flag", 0);
+TEST_F(SdcJobTest, AFlippedBitInAReplicatedCopyGoesBackToTheLastAgreedStep) {
+  Run run = Start("flip-once", 3, 1, "1:train.flip@40:flag", 0);  // after step 39's update
   ExpectIdentical(run, 3, "one flipped bit");
-  EXPECT_NE(run.output.find("silent data corruption: at step "), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("the replicated tensors of data-parallel rank(s) 1 differ"),
+  EXPECT_NE(run.output.find("silent data corruption: at step 40 the replicated tensors of "
+                            "data-parallel rank(s) 1 differ from the other copies'; back to step "
+                            "39, the last whose copies agreed"),
             std::string::npos)
       << run.output;
-  EXPECT_NE(run.output.find("slot 1 (rank 1): silent data corruption, repaired from a peer "
+  EXPECT_NE(run.output.find("slot 1 (rank 1): silent data corruption, recovered in place "
                             "(restart 1/"),
             std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("[train 1] recovered epoch=2 step=39 "), std::string::npos)
       << run.output;
   // Repaired in place: no slot lost, no spare taken.
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
@@ -57,7 +62,7 @@ TEST_F(SdcJobTest, AFlippedBitInAReplicatedCopyIsRepairedFromAPeer) {
 TEST_F(SdcJobTest, ARankThatKeepsCorruptingItsStateIsReplacedByTheSpare) {
   Run run = Start("flip-always", 3, 1, "1:train.flip@40:flags", 0);
   ExpectIdentical(run, 3, "a bit flipped at every step");
-  EXPECT_NE(run.output.find("slot 1 (rank 1): silent data corruption, repaired from a peer "
+  EXPECT_NE(run.output.find("slot 1 (rank 1): silent data corruption, recovered in place "
                             "(restart 1/3)"),
             std::string::npos)
       << run.output;
@@ -72,10 +77,52 @@ TEST_F(SdcJobTest, ARankThatKeepsCorruptingItsStateIsReplacedByTheSpare) {
 TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
   Run run = Start("two-copies", 2, 1, "1:train.flip@40:flag", 0);
   ExpectIdentical(run, 2, "two copies differ");
-  EXPECT_NE(run.output.find("2 copies differ with no majority; back to the step before"),
+  EXPECT_NE(run.output.find("2 copies differ with no majority; back to step 39, the last whose "
+                            "copies agreed"),
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
+}
+
+// A flip between a step's snapshot and its compute, in a trainer whose update keeps it (DDP's,
+// which updates its own full copy): step 40's compute reads rank 1's corrupt copy, so every
+// rank's update of step 40 takes in its gradients, and the copies differ only from step 41's
+// snapshot on. Every rank goes back to step 40's snapshot, the last whose copies agreed, and the
+// run ends bitwise. (Feeding rank 1 step 41's snapshot from a peer, as the repair once did, kept
+// the corrupt update: another digest.) Rank 1's compute waits until step 40's snapshot is copied
+// (`protect.l1_copied` makes the file that `train.compute_start` waits for), so the snapshot
+// never holds the flip.
+TEST_F(SdcJobTest, AFlipThatAStepsComputeReadsGoesBackToThatStep) {
+  const std::string copied = root_ + "/copied-40";
+  const std::string faults = "1:protect.l1_copied@41:touch=" + copied +
+                             ",1:train.compute_start@41:wait=" + copied +
+                             ",1:train.stuck_flip@41:flag";
+  Run run = Start("stuck-flip", 3, 1, faults, 0);
+  ExpectIdentical(run, 3, "a bit flipped as step 40's compute began");
+  EXPECT_NE(run.output.find("silent data corruption: at step 41 the replicated tensors of "
+                            "data-parallel rank(s) 1 differ from the other copies'; back to step "
+                            "40, the last whose copies agreed"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("[train 1] recovered epoch=2 step=40 "), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
+}
+
+// Where some rank holds no older snapshot (`--protect-every 2`: every protected step is even,
+// and L1 keeps one area per parity), the corrupt copy is fed from a peer's snapshot of the step
+// that found it, which runs again: bitwise for a flip after the update (`train.flip`, after step
+// 39's update; step 40's compute read the corrupt copy and runs again).
+TEST_F(SdcJobTest, WithNoOlderSnapshotTheCorruptCopyIsFedFromAPeer) {
+  Run run = Start("no-older", 3, 1, "1:train.flip@40:flag", 0, {"--protect-every", "2"});
+  ExpectIdentical(run, 3, "one flipped bit, every second step protected");
+  EXPECT_NE(run.output.find("the replicated tensors of data-parallel rank(s) 1 differ from the "
+                            "other copies'; repaired from a peer, step 40 runs again (no older "
+                            "snapshot on every rank"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("[train 1] recovered epoch=2 step=40 "), std::string::npos)
+      << run.output;
 }
 
 // The wall time of the first note of `point` in a run's fault log (seconds; -1: none).
