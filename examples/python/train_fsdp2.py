@@ -39,7 +39,10 @@ device = torch.device(args.device, rank % torch.cuda.device_count()) if args.dev
     else torch.device("cpu")
 if device.type == "cuda":
     torch.cuda.set_device(device)
-protector = rtft.Protector(runtime)  # rt-ft
+# rt-ft; HSDP's (replicate, shard) mesh is rt-ft's grid of tensor = shard: each shard's replicas
+# are a data-parallel group, so a lost rank's shards come from a live replica, not from L2.
+grid = rtft.Grid(tensor=world // args.replicate) if args.replicate > 1 else None
+protector = rtft.Protector(runtime, grid=grid)
 rtft.torch.init_process_group(protector)  # rt-ft: torch.distributed's groups over rt-ft
 shape, names = (world,), ("shard",)
 if args.replicate > 1:
@@ -54,7 +57,8 @@ for layer in (model[0], model[4]):
 fully_shard(model, mesh=mesh)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 rtft.init_optimizer_state(optimizer)  # rt-ft: AdamW's moments exist before the first step
-protector.protect(rtft.State({"model": model, "optim": optimizer}))  # rt-ft: local shards
+state = rtft.State({"model": model, "optim": optimizer})  # rt-ft: local shards
+protector.protect(state)
 torch.manual_seed(1 + rank)  # each rank's dropout masks its own
 inputs = torch.randn(4096, 32, generator=torch.Generator().manual_seed(0))
 targets = inputs.sum(1, keepdim=True).sin()
@@ -75,8 +79,9 @@ def update(ctx):  # runs once the step's snapshot is taken
 
 result = protector.run(args.steps, compute, update)  # rt-ft
 if result.outcome == rtft.RunOutcome.DONE:
-    state = list(model.parameters()) + [v for s in optimizer.state.values() for v in s.values()]
-    local = [getattr(t, "_local_tensor", t).detach().cpu() for t in state]
+    tensors = list(model.parameters()) + [v for s in optimizer.state.values() for v in s.values()]
+    local = [getattr(t, "_local_tensor", t).detach().cpu() for t in tensors]
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in local))
-    print(f"[py_fsdp2 {rank}] done steps={result.next_step} digest={digest.hexdigest()[:16]}",
-          flush=True)
+    shared = sum(1 for t in state.tensor_info() if t.get("replicated"))
+    print(f"[py_fsdp2 {rank}] done steps={result.next_step} digest={digest.hexdigest()[:16]} "
+          f"replicated_shards={shared} l2_bytes={protector.stats().replica_bytes}", flush=True)

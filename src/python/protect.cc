@@ -210,6 +210,28 @@ void BindProtect(py::module_& m) {
       .def_readonly("tensor", &GridPlace::tensor)
       .def_readonly("pipeline", &GridPlace::pipeline)
       .def_readonly("data", &GridPlace::data);
+  m.def(
+      "place_in_grid",
+      [](const Grid& grid, int world, int rank) { return Unwrap(PlaceInGrid(grid, world, rank)); },
+      py::arg("grid"), py::arg("world"), py::arg("rank"),
+      "Where `rank` of `world` sits in `grid`: a GridPlace (t, p, d and the three degrees)");
+  m.def(
+      "rank_in_grid",
+      [](const Grid& grid, int world, int t, int p, int d) {
+        return Unwrap(RankInGrid(grid, world, t, p, d));
+      },
+      py::arg("grid"), py::arg("world"), py::arg("t"), py::arg("p"), py::arg("d"),
+      "The rank at (t, p, d) of `grid` over `world` ranks");
+  py::class_<ProtectStats>(m, "ProtectStats",
+                           "What protection cost, summed over the protected steps (protect.h)")
+      .def_readonly("protected_steps", &ProtectStats::protected_steps)
+      .def_readonly("replica_wait_s", &ProtectStats::replica_wait_s)
+      .def_readonly("fence_wait_s", &ProtectStats::fence_wait_s)
+      .def_readonly("state_bytes", &ProtectStats::state_bytes)
+      .def_readonly("replica_bytes", &ProtectStats::replica_bytes)
+      .def_readonly("replica_s", &ProtectStats::replica_s)
+      .def_readonly("l1_copied_bytes", &ProtectStats::l1_copied_bytes)
+      .def_readonly("l1_hashed_bytes", &ProtectStats::l1_hashed_bytes);
   py::class_<RecoveryInfo>(m, "RecoveryInfo", "What a recovery did")
       .def_readonly("epoch", &RecoveryInfo::epoch)
       .def_readonly("step", &RecoveryInfo::step)
@@ -277,6 +299,14 @@ void BindProtect(py::module_& m) {
            [](PyProtector& s) {
              return s.Call<uint64_t>([](Protector* p) { return p->Recover(); });
            })
+      .def(
+          "stats",
+          [](PyProtector& s) {
+            return s.Call<ProtectStats>(
+                [](Protector* p) -> StatusOr<ProtectStats> { return p->stats(); });
+          },
+          "What protection cost so far: a ProtectStats (replica_bytes: what L2 sent and "
+          "received)")
       .def("checkpoint_now",
            [](PyProtector& s) { s.CallStatus([](Protector* p) { return p->CheckpointNow(); }); })
       .def(

@@ -41,16 +41,20 @@ void PyState::CheckName(const std::string& name, const TensorDesc* tensor) {
 std::string PyState::AddTensor(const std::string& name, py::handle tensor,
                                const std::optional<std::vector<int64_t>>& global_shape,
                                const std::optional<std::vector<int64_t>>& offset,
-                               bool changed_in_compute) {
+                               bool changed_in_compute, bool replicated) {
   if (global_shape.has_value() != offset.has_value())
     throw StatusError(Status::InvalidArgument("tensor '" + name +
                                               "': a shard needs both global_shape and offset"));
+  if (replicated && !global_shape)
+    throw StatusError(Status::InvalidArgument(
+        "tensor '" + name + "': replicated applies to a shard (global_shape and offset)"));
   std::shared_ptr<TensorRef> ref = TensorRef::From(tensor, "tensor '" + name + "'");
   TensorDesc desc = ref->Desc(name);
   desc.changed_in_compute = changed_in_compute;
   if (global_shape) {
     desc.shard.global_shape = *global_shape;
     desc.shard.offset = *offset;
+    desc.shard.replicated = replicated;
   }
   std::lock_guard<std::mutex> lock(mu_);
   CheckName(name, &desc);
@@ -147,6 +151,7 @@ py::list PyState::TensorInfo() const {
     if (t.desc.shard.sharded()) {
       d["global_shape"] = t.desc.shard.global_shape;
       d["offset"] = t.desc.shard.offset;
+      d["replicated"] = t.desc.shard.replicated;
     }
     out.append(d);
   }
@@ -184,6 +189,19 @@ void PyState::ThrowFor(const Status& status) const {
   ThrowIfError(status);
 }
 
+void PyState::SetReplicated(const std::string& name, bool replicated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Tensor& t : tensors_) {
+    if (t.desc.name != name) continue;
+    if (!t.desc.shard.sharded())
+      throw StatusError(Status::InvalidArgument(
+          "tensor '" + name + "': replicated applies to a shard (global_shape and offset)"));
+    t.desc.shard.replicated = replicated;
+    return;
+  }
+  throw StatusError(Status::InvalidArgument("no tensor named '" + name + "' in this state"));
+}
+
 void BindState(py::module_& m) {
   py::class_<PyState, std::shared_ptr<PyState>>(
       m, "State",
@@ -191,11 +209,14 @@ void BindState(py::module_& m) {
       .def(py::init<>())
       .def("add_tensor", &PyState::AddTensor, py::arg("name"), py::arg("tensor"),
            py::arg("global_shape") = py::none(), py::arg("offset") = py::none(),
-           py::arg("changed_in_compute") = false,
+           py::arg("changed_in_compute") = false, py::arg("replicated") = false,
            "Describes a tensor (any object with __dlpack__) by its memory; returns its logical "
            "dtype. With global_shape and offset it is this rank's shard of a larger tensor; "
            "changed_in_compute: the step's compute writes it (a module buffer), so the "
-           "protector copies it when the step begins")
+           "protector copies it when the step begins; replicated: every rank of this rank's "
+           "data-parallel group holds the same shard (HSDP's)")
+      .def("_set_replicated", &PyState::SetReplicated, py::arg("name"), py::arg("replicated"),
+           "Marks a shard as held by this rank's whole data-parallel group (rtft.Protector)")
       .def("add_object", &PyState::AddObject, py::arg("name"), py::arg("serialize"),
            py::arg("deserialize"), py::arg("optional") = false,
            "Describes an object: serialize() -> bytes when saving, deserialize(bytes) when "

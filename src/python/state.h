@@ -24,7 +24,12 @@ class PyState final : public StateProvider {
   // `global_shape` and `offset`, the tensor is this rank's shard of a larger one.
   std::string AddTensor(const std::string& name, py::handle tensor,
                         const std::optional<std::vector<int64_t>>& global_shape,
-                        const std::optional<std::vector<int64_t>>& offset, bool changed_in_compute);
+                        const std::optional<std::vector<int64_t>>& offset, bool changed_in_compute,
+                        bool replicated = false);
+  // Marks the shard `name` as one that this rank's whole data-parallel group holds
+  // (ShardCoords::replicated): rtft.Protector does so for a DTensor's shard whose replicas are
+  // that group.
+  void SetReplicated(const std::string& name, bool replicated);
   // serialize() -> bytes when saving; deserialize(bytes) when restoring.
   void AddObject(const std::string& name, py::object serialize, py::object deserialize,
                  bool optional);

@@ -251,9 +251,17 @@ class PythonFsdp2ExampleTest : public PythonExampleTest {
     SkipUnless("__import__(\"torch.distributed.fsdp\", fromlist=[\"fully_shard\"]).fully_shard",
                "the interpreter's torch has no FSDP2 (fully_shard)");
   }
-  void ExpectEveryFailure(const std::vector<std::string>& args, int slots) {
+  // `hsdp`: every rank's DTensor shards are replicated in its data-parallel group (the grid's
+  // replicas, fed from a live one and out of L2's ring); else none is.
+  void ExpectEveryFailure(const std::vector<std::string>& args, int slots, bool hsdp = false) {
     const size_t ranks = static_cast<size_t>(slots - 1);
     const Run ref = StartScript("fsdp-ref", args, "", false, slots);
+    const std::regex shared(R"(\] done steps=\d+ digest=\w+ replicated_shards=(\d+) )");
+    size_t lines = 0;
+    for (std::sregex_iterator it(ref.output.begin(), ref.output.end(), shared), end; it != end;
+         ++it, ++lines)
+      EXPECT_EQ(std::stoi((*it)[1]) > 0, hsdp) << ref.output;
+    EXPECT_EQ(lines, ranks) << ref.output;
     const Run lost = StartScript("fsdp-lost", args, "1/protect.update@8:hang", true, slots);
     ExpectShardsLikeTheReference(lost, ref, ranks);
     const Run crash = StartScript("fsdp-crash", args, "1/protect.capture@6:kill", false, slots);
@@ -270,7 +278,7 @@ TEST_F(PythonFsdp2ExampleTest, Fsdp2EndsLikeARunWithoutTheFailures) {
 }
 
 TEST_F(PythonFsdp2ExampleTest, HsdpEndsLikeARunWithoutTheFailures) {
-  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2"}, 5);
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2"}, 5, true);
 }
 
 TEST_F(PythonFsdp2ExampleTest, Fsdp2OnTheGpuEndsLikeARunWithoutTheFailures) {
@@ -280,8 +288,8 @@ TEST_F(PythonFsdp2ExampleTest, Fsdp2OnTheGpuEndsLikeARunWithoutTheFailures) {
 
 TEST_F(PythonFsdp2ExampleTest, HsdpOnTheGpuEndsLikeARunWithoutTheFailures) {
   SkipUnless("torch.cuda.is_available()", "the interpreter's torch sees no CUDA device");
-  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2", "--device", "cuda"},
-                     5);
+  ExpectEveryFailure({"train_fsdp2.py", "--steps", "16", "--replicate", "2", "--device", "cuda"}, 5,
+                     true);
 }
 
 // The same loop with CUDA tensors, the three ranks and the spare sharing one GPU over the

@@ -121,6 +121,43 @@ class DriverTest(unittest.TestCase):
             rtft.Protector(self.rt, protect_step=3)
 
 
+class SharedShardTest(unittest.TestCase):
+    """rtft.Protector.protect marks a DTensor's shard replicated where the ranks holding it are
+    this rank's data-parallel group, and says once which grid would make them so otherwise
+    (``State._replica_holders`` is what rtft.State records of a DTensor: torch 2.x, on the GPU
+    machine; here set by hand)."""
+
+    def protect(self, holders, grid=None):
+        state = rtft.State({"a": rtft.Shard(torch.zeros(2), [4], [0]),
+                            "b": rtft.Shard(torch.zeros(2), [4], [2])}, rng=False)
+        state._replica_holders = holders
+        options = {} if grid is None else {"grid": grid}
+        protector = rtft.Protector(rtft.Runtime(), **options)
+        self.addCleanup(protector.close)
+        return state, protector
+
+    def test_the_groups_replicas_are_protected_as_replicated(self):
+        state, protector = self.protect({"a": (0,)})  # one rank: its group is itself
+        protector.protect(state)
+        info = {t["name"]: t["replicated"] for t in state.tensor_info()}
+        self.assertEqual(info, {"a": True, "b": False})
+        self.assertEqual(protector.stats().protected_steps, 0)
+        protector.run(2, lambda ctx: None, lambda ctx: None)
+        stats = protector.stats()
+        self.assertEqual(stats.protected_steps, 2)
+        self.assertGreaterEqual(stats.state_bytes, 16)  # two shards of two float32, aligned
+        self.assertEqual(stats.replica_bytes, 0)  # one rank: no ring
+
+    def test_replicas_outside_the_group_stay_this_ranks_own_and_it_says_so(self):
+        state, protector = self.protect({"a": (0, 2), "b": (0, 2)}, grid=rtft.Grid(tensor=1))
+        with self.assertWarns(UserWarning) as caught:
+            protector.protect(state)
+        text = str(caught.warning)
+        self.assertIn("2 DTensor shard(s), 'a' first, are held by ranks [0, 2]", text)
+        self.assertIn("grid=rtft.Grid(tensor=2)", text)
+        self.assertFalse(any(t["replicated"] for t in state.tensor_info()))
+
+
 class BracketTest(unittest.TestCase):
     def test_the_bracket(self):
         w = torch.ones(8)

@@ -167,6 +167,31 @@ class HostileInputTest(unittest.TestCase):
         with self.assertRaises(rtft.InvalidArgumentError):
             rtft.split_evenly(10, 0, 0)
 
+    def test_a_shard_the_data_parallel_group_shares(self):
+        # HSDP's: replicated says every rank of the data-parallel group holds the same shard.
+        state = rtft.State({"m": rtft.Shard(torch.zeros(2, 3), [8, 3], [4, 0], replicated=True),
+                            "own": rtft.Shard(torch.zeros(2, 3), [8, 3], [0, 0])}, rng=False)
+        info = {t["name"]: t for t in state.tensor_info()}
+        self.assertTrue(info["m"]["replicated"])
+        self.assertFalse(info["own"]["replicated"])
+        state._set_replicated("own", True)
+        self.assertTrue({t["name"]: t for t in state.tensor_info()}["own"]["replicated"])
+        with self.assertRaises(rtft.InvalidArgumentError) as caught:
+            state.add_tensor("whole", torch.zeros(2), replicated=True)  # no coordinates
+        self.assertIn("replicated applies to a shard", str(caught.exception))
+        plain = rtft.State({"w": torch.zeros(2)}, rng=False)
+        for name in ("w", "nothing"):
+            with self.assertRaises(rtft.InvalidArgumentError):
+                plain._set_replicated(name, True)
+
+    def test_places_in_a_grid(self):
+        grid = rtft.Grid(tensor=2)  # HSDP 2 x 2: rank = s + 2 r
+        place = rtft.place_in_grid(grid, 4, 3)
+        self.assertEqual((place.t, place.p, place.d, place.data), (1, 0, 1, 2))
+        self.assertEqual([rtft.rank_in_grid(grid, 4, 1, 0, d) for d in range(2)], [1, 3])
+        with self.assertRaises(rtft.InvalidArgumentError):
+            rtft.place_in_grid(rtft.Grid(tensor=3), 4, 0)  # 3 does not divide 4
+
 
 class ModelTest(unittest.TestCase):
     def test_module_and_optimizer_by_their_memory(self):

@@ -16,14 +16,15 @@ docs/python.md in rt-ft's repository describes the package.
 """
 
 import atexit
+import warnings
 import weakref
 
 from rtft import _core
 from rtft._core import (  # noqa: F401 (re-exported)
-    CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore,
+    CheckpointEngine, Communicator, FailureEvent, Grid, GridPlace, LocalCommStore, ProtectStats,
     RecoveryInfo, RunOutcome, RunResult, Runtime, RuntimeInfo, RuntimeRole, StatusCode,
     StepContext, VersionInfo, VersionMarks, fault_flag, fault_point, latest_version,
-    list_versions, split_evenly, verify_version)
+    list_versions, place_in_grid, rank_in_grid, split_evenly, verify_version)
 from rtft.errors import (  # noqa: F401 (re-exported: the exception classes)
     AbortedError, AlreadyExistsError, DataLossError, DeadlineExceededError, DeviceLostError, Error,
     FailedPreconditionError, InternalError, InvalidArgumentError, IoError, NotFoundError,
@@ -43,13 +44,50 @@ class Protector(_core.Protector):
     def __init__(self, runtime, **options):
         super().__init__(runtime, **options)
         self._runtime = runtime
+        self._grid = options.get("grid")
         self._groups = weakref.WeakSet()
+
+    def protect(self, state, resize=None):
+        """Describes the protected state once, before the first step.  A DTensor shard that the
+        ranks of this rank's data-parallel group hold too (HSDP's replicas, with
+        ``grid=rtft.Grid(tensor=S)``) is protected as replicated: compared across the group and
+        fed to a lost rank from a live replica, out of L2's ring."""
+        holders = getattr(state, "_replica_holders", None)
+        if holders:
+            _share_replicas(self, state, holders)
+        return super().protect(state, resize)
 
     def run(self, end_step, compute, update, local=None, reduce=None):
         if self._groups:
             compute, update, reduce = (_bind_step(self._groups, f) if callable(f) else f
                                        for f in (compute, update, reduce))
         return super().run(end_step, compute, update, local, reduce)
+
+
+def _share_replicas(protector, state, holders):
+    """Marks each shard in ``holders`` (name -> the ranks holding it) replicated where those
+    ranks are this rank's data-parallel group under the protector's grid; says once, naming the
+    grid that would fit, when some are not (they stay this rank's own, through L2's ring)."""
+    now = protector._runtime.current()
+    grid = protector._grid if protector._grid is not None else Grid()
+    place = _core.place_in_grid(grid, now.world_size, now.rank)
+    group = tuple(sorted(_core.rank_in_grid(grid, now.world_size, place.t, place.p, d)
+                         for d in range(place.data)))
+    apart = []
+    for name, ranks in holders.items():
+        if tuple(ranks) == group:
+            state._set_replicated(name, True)
+        else:
+            apart.append((name, ranks))
+    if apart and now.rank == 0:
+        name, ranks = apart[0]
+        stride = ranks[1] - ranks[0]
+        warnings.warn(
+            f"rtft: {len(apart)} DTensor shard(s), '{name}' first, are held by ranks "
+            f"{list(ranks)}, not by this rank's data-parallel group {list(group)}: each rank "
+            "protects its own through L2's ring; rtft.Protector(runtime, "
+            f"grid=rtft.Grid(tensor={stride})) makes those replicas the group (HSDP: the shard "
+            "dimension's size)", stacklevel=3)
 
 
 def restore(dir, state, version=None, *, verify_checksums=True, rank=None):
@@ -66,11 +104,12 @@ atexit.register(_core._at_exit)
 
 __all__ = [
     "CheckpointEngine", "Communicator", "Error", "FailureEvent", "Grid", "GridPlace",
-    "LocalCommStore", "Protector", "RecoveryInfo", "RunOutcome", "RunResult", "Runtime",
+    "LocalCommStore", "ProtectStats", "Protector", "RecoveryInfo", "RunOutcome", "RunResult", "Runtime",
     "RuntimeInfo", "RuntimeRole", "Shard", "State", "StatusCode", "StepContext", "VersionInfo",
     "VersionMarks",
     "error_class", "fault_flag", "fault_point", "init_optimizer_state", "latest_version",
-    "list_versions", "restore", "split_evenly", "verify_version",
+    "list_versions", "place_in_grid", "rank_in_grid", "restore", "split_evenly",
+    "verify_version",
     # the exception classes (rtft/errors.py)
     "AbortedError", "AlreadyExistsError", "DataLossError", "DeadlineExceededError",
     "DeviceLostError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",

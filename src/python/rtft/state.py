@@ -75,12 +75,16 @@ def _set_rng_state(state):
 
 
 class Shard:
-    """``tensor`` is this rank's shard of a tensor of ``global_shape``, starting at ``offset``."""
+    """``tensor`` is this rank's shard of a tensor of ``global_shape``, starting at ``offset``.
+    ``replicated``: every rank of this rank's data-parallel group holds the same shard (HSDP's
+    replicas, a tensor-parallel partition's slice): the protector compares the copies and feeds a
+    lost rank from a live one, and L2's ring does not carry it (docs/python.md)."""
 
-    def __init__(self, tensor, global_shape, offset):
+    def __init__(self, tensor, global_shape, offset, replicated=False):
         self.tensor = tensor
         self.global_shape = [int(d) for d in global_shape]
         self.offset = [int(d) for d in offset]
+        self.replicated = bool(replicated)
 
 
 def _key(key):
@@ -140,11 +144,24 @@ def _dtensor_type():
     return None
 
 
+def _shard_holders(tensor, kinds):
+    """The global ranks that hold the same local shard as this rank: those of the DTensor's mesh
+    that differ from it only along its Replicate dimensions (HSDP's replicate dimension)."""
+    mesh = tensor.device_mesh
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:
+        return None
+    index = tuple(slice(None) if kind == "Replicate" else coordinate[i]
+                  for i, kind in enumerate(kinds))
+    return tuple(sorted(int(r) for r in mesh.mesh[index].reshape(-1).tolist()))
+
+
 def _local_shard(name, tensor):
     """A DTensor as what this rank holds: its local tensor (its own memory, not the gathered
-    copy its ``__dlpack__`` makes) with the global shape and this shard's offset, or the local
-    tensor alone when every placement is Replicate.  Partial placements are refused: their
-    local values are not yet the tensor's."""
+    copy its ``__dlpack__`` makes) with the global shape, this shard's offset and the ranks that
+    hold the same shard (more than this one where a placement is Replicate), or the local tensor
+    alone when every placement is Replicate.  Partial placements are refused: their local values
+    are not yet the tensor's."""
     from rtft.errors import InvalidArgumentError
     kinds = [type(p).__name__ for p in tensor.placements]
     if any(k not in ("Shard", "Replicate") for k in kinds):
@@ -153,7 +170,7 @@ def _local_shard(name, tensor):
                                    "saved (a Partial one holds no value of the tensor yet)")
     local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor.to_local()
     if all(k == "Replicate" for k in kinds):
-        return local, None, None
+        return local, None, None, None
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
     shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
                                                           tensor.placements)
@@ -161,7 +178,8 @@ def _local_shard(name, tensor):
         raise InvalidArgumentError(f"rtft.State: DTensor '{name}' holds a local tensor of shape "
                                    f"{list(local.shape)} where its placements give "
                                    f"{list(shape)}")
-    return local, list(tensor.shape), list(offset)
+    holders = _shard_holders(tensor, kinds) if "Replicate" in kinds else None
+    return local, list(tensor.shape), list(offset), holders
 
 
 def _holds_tensor(value):
@@ -223,6 +241,9 @@ class State(_core.State):
     def __init__(self, state=None, *, restored=None, rng=True):
         super().__init__()
         self._logical = {}
+        # DTensor shards that other ranks hold too: name -> the ranks (rtft.Protector marks
+        # them replicated where those are the rank's data-parallel group).
+        self._replica_holders = {}
         self._buffers = set()  # data pointers of the module being described's buffers
         if restored is not None:
             self.set_restored(restored)
@@ -238,7 +259,8 @@ class State(_core.State):
     def add(self, value, prefix=""):
         """Describes ``value`` (see the module's documentation) under the name ``prefix``."""
         if isinstance(value, Shard):
-            self._tensor(prefix, value.tensor, value.global_shape, value.offset)
+            self._tensor(prefix, value.tensor, value.global_shape, value.offset,
+                         value.replicated)
         elif _is_tensor(value):
             self._tensor(prefix, value)
         elif _is_module(value):
@@ -277,19 +299,22 @@ class State(_core.State):
 
     # ---- the parts of add() -----------------------------------------------------------------
 
-    def _tensor(self, name, tensor, global_shape=None, offset=None):
+    def _tensor(self, name, tensor, global_shape=None, offset=None, replicated=False):
         if not name:
             raise TypeError("rtft.State: a tensor needs a name (put it in a mapping)")
         dtensor = _dtensor_type()
         if dtensor is not None and isinstance(tensor, dtensor):
             if global_shape is not None or offset is not None:
                 raise TypeError(f"rtft.State: DTensor '{name}' describes its own shard")
-            tensor, global_shape, offset = _local_shard(name, tensor)
+            tensor, global_shape, offset, holders = _local_shard(name, tensor)
+            if holders is not None and len(holders) > 1:
+                self._replica_holders[name] = holders
         _refuse_subclass(name, tensor)
         tensor = _storage_order(tensor, global_shape)
         changed = _is_tensor(tensor) and hasattr(tensor, "data_ptr") and \
             tensor.data_ptr() in self._buffers
-        logical = self.add_tensor(name, tensor, global_shape, offset, changed_in_compute=changed)
+        logical = self.add_tensor(name, tensor, global_shape, offset, changed_in_compute=changed,
+                                  replicated=replicated)
         if logical == "bool":
             if not self._logical:
                 # Readers of the files (h5py) see uint8; this object says what the bytes mean.
