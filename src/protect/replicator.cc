@@ -2,17 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
-#include <map>
 
 #include "core/fault_point.h"
 #include "core/logging.h"
 
 namespace rtft::protect {
-namespace {
-constexpr uint64_t kNoStep = ~uint64_t{0};  // no such snapshot
-}  // namespace
-
 namespace {
 
 // What precedes a replica on the wire (checksum 0) and what follows it (its checksum).
@@ -246,34 +240,7 @@ Status Replicator::Exchange(const Item& item) {
   // from the majority's is corrupt (docs/protect.md, "Silent data corruption").
   const auto summed = std::chrono::steady_clock::now();
   if (check_ && world_ > 1) {
-    std::vector<uint64_t> sums(static_cast<size_t>(world_));
-    const uint64_t own = area->checksum;
-    RTFT_RETURN_IF_ERROR(comm_->AllGather(&own, sums.data(), sizeof(own), DType::kUInt8));
-    std::optional<uint64_t> back;  // the step every rank goes back to, on a disagreement
-    if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
-      // Rare: which older snapshot (the other area's) every rank holds and checks out. The
-      // corrupt copy may have been read by that step's compute already (a flip between its
-      // snapshot and its compute is seen only now), so the repair goes back to it.
-      uint64_t older = kNoStep;
-      for (uint64_t s : l1_->CompleteSteps()) {  // newest first
-        if (s >= step) continue;
-        older = s;
-        break;
-      }
-      std::vector<uint64_t> olders(static_cast<size_t>(world_));
-      RTFT_RETURN_IF_ERROR(comm_->AllGather(&older, olders.data(), sizeof(older), DType::kUInt8));
-      if (olders.front() != kNoStep &&
-          std::all_of(olders.begin(), olders.end(), [&](uint64_t o) { return o == olders[0]; }))
-        back = olders.front();
-    }
-    if (const std::optional<bool> ask = CrossCheck(step, sums, back)) {
-      // Every rank computed the same verdict and acted on it before it entered the barrier: the
-      // repair's epoch, which the report starts, can no longer abort a rank that has yet to drop
-      // its corrupt snapshot.
-      RTFT_RETURN_IF_ERROR(comm_->Barrier());
-      if (*ask) FaultPoint("protect.sdc_report");  // test hook: a repair asked for late
-      if (*ask && report_) report_(step);
-    }
+    RTFT_RETURN_IF_ERROR(Compare(step, area->checksum));
   } else {
     RTFT_RETURN_IF_ERROR(comm_->Barrier());
   }
@@ -291,53 +258,6 @@ Status Replicator::Exchange(const Item& item) {
                                 << Ms(summed - sealed_at).count() << " ms, barrier "
                                 << Ms(end - summed).count() << " ms";
   return Status::Ok();
-}
-
-std::optional<bool> Replicator::CrossCheck(uint64_t step, const std::vector<uint64_t>& sums,
-                                           std::optional<uint64_t> back) {
-  // The majority's checksum: the one more than half the copies hold, if any.
-  std::map<uint64_t, int> count;
-  for (uint64_t s : sums) ++count[s];
-  if (count.size() == 1) return std::nullopt;  // every copy agrees: the usual case
-  Corruption c;
-  c.step = step;
-  c.copies = static_cast<int>(sums.size());
-  for (const auto& [sum, n] : count) {
-    if (2 * n <= c.copies) continue;
-    for (int r = 0; r < c.copies; ++r)
-      if (sums[r] != sum) c.ranks.push_back(r);
-  }
-  const bool named = !c.ranks.empty();
-  std::string who;
-  for (int r : c.ranks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-  // Where every rank holds an older snapshot that agreed, every rank drops this step's and goes
-  // back to it: the corrupt copy may have fed that step's compute, whose gradients entered every
-  // rank's update (a flip between a snapshot and its compute is seen only at the next check).
-  // Without one, the corrupt copy is fed from a peer's snapshot of this step, and with no majority
-  // there is nothing to go back to.
-  std::string what;
-  if (back) {
-    what = "back to step " + std::to_string(*back) + ", the last whose copies agreed, which " +
-           "runs again on every rank";
-  } else if (named) {
-    what = "repaired from a peer, step " + std::to_string(step) +
-           " runs again (no older snapshot on every rank: a flip before the compute of step " +
-           std::to_string(step - 1) + " is not undone)";
-  } else {
-    what = "no older snapshot on every rank to go back to";
-  }
-  RTFT_LOG(kError, kLogRuntime)
-      << "silent data corruption: at step " << step << " the replicated tensors of "
-      << (named ? "data-parallel rank(s) " + who + " differ from the other copies'"
-                : std::to_string(c.copies) + " copies differ with no majority")
-      << "; " << what;
-  const bool mine =
-      back || !named || std::find(c.ranks.begin(), c.ranks.end(), rank_) != c.ranks.end();
-  if (mine) l1_->Invalidate(step);
-  const int asker = c.ranks.empty() ? 0 : c.ranks.front();
-  std::lock_guard<std::mutex> lock(mu_);
-  corrupt_.push_back(std::move(c));
-  return rank_ == asker;
 }
 
 bool Replicator::Disagreed(uint64_t step) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/thread.h"
@@ -38,8 +39,9 @@ struct ReplicaCounters {
 // copies that differ), none named.
 struct Corruption {
   uint64_t step = 0;
-  std::vector<int> ranks;  // ring positions (data-parallel indexes); empty: no majority
-  int copies = 0;          // of the replicated tensors compared
+  std::vector<int> ranks;            // ring positions (data-parallel indexes); empty: no majority
+  int copies = 0;                    // of the replicated tensors compared
+  std::vector<std::string> tensors;  // the names of those whose copies differ
 };
 
 class Replicator {
@@ -103,13 +105,17 @@ class Replicator {
   void Run();
   void Finish(const Item& item, const Status& s);
   Status Exchange(const Item& item);
-  // Compares the ranks' checksums of their replicated tensors for `step` (by ring position): on
-  // a disagreement, drops this rank's snapshot of the step (every rank's where each holds the
-  // older snapshot `back`, whose copies agreed; else a corrupt copy's only), keeps the verdict
-  // for TakeCorruption and returns whether this rank is the ring's asker (nullopt: every copy
-  // agreed).
-  std::optional<bool> CrossCheck(uint64_t step, const std::vector<uint64_t>& sums,
-                                 std::optional<uint64_t> back);
+  // The verdict on the ranks' checksums of their replicated tensors for `step` (by ring
+  // position), which differ (`tensors`: those whose copies differ): drops this rank's snapshot of
+  // the step (every rank's where each holds the older snapshot `back`, whose copies agreed; else a
+  // corrupt copy's only), keeps the verdict for TakeCorruption and returns whether this rank is
+  // the ring's asker.
+  // cross_check.cc: the gather of every rank's checksum `own` of its replicated tensors of
+  // `step`, and on a disagreement the verdict, acted on by every rank before a barrier, then
+  // reported by the ring's asker.
+  Status Compare(uint64_t step, uint64_t own);
+  bool CrossCheck(uint64_t step, const std::vector<uint64_t>& sums, std::optional<uint64_t> back,
+                  std::vector<std::string> tensors);
   // Stripe `j` of the `send_bytes` at `send` to the right and of the `recv_bytes` into `recv` from
   // the left, on stream j.
   Status Stripe(size_t j, const char* send, uint64_t send_bytes, char* recv, uint64_t recv_bytes);

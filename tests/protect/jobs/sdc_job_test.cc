@@ -45,8 +45,8 @@ TEST_F(SdcJobTest, AFlippedBitInAReplicatedCopyGoesBackToTheLastAgreedStep) {
   Run run = Start("flip-once", 3, 1, "1:train.flip@40:flag", 0);  // after step 39's update
   ExpectIdentical(run, 3, "one flipped bit");
   EXPECT_NE(run.output.find("silent data corruption: at step 40 the replicated tensors of "
-                            "data-parallel rank(s) 1 differ from the other copies'; back to step "
-                            "39, the last whose copies agreed"),
+                            "data-parallel rank(s) 1 differ from the other copies' (in 'params'); "
+                            "back to step 39, the last whose copies agreed"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("slot 1 (rank 1): silent data corruption, recovered in place "
@@ -77,8 +77,8 @@ TEST_F(SdcJobTest, ARankThatKeepsCorruptingItsStateIsReplacedByTheSpare) {
 TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
   Run run = Start("two-copies", 2, 1, "1:train.flip@40:flag", 0);
   ExpectIdentical(run, 2, "two copies differ");
-  EXPECT_NE(run.output.find("2 copies differ with no majority; back to step 39, the last whose "
-                            "copies agreed"),
+  EXPECT_NE(run.output.find("2 copies differ with no majority (in 'params'); back to step 39, the "
+                            "last whose copies agreed"),
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
@@ -100,8 +100,8 @@ TEST_F(SdcJobTest, AFlipThatAStepsComputeReadsGoesBackToThatStep) {
   Run run = Start("stuck-flip", 3, 1, faults, 0);
   ExpectIdentical(run, 3, "a bit flipped as step 40's compute began");
   EXPECT_NE(run.output.find("silent data corruption: at step 41 the replicated tensors of "
-                            "data-parallel rank(s) 1 differ from the other copies'; back to step "
-                            "40, the last whose copies agreed"),
+                            "data-parallel rank(s) 1 differ from the other copies' (in 'params'); "
+                            "back to step 40, the last whose copies agreed"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("[train 1] recovered epoch=2 step=40 "), std::string::npos)
@@ -117,8 +117,8 @@ TEST_F(SdcJobTest, WithNoOlderSnapshotTheCorruptCopyIsFedFromAPeer) {
   Run run = Start("no-older", 3, 1, "1:train.flip@40:flag", 0, {"--protect-every", "2"});
   ExpectIdentical(run, 3, "one flipped bit, every second step protected");
   EXPECT_NE(run.output.find("the replicated tensors of data-parallel rank(s) 1 differ from the "
-                            "other copies'; repaired from a peer, step 40 runs again (no older "
-                            "snapshot on every rank"),
+                            "other copies' (in 'params'); repaired from a peer, step 40 runs again "
+                            "(no older snapshot on every rank"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("[train 1] recovered epoch=2 step=40 "), std::string::npos)
