@@ -1,5 +1,6 @@
 #include "protect/layout.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -50,6 +51,11 @@ Status Layout::Finish(size_t capacity) {
   Xxh3Hasher h, shared;
   std::set<std::string> names;
   size_t at = 0;
+  // Replicated tensors that compute changes go last (in their order): their copies may differ
+  // between steps, so the cross-check's checksum ends before them.
+  std::stable_partition(replicated.begin(), replicated.end(),
+                        [](const Entry& e) { return !e.tensor.changed_in_compute; });
+  compared_end = 0;
   for (auto* list : {&replicated, &sharded}) {
     const uint64_t kind = list == &sharded ? 1 : 0;
     if (kind == 1) shard_begin = at;
@@ -57,6 +63,7 @@ Status Layout::Finish(size_t capacity) {
       RTFT_RETURN_IF_ERROR(CheckTensor(e.tensor, &names));
       e.bytes = e.tensor.bytes();
       e.offset = at;
+      if (kind == 0 && !e.tensor.changed_in_compute) compared_end = AlignUp(at + e.bytes);
       at = AlignUp(at + e.bytes);
       const uint64_t meta[3] = {static_cast<uint64_t>(e.tensor.dtype), e.bytes, kind};
       HashMix(&h, e.tensor.name);

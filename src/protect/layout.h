@@ -27,6 +27,10 @@ struct Layout {
   std::vector<Entry> replicated;  // no shard coordinates: identical on every rank
   std::vector<Entry> sharded;     // this rank's shard of a global tensor
   std::vector<ObjectDesc> objects;
+  // The replicated tensors that compute does not change come first, [0, compared_end): what the
+  // cross-check compares (docs/protect.md, "Silent data corruption"); those it changes (a
+  // module's buffers, TensorDesc::changed_in_compute) follow, up to shard_begin.
+  size_t compared_end = 0;
   size_t shard_begin = 0;
   size_t objects_begin = 0;
   size_t object_capacity = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "core/checksum.h"
@@ -19,7 +20,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 5;                         // 5: chunked checksums
+constexpr uint32_t kFormat = 6;  // 5: chunked checksums; 6: buffers checksummed apart
 // Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
 constexpr size_t kPiece = 64 * 1024;
 
@@ -122,11 +123,17 @@ bool Snapshot::Verify(uint64_t step) const {
     return false;
   const char* p = payload(step);
   const size_t end = layout_.objects_begin + h->object_bytes;
-  ThreadPool* pool = HashPool();
   hashed_bytes_.fetch_add(end, std::memory_order_relaxed);
-  return ChunkedXxh3(p, layout_.shard_begin, pool) == h->checksum &&
-         ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool) ==
-             h->replica_checksum;
+  const AreaSums sums = Sums(p, end);
+  return sums.compared == h->checksum && sums.changing == h->changing_checksum &&
+         sums.replica == h->replica_checksum;
+}
+
+AreaSums Snapshot::Sums(const char* p, size_t end) const {
+  ThreadPool* pool = HashPool();
+  const size_t c = layout_.compared_end, s = layout_.shard_begin;
+  return {ChunkedXxh3(p, c, pool), ChunkedXxh3(p + c, s - c, pool),
+          ChunkedXxh3(p + s, end - s, pool)};
 }
 
 ThreadPool* Snapshot::HashPool() const {
@@ -157,24 +164,28 @@ void Snapshot::Invalidate(uint64_t step) {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-// The area's two checksums over bytes given in payload order: each byte goes to one of them,
-// before the replica range or in it.
+// The area's three checksums over bytes given in payload order: each byte goes to one of them,
+// by the range it falls in (compared, changing, replica).
 class AreaHasher {
  public:
-  explicit AreaHasher(size_t replica_begin) : replica_begin_(replica_begin) {}
+  AreaHasher(size_t compared_end, size_t replica_begin) : ends_{compared_end, replica_begin} {}
   void Update(const char* p, size_t n) {
-    const size_t before = at_ < replica_begin_ ? std::min(n, replica_begin_ - at_) : 0;
-    if (before > 0) head_.Update(p, before);
-    if (n > before) replica_.Update(p + before, n - before);
-    at_ += n;
+    for (size_t k = 0; k < 3 && n > 0; ++k) {
+      const size_t end = k < 2 ? ends_[k] : SIZE_MAX;
+      if (at_ >= end) continue;
+      const size_t here = std::min(n, end - at_);
+      hashers_[k].Update(p, here);
+      p += here, n -= here, at_ += here;
+    }
   }
-  uint64_t head() const { return head_.Digest(); }
-  uint64_t replica() const { return replica_.Digest(); }
+  AreaSums sums() const {
+    return {hashers_[0].Digest(), hashers_[1].Digest(), hashers_[2].Digest()};
+  }
 
  private:
-  const size_t replica_begin_;
+  const size_t ends_[2];
   size_t at_ = 0;
-  ChunkedXxh3Hasher head_, replica_;
+  ChunkedXxh3Hasher hashers_[3];
 };
 
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
@@ -191,7 +202,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
   char* p = payload(step);
   ZeroGaps(p);
-  AreaHasher hash(layout_.shard_begin);
+  AreaHasher hash(layout_.compared_end, layout_.shard_begin);
   if (!device.empty()) {
     // The device copies run while the host tensors are copied; the whole area is hashed once
     // everything landed and `copied` has let the application go on, its chunks in parallel.
@@ -205,9 +216,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
     if (copied) copied();
     FaultPoint("protect.l1_copied");  // the state may change from here
     const size_t end = layout_.objects_begin + objects.size();
-    ThreadPool* pool = HashPool();
-    Close(step, epoch, rank, world, objects.size(), ChunkedXxh3(p, layout_.shard_begin, pool),
-          ChunkedXxh3(p + layout_.shard_begin, end - layout_.shard_begin, pool));
+    Close(step, epoch, rank, world, objects.size(), Sums(p, end));
     using Ms = std::chrono::duration<double, std::milli>;
     RTFT_LOG(kDebug, kLogRuntime) << "L1 step " << step << " at "
                                   << Ms(begun.time_since_epoch()).count() << " ms: copied in "
@@ -235,7 +244,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   put(layout_.objects_begin, objects.data(), objects.size());
   if (copied) copied();
   FaultPoint("protect.l1_copied");  // the state may change from here
-  Close(step, epoch, rank, world, objects.size(), hash.head(), hash.replica());
+  Close(step, epoch, rank, world, objects.size(), hash.sums());
   return Status::Ok();
 }
 
@@ -253,14 +262,11 @@ void Snapshot::ZeroGaps(char* p) const {
 void Snapshot::Seal(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes) {
   char* p = payload(step);
   ZeroGaps(p);
-  ThreadPool* pool = HashPool();
-  Close(step, epoch, rank, world, object_bytes, ChunkedXxh3(p, layout_.shard_begin, pool),
-        ChunkedXxh3(p + layout_.shard_begin,
-                    layout_.objects_begin + object_bytes - layout_.shard_begin, pool));
+  Close(step, epoch, rank, world, object_bytes, Sums(p, layout_.objects_begin + object_bytes));
 }
 
 void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
-                     uint64_t checksum, uint64_t replica_checksum) {
+                     const AreaSums& sums) {
   copied_bytes_.fetch_add(tensor_bytes_ + object_bytes, std::memory_order_relaxed);
   hashed_bytes_.fetch_add(layout_.objects_begin + object_bytes, std::memory_order_relaxed);
   AreaHeader* h = header(step);
@@ -274,8 +280,9 @@ void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_
   h->object_bytes = object_bytes;
   h->rank = rank;
   h->world = world;
-  h->checksum = checksum;
-  h->replica_checksum = replica_checksum;
+  h->checksum = sums.compared;
+  h->replica_checksum = sums.replica;
+  h->changing_checksum = sums.changing;
   std::atomic_thread_fence(std::memory_order_release);
   h->state = kComplete;
 }

@@ -219,6 +219,46 @@ TEST_F(SnapshotTest, TheChecksumsHashedWhileCopyingAreThoseOfTheWholeRanges) {
   EXPECT_EQ((*snap)->CompleteSteps(), std::vector<uint64_t>({2, 1}));
 }
 
+// A replicated tensor that compute changes (a module's buffer, declared first here) is laid out
+// after the others and checksummed apart: two ranks whose buffers differ have the same compared
+// checksum, which the cross-check gathers, and a parameter that differs changes it; a flip in the
+// buffer's bytes still fails the area's verification.
+TEST_F(SnapshotTest, TensorsThatComputeChangesAreLeftOutOfTheComparedChecksum) {
+  std::vector<float> buffers[2] = {std::vector<float>(300, 1.0f), std::vector<float>(300, 2.0f)};
+  std::vector<uint64_t> compared;
+  for (int r = 0; r < 2; ++r) {
+    Layout layout;
+    TensorDesc bn{"bn", DType::kFloat32, {300}, buffers[r].data()};
+    bn.changed_in_compute = true;
+    layout.replicated.push_back({bn});
+    layout.replicated.push_back({TensorDesc{"w", DType::kFloat32, {5000}, params_.data()}});
+    ASSERT_TRUE(layout.Finish(4096).ok());
+    ASSERT_EQ(layout.replicated[0].tensor.name, "w");  // the compared ones first
+    EXPECT_EQ(layout.compared_end, layout.replicated[1].offset);
+    EXPECT_LT(layout.compared_end, layout.shard_begin);
+    const std::string dir = dir_ + "/rank" + std::to_string(r);
+    std::filesystem::create_directories(dir);
+    auto snap = Snapshot::Open(dir, layout);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    Fill(3);
+    ASSERT_TRUE((*snap)->CaptureEarly(4, nullptr).ok());
+    ASSERT_TRUE((*snap)->Capture(4, 1, r, 2, "").ok());
+    EXPECT_TRUE((*snap)->Verify(4));
+    const AreaHeader* h = (*snap)->header(4);
+    compared.push_back(h->checksum);
+    EXPECT_EQ(h->checksum, ChunkedXxh3((*snap)->payload(4), layout.compared_end));
+    if (r == 1) {
+      params_[17] += 1.0f;  // another parameter: another compared checksum
+      ASSERT_TRUE((*snap)->CaptureEarly(5, nullptr).ok());
+      ASSERT_TRUE((*snap)->Capture(5, 1, r, 2, "").ok());
+      EXPECT_NE((*snap)->header(5)->checksum, compared[0]);
+      (*snap)->payload(4)[layout.replicated[1].offset + 5] ^= 1;  // a flip in the buffer
+      EXPECT_FALSE((*snap)->Verify(4));
+    }
+  }
+  EXPECT_EQ(compared[0], compared[1]);
+}
+
 TEST_F(SnapshotTest, ReplicasAreUsedOnlyWhenTheyCheckOut) {
   auto store = ReplicaStore::Open(dir_);
   ASSERT_TRUE(store.ok());

@@ -4,8 +4,10 @@ names in ``ctx.gradients`` (no collective; its batch and dropout masks drawn fro
 the data rank alone, so a peer replaying it gets the same bits), ``reduce`` averages them on
 rt-ft's communicator.  ``rtft.fault_flag("train.grad_flip")`` (RTFT_FAULT's ``flag``/``flags``)
 flips a bit of the rank's own gradients, not of a replay: a faulty SM; ``train.grad_nan`` makes
-its loss NaN and says so in ``ctx.nonfinite`` (``--check-finite``).  Prints one digest line per
-rank."""
+its loss NaN and says so in ``ctx.nonfinite`` (``--check-finite``); ``train.flip`` flips a bit of
+the rank's copy of a parameter after its update (a flip in memory).  ``--batchnorm`` puts a
+BatchNorm layer in the model: its running statistics, updated by each rank's own batch, differ
+per rank between steps.  Prints one digest line per rank."""
 import argparse
 import hashlib
 
@@ -17,12 +19,14 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--replay-every", type=int, default=1)
 parser.add_argument("--check-finite", action="store_true")
+parser.add_argument("--batchnorm", action="store_true")
 args = parser.parse_args()
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1),
-                            torch.nn.Linear(32, 1))
+norm = [torch.nn.BatchNorm1d(32)] if args.batchnorm else []
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), *norm, torch.nn.Tanh(),
+                            torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 rtft.init_optimizer_state(optimizer)
 params = list(model.parameters())
@@ -57,6 +61,9 @@ def update(ctx):
     for p, g in zip(params, grads.split([p.numel() for p in params])):
         p.grad = g.view_as(p).clone()
     optimizer.step()
+    if rtft.fault_flag("train.flip"):
+        bits = params[0].data.view(-1)[:1].view(torch.int32)
+        bits ^= 1 << 20
 
 
 result = protector.run(args.steps, None, update, local=local, reduce=reduce)
