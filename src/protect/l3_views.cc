@@ -36,6 +36,15 @@ Status AreaView::Describe(StateDescription* out) const {
       if (rank_ == 0) out->tensors.push_back(Slice(t, area_ + e.offset, t.shape, {}, {}));
       continue;
     }
+    // One that compute changes may differ per rank between steps (BatchNorm's running statistics
+    // under DDP, which broadcasts rank 0's at the next forward): the group's first rank writes
+    // its own whole, never rows of several ranks' copies.
+    if (t.changed_in_compute && !t.shard.sharded()) {
+      if (rank_ == 0)
+        out->tensors.push_back(
+            Slice(t, area_ + e.offset, t.shape, t.shape, std::vector<int64_t>(t.shape.size(), 0)));
+      continue;
+    }
     // Each rank of the group writes its share of the rows; a shard the group shares (HSDP's)
     // writes them at the shard's place in its global tensor.
     const EvenSplit rows = SplitEvenly(t.shape[0], world_, rank_);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "core/params.h"
@@ -96,6 +97,32 @@ TEST(LayoutTest, AShardTheDataParallelGroupSharesIsLaidOutAsReplicated) {
   EXPECT_EQ(live.tensors[0].shard.global_shape, (std::vector<int64_t>{6, 4}));
   EXPECT_EQ(live.tensors[0].shard.offset, (std::vector<int64_t>{3, 0}));
   EXPECT_EQ(live.tensors[0].shape, (std::vector<int64_t>{3, 4}));
+}
+
+// A replicated tensor that compute changes (a module's buffer, which may differ per rank between
+// steps) goes to L3 whole from the group's first rank: never rows of several ranks' copies.
+TEST(LayoutTest, ABufferGoesToL3WholeFromTheGroupsFirstRank) {
+  std::vector<float> w(8, 1.0f), bn(6, 2.0f);
+  StateDescription d;
+  d.tensors.push_back({"w", DType::kFloat32, {8}, w.data()});
+  TensorDesc b{"bn", DType::kFloat32, {6}, bn.data()};
+  b.changed_in_compute = true;
+  d.tensors.push_back(b);
+  auto layout = Layout::Build(d, 4096);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  std::vector<char> area(layout->payload_bytes);
+  for (int r = 0; r < 2; ++r) {
+    StateDescription out;
+    ASSERT_TRUE(OwnAreaView(*layout, area.data(), 0, r, 2).Describe(&out).ok());
+    std::map<std::string, TensorDesc> by_name;
+    for (const TensorDesc& t : out.tensors) by_name[t.name] = t;
+    EXPECT_EQ(by_name.at("w").shape, (std::vector<int64_t>{4}));  // rows of w on each rank
+    EXPECT_EQ(by_name.count("bn"), r == 0 ? 1u : 0u);
+    if (r == 0) {
+      EXPECT_EQ(by_name.at("bn").shape, (std::vector<int64_t>{6}));
+      EXPECT_EQ(by_name.at("bn").shard.offset, (std::vector<int64_t>{0}));
+    }
+  }
 }
 
 TEST(ShardTableTest, RowsRoundTripAndBoxesOutsideTheirTensorAreRefused) {
