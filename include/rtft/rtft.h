@@ -186,6 +186,14 @@ RTFT_CAPI rtft_status_t rtft_state_add_shard(rtft_state_t* state, const char* na
                                              int ndim, const int64_t* shape,
                                              const int64_t* global_shape, const int64_t* offset,
                                              void* data);
+/* The same, for a shard that every rank of this rank's data-parallel group holds bitwise (HSDP's
+ * replicas, a tensor-parallel partition's slice): per-step protection compares the copies, feeds a
+ * rank that lost it from a live one and leaves it out of L2's ring (rtft::ShardCoords::replicated;
+ * docs/protect.md, "3D layouts"). */
+RTFT_CAPI rtft_status_t rtft_state_add_replicated_shard(rtft_state_t* state, const char* name,
+                                                        int dtype, int ndim, const int64_t* shape,
+                                                        const int64_t* global_shape,
+                                                        const int64_t* offset, void* data);
 RTFT_CAPI rtft_status_t rtft_state_add_object(rtft_state_t* state, const char* name,
                                               rtft_object_save_fn save, rtft_object_load_fn load,
                                               void* user);

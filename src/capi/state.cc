@@ -98,19 +98,39 @@ rtft_status_t rtft_state_add_tensor(rtft_state_t* state, const char* name, int d
   });
 }
 
-rtft_status_t rtft_state_add_shard(rtft_state_t* state, const char* name, int dtype, int ndim,
-                                   const int64_t* shape, const int64_t* global_shape,
-                                   const int64_t* offset, void* data) {
+namespace {
+
+rtft_status_t AddShard(rtft_state_t* state, const char* name, int dtype, int ndim,
+                       const int64_t* shape, const int64_t* global_shape, const int64_t* offset,
+                       void* data, bool replicated, const char* what) {
   return Call([&]() -> Status {
-    RTFT_RETURN_IF_ERROR(NotNull(state, "rtft_state_add_shard: state"));
+    RTFT_RETURN_IF_ERROR(NotNull(state, (std::string(what) + ": state").c_str()));
     RTFT_ASSIGN_OR_RETURN(rtft::TensorDesc t, rtft::capi::Tensor(name, dtype, ndim, shape, data));
-    if (ndim == 0) return Status::InvalidArgument("rtft_state_add_shard: a shard has dimensions");
+    if (ndim == 0) return Status::InvalidArgument(std::string(what) + ": a shard has dimensions");
     RTFT_RETURN_IF_ERROR(rtft::capi::CheckDims(ndim, global_shape, "global_shape"));
     RTFT_RETURN_IF_ERROR(rtft::capi::CheckDims(ndim, offset, "offset"));
     t.shard.global_shape.assign(global_shape, global_shape + ndim);
     t.shard.offset.assign(offset, offset + ndim);
-    return state->state->Add(std::move(t)).Annotate("rtft_state_add_shard");
+    t.shard.replicated = replicated;
+    return state->state->Add(std::move(t)).Annotate(what);
   });
+}
+
+}  // namespace
+
+rtft_status_t rtft_state_add_shard(rtft_state_t* state, const char* name, int dtype, int ndim,
+                                   const int64_t* shape, const int64_t* global_shape,
+                                   const int64_t* offset, void* data) {
+  return AddShard(state, name, dtype, ndim, shape, global_shape, offset, data, false,
+                  "rtft_state_add_shard");
+}
+
+rtft_status_t rtft_state_add_replicated_shard(rtft_state_t* state, const char* name, int dtype,
+                                              int ndim, const int64_t* shape,
+                                              const int64_t* global_shape, const int64_t* offset,
+                                              void* data) {
+  return AddShard(state, name, dtype, ndim, shape, global_shape, offset, data, true,
+                  "rtft_state_add_replicated_shard");
 }
 
 rtft_status_t rtft_state_add_object(rtft_state_t* state, const char* name, rtft_object_save_fn save,

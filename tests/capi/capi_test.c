@@ -99,6 +99,24 @@ static rtft_state_t* make_state(double* grid, int32_t* shard, object_t* o) {
   return state;
 }
 
+/* A shard that the data-parallel group shares (HSDP's): taken, and refused as a shard is. */
+static void test_replicated_shard(void) {
+  rtft_state_t* state = NULL;
+  int32_t rows[3] = {1, 2, 3};
+  const int64_t shape[1] = {3}, global[1] = {6}, at[1] = {3};
+  EXPECT_OK(rtft_state_create(&state));
+  EXPECT_OK(rtft_state_add_replicated_shard(state, "w", RTFT_INT32, 1, shape, global, at, rows));
+  EXPECT(rtft_state_add_replicated_shard(NULL, "x", RTFT_INT32, 1, shape, global, at, rows) ==
+         RTFT_INVALID_ARGUMENT);
+  EXPECT(rtft_state_add_replicated_shard(state, "x", RTFT_INT32, 0, shape, global, at, rows) ==
+         RTFT_INVALID_ARGUMENT);
+  EXPECT(rtft_state_add_replicated_shard(state, "x", RTFT_INT32, 1, shape, NULL, at, rows) ==
+         RTFT_INVALID_ARGUMENT);
+  EXPECT(rtft_state_add_replicated_shard(state, "w", RTFT_INT32, 1, shape, global, at, rows) ==
+         RTFT_INVALID_ARGUMENT); /* its name again */
+  EXPECT_OK(rtft_state_destroy(state));
+}
+
 static void test_checkpoint(const char* dir) {
   double grid[20], back[20];
   int32_t shard[3] = {7, 8, 9}, shard_back[3] = {0};
@@ -569,6 +587,7 @@ int main(int argc, char** argv) {
   snprintf(l3, sizeof(l3), "%s/l3", argv[1]);
   snprintf(rewritten, sizeof(rewritten), "%s/rewritten", argv[1]);
   test_statuses(argv[2]);
+  test_replicated_shard();
   test_checkpoint(dir);
   test_write_id(rewritten);
   EXPECT_OK(rtft_runtime_create(&rt));
