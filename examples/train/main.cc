@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
                "test option, with --tp/--pp: describe each partition's parameters as its shard of "
                "its stage's, which its data-parallel group shares (protected as replicated, fed "
                "from a live replica, out of L2's ring)");
+  app.add_flag("--buffers", o.buffers,
+               "test option, on the CPU: a running statistic that compute changes and that each "
+               "rank holds its own of (a module buffer's case), protected as such");
   std::string drop;
   app.add_option("--drop-replica", drop,
                  "test option, D@STEP: after STEP steps lay the layout out as if data-parallel "
@@ -107,6 +110,10 @@ int main(int argc, char** argv) {
   (void)rtft::ParseOffloadMode(offload_mode, &o.offload_mode);  // checked by IsMember above
   if (comm->count() > 0 && !o.cuda) {
     std::fprintf(stderr, "rtft-train: --comm applies to --device cuda only\n");
+    return 2;
+  }
+  if (o.buffers && o.cuda) {
+    std::fprintf(stderr, "rtft-train: --buffers applies to the CPU only\n");
     return 2;
   }
   if (o.shared_shards && (!o.grid() || o.cuda)) {

@@ -149,6 +149,14 @@ rtft::StatusOr<std::shared_ptr<rtft::StateProvider>> Trainer::Describe(int world
       params.shard = shared_;
     }
     state->AddTensor(params);
+    if (o_.buffers) {
+      // 2 MiB: more than the objects' room, so a holder that did not count it refuses the replica.
+      running_.assign(size_t{1} << 19, 0.0f);
+      rtft::TensorDesc running{
+          prefix + "running", DType::kFloat32, {int64_t(running_.size())}, running_.data()};
+      running.changed_in_compute = true;
+      state->AddTensor(running);
+    }
   }
   if (gpu_) {
     // DescribeGpu added the optimizer.
@@ -295,6 +303,9 @@ void Trainer::LocalGradients(const rtft::StepContext& ctx) {
 Status Trainer::Reduce(rtft::StepContext& ctx) {
   Status s;
   float loss = loss_;
+  // --buffers: each rank's own running statistic, once per step whatever replays ran.
+  for (size_t i = 0; i < running_.size(); ++i)
+    running_[i] = 0.9f * running_[i] + 0.1f * float((ctx.step * 31 + ctx.rank * 7 + i) % 17);
   rtft::FaultPoint("train.backward");  // test hook: a failure in the middle of the computation
   rtft::Communicator* data = DataGroup(ctx);
   if (s.ok() && data) {

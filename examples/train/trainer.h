@@ -53,6 +53,9 @@ struct Options {
   // Test option: each partition's parameters described as its shard of the stage's parameters,
   // which its data-parallel group shares (ShardCoords::replicated), not a tensor of its own.
   bool shared_shards = false;
+  // Test option: a running statistic that compute changes (TensorDesc::changed_in_compute), each
+  // rank's own (a function of the step and the rank), as a module buffer under DDP differs; 2 MiB.
+  bool buffers = false;
   // --drop-replica D@STEP (a test option): after STEP steps, the layout as if data-parallel
   // replica D had left (drop_replica.cc); -1: never.
   int drop_replica = -1;
@@ -148,7 +151,8 @@ class Trainer {
   std::vector<int> y_;
   // Step timing: the time from one step's compute to the next's, for rtft-bench protect.
   bool started_ = false;
-  rtft::ShardCoords shared_;  // --shared-shards: where this partition's parameters sit
+  std::vector<float> running_;  // --buffers
+  rtft::ShardCoords shared_;    // --shared-shards: where this partition's parameters sit
   std::string shared_name_;
   std::optional<uint64_t> stuck_step_;  // "train.stuck_flip" flipped a bit as this step began
   uint64_t first_step_ = 0, last_step_ = 0;

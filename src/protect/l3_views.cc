@@ -20,10 +20,11 @@ TensorDesc Slice(const TensorDesc& t, const char* data, std::vector<int64_t> sha
 
 }  // namespace
 
-AreaView::AreaView(const Layout& layout, const char* replicated_area,
+AreaView::AreaView(const Layout& layout, const char* replicated_area, const char* changing,
                    std::vector<ShardBytes> shards, std::string objects, int rank, int world)
     : layout_(layout),
       area_(replicated_area),
+      changing_(changing),
       shards_(std::move(shards)),
       objects_(std::move(objects)),
       rank_(rank),
@@ -32,17 +33,16 @@ AreaView::AreaView(const Layout& layout, const char* replicated_area,
 Status AreaView::Describe(StateDescription* out) const {
   for (const Entry& e : layout_.replicated) {
     const TensorDesc& t = e.tensor;
-    if (t.shape.empty()) {
-      if (rank_ == 0) out->tensors.push_back(Slice(t, area_ + e.offset, t.shape, {}, {}));
-      continue;
-    }
     // One that compute changes may differ per rank between steps (BatchNorm's running statistics
     // under DDP, which broadcasts rank 0's at the next forward): the group's first rank writes
-    // its own whole, never rows of several ranks' copies.
-    if (t.changed_in_compute && !t.shard.sharded()) {
+    // its own whole (from its replica when it is the rank lost), never rows of several ranks'.
+    const bool changing = t.changed_in_compute && !t.shard.sharded();
+    const char* at = changing ? changing_ + (e.offset - layout_.replica_begin()) : area_ + e.offset;
+    if (t.shape.empty() || changing) {
       if (rank_ == 0)
-        out->tensors.push_back(
-            Slice(t, area_ + e.offset, t.shape, t.shape, std::vector<int64_t>(t.shape.size(), 0)));
+        out->tensors.push_back(Slice(t, at, t.shape,
+                                     t.shape.empty() ? std::vector<int64_t>{} : t.shape,
+                                     std::vector<int64_t>(t.shape.size(), 0)));
       continue;
     }
     // Each rank of the group writes its share of the rows; a shard the group shares (HSDP's)
@@ -90,7 +90,7 @@ AreaView OwnAreaView(const Layout& layout, const char* area, uint64_t object_byt
   std::vector<ShardBytes> shards;
   for (const Entry& e : layout.sharded)
     shards.push_back({&e.tensor, area + e.offset, {e.tensor.shard.offset, e.tensor.shape}});
-  return AreaView(layout, area, std::move(shards),
+  return AreaView(layout, area, area + layout.replica_begin(), std::move(shards),
                   std::string(area + layout.objects_begin, object_bytes), rank, world);
 }
 
@@ -100,7 +100,7 @@ StatusOr<AreaView> ReplicaAreaView(const Layout& layout, const ShardTable& table
   if (lost < 0 || lost >= table.world())
     return Status::Internal("no shard coordinates for rank " + std::to_string(lost));
   std::vector<ShardBytes> shards;
-  size_t at = 0;
+  size_t at = layout.shard_begin - layout.replica_begin();  // its buffers come first
   for (size_t i = 0; i < layout.sharded.size(); ++i) {
     const Entry& e = layout.sharded[i];
     const Box& box = table.at(lost, i);
@@ -109,7 +109,7 @@ StatusOr<AreaView> ReplicaAreaView(const Layout& layout, const ShardTable& table
   }
   if (at > replica_bytes)
     return Status::DataLoss("rank " + std::to_string(lost) + "'s replica is short");
-  return AreaView(layout, replicated_area, std::move(shards),
+  return AreaView(layout, replicated_area, replica, std::move(shards),
                   std::string(replica + at, replica_bytes - at), lost, table.world());
 }
 

@@ -26,14 +26,16 @@ struct ShardBytes {
 class AreaView final : public StateProvider {
  public:
   // `replicated_area`: any rank's L1 payload of the step (the replicated tensors are equal
-  // everywhere); `rank` of `world` writes the rows it owns of each.
-  AreaView(const Layout& layout, const char* replicated_area, std::vector<ShardBytes> shards,
-           std::string objects, int rank, int world);
+  // everywhere); `rank` of `world` writes the rows it owns of each. `changing`: where `rank`'s
+  // replicated tensors that compute changes start (its replica range's first bytes).
+  AreaView(const Layout& layout, const char* replicated_area, const char* changing,
+           std::vector<ShardBytes> shards, std::string objects, int rank, int world);
   Status Describe(StateDescription* out) const override;
 
  private:
   const Layout& layout_;
   const char* area_;
+  const char* changing_;
   std::vector<ShardBytes> shards_;
   std::string objects_;
   int rank_, world_;

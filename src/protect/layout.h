@@ -1,8 +1,9 @@
 // The protected state as every level lays it out (docs/protect.md, "Layout"): the tensors and
 // objects that the application's StateProvider describes, in one payload of
-// [replicated tensors][sharded tensors][objects], each tensor 4 KiB aligned. The L1 snapshot
-// copies it, the L2 replica sends its range from the first shard to the end of the objects, and
-// the L3 writer hands slices of it to the checkpoint engine.
+// [replicated tensors][replicated tensors that compute changes][sharded tensors][objects], each
+// tensor 4 KiB aligned. The L1 snapshot copies it, the L2 replica sends its range from the first
+// tensor that compute changes (each rank's own between steps) to the end of the objects, and the
+// L3 writer hands slices of it to the checkpoint engine.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +29,10 @@ struct Layout {
   std::vector<Entry> sharded;     // this rank's shard of a global tensor
   std::vector<ObjectDesc> objects;
   // The replicated tensors that compute does not change come first, [0, compared_end): what the
-  // cross-check compares (docs/protect.md, "Silent data corruption"); those it changes (a
-  // module's buffers, TensorDesc::changed_in_compute) follow, up to shard_begin.
+  // cross-check compares (docs/protect.md, "Silent data corruption") and what a rank that lost
+  // its state is fed from a peer; those it changes (a module's buffers, which may differ per rank
+  // between steps: TensorDesc::changed_in_compute) follow, up to shard_begin, and start the L2
+  // replica's range: each rank's own, as its shards are.
   size_t compared_end = 0;
   size_t shard_begin = 0;
   size_t objects_begin = 0;
@@ -46,9 +49,11 @@ struct Layout {
   static StatusOr<Layout> Build(const StateDescription& state, size_t object_capacity);
   // Offsets and hashes again, after tensors were replaced (a shrink's new shards).
   Status Finish(size_t object_capacity);
-  // Replica range: the sharded tensors and the objects, [shard_begin, objects_begin + used).
+  // Replica range: the replicated tensors that compute changes, the sharded tensors and the
+  // objects, [replica_begin(), objects_begin + used).
+  size_t replica_begin() const { return compared_end; }
   size_t replica_bytes(size_t object_bytes) const {
-    return objects_begin - shard_begin + object_bytes;
+    return objects_begin - replica_begin() + object_bytes;
   }
 };
 

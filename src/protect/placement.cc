@@ -10,7 +10,8 @@ namespace {
 // The most bytes `rank`'s replica can take: its shards as its table row says, and the objects'
 // room (the same on every rank).
 uint64_t ReplicaLimit(const Layout& layout, const ShardTable& table, int rank) {
-  uint64_t bytes = 0;
+  // Its replicated tensors that compute changes (laid out as this rank's), then its shards.
+  uint64_t bytes = layout.shard_begin - layout.replica_begin();
   for (size_t i = 0; i < layout.sharded.size(); ++i)
     bytes =
         AlignUp(bytes + table.at(rank, i).elements() * DTypeSize(layout.sharded[i].tensor.dtype));

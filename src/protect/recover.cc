@@ -302,7 +302,7 @@ Status Recovery::Transfer(uint64_t epoch) {
   if (mine.empty()) return Status::Ok();
   if (!epoch_.replicator) return Status::Internal("a recovery transfer without a replication comm");
   const uint64_t step = plan.step;
-  const size_t head = layout.shard_begin;
+  const size_t head = layout.replica_begin();  // fed from a peer; the rest from the replica
   const size_t replica_max = layout.replica_bytes(layout.object_capacity);
   const size_t replica_min = layout.replica_bytes(0);
   char* area = l1->payload(step);

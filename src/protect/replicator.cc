@@ -164,7 +164,7 @@ Status Replicator::Exchange(const Item& item) {
   const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
   const Layout& layout = l1_->layout();
   const AreaHeader* area = l1_->header(step);
-  const char* mine = l1_->payload(step) + layout.shard_begin;
+  const char* mine = l1_->payload(step) + layout.replica_begin();
   WireHeader out{step, layout.replica_bytes(item.object_bytes), 0};
   WireHeader in{};
   auto send = [&]() -> Status {

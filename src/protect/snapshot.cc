@@ -20,7 +20,7 @@ namespace {
 
 constexpr uint64_t kFileMagic = 0x3146544654525452ull;  // "RTRTFTF1"
 constexpr uint64_t kAreaMagic = 0x3141544654525452ull;  // "RTRTFTA1"
-constexpr uint32_t kFormat = 6;  // 5: chunked checksums; 6: buffers checksummed apart
+constexpr uint32_t kFormat = 7;  // 5: chunked checksums; 7: buffers in the replica range
 // Bytes copied and then hashed at a time: small enough to be hashed from the core's own cache.
 constexpr size_t kPiece = 64 * 1024;
 
@@ -125,15 +125,13 @@ bool Snapshot::Verify(uint64_t step) const {
   const size_t end = layout_.objects_begin + h->object_bytes;
   hashed_bytes_.fetch_add(end, std::memory_order_relaxed);
   const AreaSums sums = Sums(p, end);
-  return sums.compared == h->checksum && sums.changing == h->changing_checksum &&
-         sums.replica == h->replica_checksum;
+  return sums.compared == h->checksum && sums.replica == h->replica_checksum;
 }
 
 AreaSums Snapshot::Sums(const char* p, size_t end) const {
   ThreadPool* pool = HashPool();
-  const size_t c = layout_.compared_end, s = layout_.shard_begin;
-  return {ChunkedXxh3(p, c, pool), ChunkedXxh3(p + c, s - c, pool),
-          ChunkedXxh3(p + s, end - s, pool)};
+  const size_t r = layout_.replica_begin();
+  return {ChunkedXxh3(p, r, pool), ChunkedXxh3(p + r, end - r, pool)};
 }
 
 ThreadPool* Snapshot::HashPool() const {
@@ -164,28 +162,23 @@ void Snapshot::Invalidate(uint64_t step) {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-// The area's three checksums over bytes given in payload order: each byte goes to one of them,
-// by the range it falls in (compared, changing, replica).
+// The area's two checksums over bytes given in payload order: each byte goes to one of them,
+// before the replica range or in it.
 class AreaHasher {
  public:
-  AreaHasher(size_t compared_end, size_t replica_begin) : ends_{compared_end, replica_begin} {}
+  explicit AreaHasher(size_t replica_begin) : replica_begin_(replica_begin) {}
   void Update(const char* p, size_t n) {
-    for (size_t k = 0; k < 3 && n > 0; ++k) {
-      const size_t end = k < 2 ? ends_[k] : SIZE_MAX;
-      if (at_ >= end) continue;
-      const size_t here = std::min(n, end - at_);
-      hashers_[k].Update(p, here);
-      p += here, n -= here, at_ += here;
-    }
+    const size_t before = at_ < replica_begin_ ? std::min(n, replica_begin_ - at_) : 0;
+    if (before > 0) head_.Update(p, before);
+    if (n > before) replica_.Update(p + before, n - before);
+    at_ += n;
   }
-  AreaSums sums() const {
-    return {hashers_[0].Digest(), hashers_[1].Digest(), hashers_[2].Digest()};
-  }
+  AreaSums sums() const { return {head_.Digest(), replica_.Digest()}; }
 
  private:
-  const size_t ends_[2];
+  const size_t replica_begin_;
   size_t at_ = 0;
-  ChunkedXxh3Hasher hashers_[3];
+  ChunkedXxh3Hasher head_, replica_;
 };
 
 Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
@@ -202,7 +195,7 @@ Status Snapshot::Capture(uint64_t step, uint64_t epoch, int rank, int world,
   RTFT_RETURN_IF_ERROR(StartDeviceCopies(step, stream, &device));
   char* p = payload(step);
   ZeroGaps(p);
-  AreaHasher hash(layout_.compared_end, layout_.shard_begin);
+  AreaHasher hash(layout_.replica_begin());
   if (!device.empty()) {
     // The device copies run while the host tensors are copied; the whole area is hashed once
     // everything landed and `copied` has let the application go on, its chunks in parallel.
@@ -282,7 +275,6 @@ void Snapshot::Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_
   h->world = world;
   h->checksum = sums.compared;
   h->replica_checksum = sums.replica;
-  h->changing_checksum = sums.changing;
   std::atomic_thread_fence(std::memory_order_release);
   h->state = kComplete;
 }

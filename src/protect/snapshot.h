@@ -34,19 +34,17 @@ struct AreaHeader {
   uint64_t payload_bytes;
   uint64_t object_bytes;  // serialized objects actually used
   // XXH3 of payload [0, compared_end): the replicated tensors that compute does not change,
-  // which the cross-check compares.
+  // which the cross-check compares and a peer feeds.
   uint64_t checksum;
   int32_t rank;
   int32_t world;
-  // XXH3 of the rest, the L2 replica's range [shard_begin, objects_begin + object_bytes): each
-  // byte is hashed once, in the capture's pass, and the replicator sends this one as it is.
+  // XXH3 of the rest, the L2 replica's range [replica_begin, objects_begin + object_bytes):
+  // each byte is hashed once, in the capture's pass, and the replicator sends this one as it is.
   uint64_t replica_checksum;
-  // XXH3 of [compared_end, shard_begin): the replicated tensors that compute changes (buffers).
-  uint64_t changing_checksum;
 };
-// An area's three checksums, in payload order.
+// An area's two checksums, in payload order.
 struct AreaSums {
-  uint64_t compared = 0, changing = 0, replica = 0;
+  uint64_t compared = 0, replica = 0;
 };
 constexpr uint32_t kEmpty = 0, kWriting = 1, kComplete = 2;
 
@@ -135,7 +133,7 @@ class Snapshot {
   void ZeroGaps(char* p) const;
   void Close(uint64_t step, uint64_t epoch, int rank, int world, uint64_t object_bytes,
              const AreaSums& sums);
-  // The three checksums of the payload `p` whose objects end at `end`, its chunks over the pool.
+  // The two checksums of the payload `p` whose objects end at `end`, its chunks over the pool.
   AreaSums Sums(const char* p, size_t end) const;
 
   // The threads that checksum large areas (RTFT_PROTECT_HASH_THREADS, the caller one of them;
