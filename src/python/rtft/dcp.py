@@ -214,7 +214,7 @@ class RtftStorageWriter(StorageWriter):
         dtensor = _dtensor_type()
         for fqn, value in flat.items():
             if dtensor is not None and isinstance(value, dtensor):
-                local, shape, offset = _local_shard(fqn, value)
+                local, shape, offset, _ = _local_shard(fqn, value)
                 local = local.detach()
                 if shape is None:  # replicated: the whole tensor, at the origin
                     shape, offset = list(local.shape), [0] * local.dim()
