@@ -41,6 +41,15 @@ module rtft
       integer(c_int), value :: dtype, ndim
       integer(c_int64_t), intent(in) :: shape(*), global_shape(*), offset(*)
     end function
+    integer(c_int) function c_add_replicated_shard(state, name, dtype, ndim, shape, global_shape, &
+                                                   offset, data) &
+        bind(c, name='rtft_state_add_replicated_shard')
+      import :: c_int, c_ptr, c_char, c_int64_t
+      type(c_ptr), value :: state, data
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_int), value :: dtype, ndim
+      integer(c_int64_t), intent(in) :: shape(*), global_shape(*), offset(*)
+    end function
     integer(c_int) function c_add_object(state, name, save, load, user) &
         bind(c, name='rtft_state_add_object')
       import :: c_int, c_ptr, c_char, c_funptr
@@ -131,6 +140,23 @@ contains
     end if
     rtft_state_add_shard = c_add_shard(state, rtft_c_string(name), dtype, size(shape), shape, &
                                        global_shape, offset, data)
+  end function
+
+  ! A shard that every rank of this rank's data-parallel group holds (HSDP's replicas): protected
+  ! as replicated (rtft.h, rtft_state_add_replicated_shard).
+  integer(c_int) function rtft_state_add_replicated_shard(state, name, dtype, shape, global_shape, &
+                                                          offset, data)
+    type(c_ptr), value :: state, data
+    character(*), intent(in) :: name
+    integer(c_int), value :: dtype
+    integer(c_int64_t), intent(in) :: shape(:), global_shape(:), offset(:)
+    if (size(global_shape) /= size(shape) .or. size(offset) /= size(shape)) then
+      rtft_state_add_replicated_shard = RTFT_INVALID_ARGUMENT
+      return
+    end if
+    rtft_state_add_replicated_shard = c_add_replicated_shard(state, rtft_c_string(name), dtype, &
+                                                             size(shape), shape, global_shape, &
+                                                             offset, data)
   end function
 
   ! save, load: c_funloc of bind(c) functions: save(user, bytes) calls rtft_bytes_set;

@@ -37,6 +37,21 @@ program protect_test
     write (*, '(a)') 'fortran: FAIL: a name used twice was not refused'
     error stop 1
   end if
+  ! A replicated shard reaches the C API (refused there: its name is taken) or, with sizes that
+  ! disagree, is refused before it.
+  rc = rtft_state_add_replicated_shard(state, 'x', RTFT_FLOAT64, [count], &
+                                       [int(n, c_int64_t)*world], [offset], c_loc(x))
+  if (rc /= RTFT_INVALID_ARGUMENT .or. &
+      index(rtft_error_message(), 'rtft_state_add_replicated_shard') == 0) then
+    write (*, '(a)') 'fortran: FAIL: a replicated shard of a name used twice was not refused'
+    error stop 1
+  end if
+  rc = rtft_state_add_replicated_shard(state, 'y', RTFT_FLOAT64, [count], [1_c_int64_t, 2_c_int64_t], &
+                                       [offset], c_loc(x))
+  if (rc /= RTFT_INVALID_ARGUMENT) then
+    write (*, '(a)') 'fortran: FAIL: a replicated shard of mismatched sizes was not refused'
+    error stop 1
+  end if
   call check(rtft_protector_create(rt, c_null_ptr, p), 'protector')
   call check(rtft_protector_protect(p, state, c_null_funptr, c_null_ptr), 'protect')
   call check(rtft_state_destroy(state), 'state_destroy')
