@@ -167,11 +167,12 @@ Status ProtectorImpl::EndStep() {
 
 Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
   if (!l3_->open() || (!now && !l3_->Due(step))) return Status::Ok();
-  RTFT_RETURN_IF_ERROR(capture_->Wait());            // its checksums
-  if (!held_.l1->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
+  RTFT_RETURN_IF_ERROR(capture_->Wait());  // its checksums
   // Only a version whose replicated copies agreed goes to L3 (docs/protect.md, "Silent data
   // corruption"): their check ends with the step's L2 exchange. A corrupt one is repaired at the
-  // next BeginStep, and the step that runs again writes its version then.
+  // next BeginStep, and the step that runs again writes its version then. Asked before the
+  // snapshot is verified: the check drops a disagreeing step's snapshot, on every rank where it
+  // goes back to an older one, and the skipped version is said either way.
   // The version's manifests say so (docs/format.md, "Certification"), and whether the compute run
   // from this snapshot (the step's own) was replayed by a peer and agreed: the same on every rank.
   VersionMarks marks;
@@ -185,6 +186,7 @@ Status ProtectorImpl::MaybeCheckpoint(uint64_t step, bool now) {
     }
     marks.checked = marks.agreed = epoch_.replicator->checking();
   }
+  if (!held_.l1->Verify(step)) return Status::Ok();  // no complete snapshot of it: nothing to write
   // Each rank of a data-parallel group writes its share of the rows of the replicated tensors.
   const GridPlace me = epoch_.grid.of(epoch_.train->rank());
   const AreaView view = OwnAreaView(held_.layout, held_.l1->payload(step),
