@@ -142,7 +142,7 @@ Status GridBlock::Step(rtft::StepContext& c, uint64_t seed, std::vector<float>* 
   std::vector<std::vector<float>> outs(m_count);
   std::vector<float> x, y;
   for (int m = 0; m < m_count; ++m) {
-    Batch(shape_, seed, c.step, c.place.d, m, &x, nullptr);
+    Batch(shape_, seed, c.step, c.data_rank, m, &x, nullptr);
     if (p > 0) RTFT_RETURN_IF_ERROR(c.pipeline->Recv(x.data(), x.size(), DType::kFloat32, p - 1));
     RTFT_RETURN_IF_ERROR(Forward(c, x, &saved[m], &outs[m]));
     if (p < last) {
@@ -156,7 +156,7 @@ Status GridBlock::Step(rtft::StepContext& c, uint64_t seed, std::vector<float>* 
   for (int m = m_count - 1; m >= 0; --m) {
     dout.resize(outs[m].size());
     if (p == last) {
-      Batch(shape_, seed, c.step, c.place.d, m, &x, &y);
+      Batch(shape_, seed, c.step, c.data_rank, m, &x, &y);
       for (size_t i = 0; i < dout.size(); ++i) {
         const float e = outs[m][i] - y[i];
         *loss += 0.5f * e * e * scale;

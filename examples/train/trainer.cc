@@ -256,34 +256,36 @@ void Trainer::Prologue(rtft::StepContext& ctx) {
 Status Trainer::Compute(rtft::StepContext& ctx) {
   Prologue(ctx);
   if (gpu_) return Failed(ctx, ComputeGpu(ctx));
-  Status s;
-  if (block_) {
-    s = block_->Step(ctx, o_.seed, &grad_, &loss_);
-  } else {
-    ctx.data_rank = ctx.rank;
-    LocalGradients(ctx);
-  }
+  ctx.data_rank = block_ ? ctx.place.d : ctx.rank;
+  const Status s = LocalGradients(ctx);
   if (!s.ok()) return Failed(ctx, s);
   return Reduce(ctx);
 }
 
 // StepFns::local (the replay of steps, RTFT_PROTECT_REPLAY_EVERY): forward and backward on the
-// data of ctx.data_rank, no collective. A replay of a peer's step changes no clock or line.
+// data of ctx.data_rank, no data-parallel collective (--tp/--pp: the block's tensor and pipeline
+// collectives, which the whole replica runs together). A replay of a peer's step changes no clock
+// or line.
 Status Trainer::Local(rtft::StepContext& ctx) {
   if (!ctx.replaying) Prologue(ctx);
-  LocalGradients(ctx);
+  const Status s = LocalGradients(ctx);
+  if (!s.ok()) return Failed(ctx, s);
   ctx.gradients = grad_.data();
   ctx.gradient_bytes = grad_.size() * sizeof(float);
   ctx.gradient_dtype = DType::kFloat32;
   return Status::Ok();
 }
 
-void Trainer::LocalGradients(const rtft::StepContext& ctx) {
-  // Test hook: "train.compute:repeat=F" makes this rank slow (the same bits, F times the work).
-  const int repeats = ctx.replaying ? 1 : rtft::FaultRepeats("train.compute");
-  for (int i = 0; i < repeats; ++i) {
-    MakeBatch(shape_, o_.seed, ctx.step, ctx.data_rank, o_.batch, &x_, &y_);
-    loss_ = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+Status Trainer::LocalGradients(rtft::StepContext& ctx) {
+  if (block_) {
+    RTFT_RETURN_IF_ERROR(block_->Step(ctx, o_.seed, &grad_, &loss_));
+  } else {
+    // Test hook: "train.compute:repeat=F" makes this rank slow (the same bits, F times the work).
+    const int repeats = ctx.replaying ? 1 : rtft::FaultRepeats("train.compute");
+    for (int i = 0; i < repeats; ++i) {
+      MakeBatch(shape_, o_.seed, ctx.step, ctx.data_rank, o_.batch, &x_, &y_);
+      loss_ = LossAndGradient(shape_, params_.data(), x_, y_, o_.batch, grad_.data());
+    }
   }
   // Test hook: "train.grad_flip:flag" flips a bit of this rank's own gradients (a faulty SM).
   if (!ctx.replaying && !grad_.empty() && rtft::FaultFlag("train.grad_flip")) {
@@ -297,6 +299,7 @@ void Trainer::LocalGradients(const rtft::StepContext& ctx) {
   const bool diverge = !grad_.empty() && rtft::FaultFlag("train.diverge");
   if (!grad_.empty() && (diverge || (!ctx.replaying && rtft::FaultFlag("train.grad_nan"))))
     grad_[grad_.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+  return Status::Ok();
 }
 
 // The gradients' collectives (StepFns::reduce) and the step's mean loss.

@@ -113,7 +113,7 @@ class Trainer {
   void ArmFaults(int rank) const;
   void Time(const rtft::StepContext& ctx);
   void Prologue(rtft::StepContext& ctx);
-  void LocalGradients(const rtft::StepContext& ctx);
+  rtft::Status LocalGradients(rtft::StepContext& ctx);
   rtft::Status Failed(const rtft::StepContext& ctx, const rtft::Status& s);
   void Say(const std::string& line) const;
   int Fail(const char* what, const rtft::Status& s) const;

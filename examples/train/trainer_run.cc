@@ -125,9 +125,9 @@ int Trainer::Run() {
   });
   rtft::StepFns fns{[this](rtft::StepContext& c) { return Compute(c); },
                     [this](rtft::StepContext& c) { return Update(c); }};
-  // The CPU path of a data-parallel run splits its compute, for the replay of steps by a peer
-  // (RTFT_PROTECT_REPLAY_EVERY; the same bits either way).
-  if (!gpu_ && !block_) {
+  // The CPU path splits its compute, for the replay of steps by a peer (RTFT_PROTECT_REPLAY_EVERY;
+  // the same bits either way).
+  if (!gpu_) {
     fns.local = [this](rtft::StepContext& c) { return Local(c); };
     fns.reduce = [this](rtft::StepContext& c) { return Reduce(c); };
   }

@@ -192,8 +192,9 @@ struct StepFns {
   StepFn update;
   // Optional: `compute` in two parts, which the replay of steps by a peer needs (then `compute`
   // may be empty). `local`: forward and backward into a gradient buffer it names in
-  // ctx.gradients, with no collective, from the data of ctx.data_rank. `reduce`: the gradients'
-  // collectives and what follows them.
+  // ctx.gradients, from the data of ctx.data_rank, with no data-parallel collective (in a grid,
+  // the tensor and pipeline groups' own, which every rank of the replica runs alike). `reduce`:
+  // the gradients' collectives and what follows them.
   StepFn local = nullptr;
   StepFn reduce = nullptr;
 };

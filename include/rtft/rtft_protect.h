@@ -123,7 +123,8 @@ RTFT_CAPI rtft_status_t rtft_protector_run(rtft_protector_t* protector, uint64_t
                                            rtft_step_fn compute, rtft_step_fn update, void* user,
                                            rtft_run_result_t* result);
 /* The driver with compute in two parts, which the replay of steps (options.replay_every) needs:
- * local computes the gradients of context->data_rank's data with no collective (its data and
+ * local computes the gradients of context->data_rank's data with no data-parallel collective (in
+ * a grid, the tensor and pipeline groups' own, run alike by every rank of the replica; its data and
  * random numbers drawn from the state, the step and data_rank alone) and names their buffer with
  * rtft_step_gradients; reduce runs their collectives. At a replayed step each rank runs its left
  * neighbour's local (replaying 1) and then its own, and the digests of the buffers are compared

@@ -45,14 +45,6 @@ StatusOr<RunResult> RunSteps(ProtectorImpl* p, uint64_t end_step, const StepFns&
         "the check for non-finite gradients (RTFT_PROTECT_CHECK_FINITE, "
         "ProtectOptions::check_finite) needs the step's compute split into local and reduce "
         "functions (StepFns): local names the gradients it checks");
-  if ((p->replay_every() > 0 || p->check_finite()) && split) {
-    const GridPlace place = p->Context(step).place;
-    if (place.tensor * place.pipeline > 1)
-      return Status::InvalidArgument(
-          "the replay of steps and the check for non-finite gradients are for data-parallel "
-          "layouts: a tensor or pipeline group's local compute has collectives of its own (set "
-          "RTFT_PROTECT_REPLAY_EVERY=0 and RTFT_PROTECT_CHECK_FINITE=0)");
-  }
   while (step < end_step) {
     StepContext ctx = p->Context(step);
     ctx.recovered = recovered;

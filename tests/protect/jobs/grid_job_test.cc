@@ -145,6 +145,32 @@ TEST_F(GridJobTest, ALossAfterTheShrinkIsTakenByASpareTheReplicaLeft) {
     EXPECT_EQ(digest, ref.digests.begin()->second) << "rank " << rank;
 }
 
+// The replay of steps in a grid (docs/protect.md, "Replay"): 2 x 1 x 3 (ranks t + 2 d), every
+// step replayed, replica d running replica d - 1's step whole (the tensor group's collectives are
+// in the local compute). Rank 2, (0, 0, 1), flips a bit of its gradients once: its replica runs
+// its step again, rank 3 with it, and the step goes on. Rank 5, (1, 0, 2), flips at every step
+// from its 8th compute: taken for a faulty device, its slot is retired and the spare takes rank 5.
+// The run ends with the digest of the run without the replay or a flip.
+TEST_F(GridJobTest, AReplicaReplaysItsNeighboursStepWholeAndAFaultyRankGoesToASpare) {
+  const std::vector<std::string> layout = {"--pp", "1"};
+  ASSERT_FALSE(Reference(6, layout).empty());
+  env_["RTFT_PROTECT_REPLAY_EVERY"] = "1";
+  Run run = Start("replay", 6, 1, "2:train.grad_flip@4:flag,5:train.grad_flip@8:flags", 0, layout);
+  env_.erase("RTFT_PROTECT_REPLAY_EVERY");
+  ExpectIdentical(run, 6, "a transient flip and a faulty device, replayed in a grid", layout);
+  EXPECT_NE(run.output.find("the gradients of rank 2 (t 0, p 0, d 1) differ from its replay by "
+                            "rank 4 (t 0, p 0, d 2); its second run agrees with the replay: a "
+                            "transient fault"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("the gradients of rank 5 (t 1, p 0, d 2) differ from its replay by "
+                            "rank 1 (t 1, p 0, d 0); its second run disagrees too: its device is "
+                            "taken for faulty"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("role=spare-activated rank=5"), std::string::npos) << run.output;
+}
+
 TEST_F(GridJobTest, AShrinkWithoutTheGridAtTheLauncherEndsWithAClearError) {
   // dp-launch without --grid renumbers the seven survivors densely: no 2 x 2 layout fits.
   Run run = Start("shrink-flat", 8, 0, std::to_string(kRank101) + ":protect.update@5:hang", 1, {},
