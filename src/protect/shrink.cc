@@ -24,6 +24,48 @@ bool SameTensor(const TensorDesc& a, const TensorDesc& b) {
   return a.name == b.name && a.dtype == b.dtype;
 }
 
+std::string Dims(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// What a resized layout `l` describes that it should not, against the layout before `was` and
+// the new shards `place` gives: the first difference, named; empty when none.
+std::string Differs(const Layout& l, const Layout& was, const ShrinkPlace& place) {
+  const auto count = [](const char* what, size_t got, size_t want) {
+    return std::to_string(got) + " " + what + " where " + std::to_string(want) + " were wanted";
+  };
+  if (l.replicated.size() != was.replicated.size())
+    return count("replicated tensors", l.replicated.size(), was.replicated.size());
+  if (l.sharded.size() != place.shards.size())
+    return count("sharded tensors", l.sharded.size(), place.shards.size());
+  if (l.objects.size() != was.objects.size())
+    return count("objects", l.objects.size(), was.objects.size());
+  for (size_t i = 0; i < l.replicated.size(); ++i) {
+    const TensorDesc &t = l.replicated[i].tensor, &want = was.replicated[i].tensor;
+    if (!SameTensor(t, want) || t.shape != want.shape ||
+        t.shard.replicated != want.shard.replicated)
+      return "replicated tensor '" + t.name + "' (" + DTypeName(t.dtype) + " " + Dims(t.shape) +
+             (t.shard.replicated ? ", a shared shard" : "") + ") where '" + want.name + "' (" +
+             DTypeName(want.dtype) + " " + Dims(want.shape) +
+             (want.shard.replicated ? ", a shared shard" : "") + ") was";
+  }
+  for (size_t i = 0; i < l.sharded.size(); ++i) {
+    const TensorDesc &t = l.sharded[i].tensor, &want = place.shards[i];
+    if (!SameTensor(t, want) || t.shape != want.shape || t.shard.offset != want.shard.offset ||
+        t.shard.global_shape != want.shard.global_shape)
+      return "shard '" + t.name + "' (" + DTypeName(t.dtype) + " " + Dims(t.shape) + " at " +
+             Dims(t.shard.offset) + " of " + Dims(t.shard.global_shape) + ") where '" + want.name +
+             "' (" + DTypeName(want.dtype) + " " + Dims(want.shape) + " at " +
+             Dims(want.shard.offset) + " of " + Dims(want.shard.global_shape) + ") was";
+  }
+  for (size_t i = 0; i < l.objects.size(); ++i)
+    if (l.objects[i].name != was.objects[i].name)
+      return "object '" + l.objects[i].name + "' where '" + was.objects[i].name + "' was";
+  return "";
+}
+
 }  // namespace
 
 Status Shrink::CanShrinkGrid(int world) const {
@@ -154,22 +196,11 @@ StatusOr<Shrink::Resized> Shrink::Resize(const ShrinkPlace& place) const {
   StateDescription d;
   RTFT_RETURN_IF_ERROR((*state)->Describe(&d).Annotate(shrank));
   RTFT_ASSIGN_OR_RETURN(Layout l, Layout::Build(d, p_.settings->ObjectRoom()));
-  bool same = l.replicated.size() == layout.replicated.size() &&
-              l.sharded.size() == place.shards.size() && l.objects.size() == layout.objects.size();
-  for (size_t i = 0; same && i < l.replicated.size(); ++i)
-    same = SameTensor(l.replicated[i].tensor, layout.replicated[i].tensor) &&
-           l.replicated[i].tensor.shape == layout.replicated[i].tensor.shape;
-  for (size_t i = 0; same && i < l.sharded.size(); ++i) {
-    const TensorDesc &t = l.sharded[i].tensor, &want = place.shards[i];
-    same = SameTensor(t, want) && t.shape == want.shape && t.shard.offset == want.shard.offset &&
-           t.shard.global_shape == want.shard.global_shape;
-  }
-  for (size_t i = 0; same && i < l.objects.size(); ++i)
-    same = l.objects[i].name == layout.objects[i].name;
-  if (!same)
-    return Status::InvalidArgument(shrank +
-                                   ": ResizeState described other tensors or objects than "
-                                   "before, or shards other than those of its ShrinkPlace");
+  const std::string differs = Differs(l, layout, place);
+  if (!differs.empty())
+    return Status::InvalidArgument(shrank + ": ResizeState described " + differs +
+                                   " (the same tensors and objects as before, each sharded one "
+                                   "with the shard of its ShrinkPlace)");
   return Resized{std::move(l), std::move(*state)};
 }
 

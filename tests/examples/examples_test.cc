@@ -61,10 +61,11 @@ class ExamplesTest : public ::testing::Test {
     return StartApp(name, app, {}, fault, lose);
   }
   // The same with a command line of its own (an interpreter and its script) and more variables,
-  // on `slots` slots of which one is the spare.
+  // on `slots` slots of which `spares` are spares, with more dp-launch options.
   Run StartApp(const std::string& name, const std::vector<std::string>& app,
                const std::map<std::string, std::string>& env, const std::string& fault = "",
-               bool lose = false, int slots = 4) {
+               bool lose = false, int slots = 4, int spares = 1,
+               const std::vector<std::string>& dp_extra = {}) {
     const std::string dir = root_ + "/" + name;
     std::filesystem::create_directories(dir);
     JobSpec spec;
@@ -72,7 +73,9 @@ class ExamplesTest : public ::testing::Test {
     // 1 s: a Python rank's start (torch's import, the spare's activation) beside other tests on
     // CI's two cores once starved a dp-launch past 500 ms, and the run without a failure lost a
     // slot it had not lost.
-    spec.dp_args = {"--spares", "1", "--heartbeat-ms", "50", "--heartbeat-timeout-ms", "1000"};
+    spec.dp_args = {"--spares", std::to_string(spares),   "--heartbeat-ms",
+                    "50",       "--heartbeat-timeout-ms", "1000"};
+    spec.dp_args.insert(spec.dp_args.end(), dp_extra.begin(), dp_extra.end());
     spec.app = app;
     spec.env = env;
     const SlotLossRun job = RunLosingSlotOne(dir, spec, fault, lose);
@@ -175,7 +178,8 @@ class PythonExampleTest : public ExamplesTest {
   }
   // examples/python/<args[0]> with the rest of `args`.
   Run StartScript(const std::string& name, std::vector<std::string> args,
-                  const std::string& fault = "", bool lose = false, int slots = 4) {
+                  const std::string& fault = "", bool lose = false, int slots = 4, int spares = 1,
+                  const std::vector<std::string>& dp_extra = {}) {
 #if defined(RTFT_PYTHON_EXECUTABLE)
     args[0] = Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/examples/python/" + args[0];
     args.insert(args.begin(), Python());
@@ -183,7 +187,7 @@ class PythonExampleTest : public ExamplesTest {
                     {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
                      { "PYTHONDONTWRITEBYTECODE",
                        "1" }},
-                    fault, lose, slots);
+                    fault, lose, slots, spares, dp_extra);
 #else
     return {};
 #endif
@@ -223,6 +227,25 @@ TEST_F(PythonExampleTest, PythonTrainEndsLikeARunWithoutTheCrash) {
   const Run ref = StartTrain("py-ref");
   const Run run = StartTrain("py-crash", "1/protect.capture@9:kill");
   ExpectLikeTheReference(run, ref);
+}
+
+// examples/python/train_zero.py: ZeRO-1 (each rank's rows of AdamW's moments, rtft.Shard) on 3
+// ranks and no spare, slot 1 lost at the update of step 12 with
+// `--on-spares-exhausted shrink`: rt-ft asks the script's `resize` for the state over 2 ranks
+// and moves the moments' rows to their new owners. The script's arithmetic does not depend on the
+// number of ranks, so both ranks left end with the digest of the 3-rank run without a failure.
+TEST_F(PythonExampleTest, ZeroShrinksToTheRanksLeftAndEndsLikeARunWithoutTheLoss) {
+  const std::vector<std::string> args = {"train_zero.py", "--steps", "24"};
+  const Run ref = StartScript("zero-ref", args, "", false, 3, 0);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_EQ(ref.digests.size(), 3u) << ref.output;
+  const Run run = StartScript("zero-shrink", args, "1/protect.update@12:hang", /*lose=*/true, 3, 0,
+                              {"--on-spares-exhausted", "shrink"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 2u) << run.output;
+  for (const auto& [rank, digest] : run.digests)
+    EXPECT_EQ(digest, ref.digests.begin()->second) << "rank " << rank << "\n" << run.output;
+  EXPECT_NE(run.output.find("done steps=24 world=2 "), std::string::npos) << run.output;
 }
 
 // examples/python/train_ddp.py: DDP (dropout, LayerNorm, a DataLoader) over

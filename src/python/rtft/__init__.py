@@ -55,6 +55,8 @@ class Protector(_core.Protector):
         holders = getattr(state, "_replica_holders", None)
         if holders:
             _share_replicas(self, state, holders)
+        if callable(resize):
+            resize = _resize_sharing_replicas(self, resize)
         return super().protect(state, resize)
 
     def run(self, end_step, compute, update, local=None, reduce=None):
@@ -64,14 +66,29 @@ class Protector(_core.Protector):
         return super().run(end_step, compute, update, local, reduce)
 
 
-def _share_replicas(protector, state, holders):
+def _resize_sharing_replicas(protector, resize):
+    """``resize`` whose state is marked as ``protect`` marks the first one: its DTensor shards
+    that the new data-parallel group holds are replicated (for the new rank and world)."""
+    def resized(rank, world_size, shards):
+        state = resize(rank, world_size, shards)
+        holders = getattr(state, "_replica_holders", None)
+        if holders:
+            _share_replicas(protector, state, holders, rank, world_size)
+        return state
+    return resized
+
+
+def _share_replicas(protector, state, holders, rank=None, world_size=None):
     """Marks each shard in ``holders`` (name -> the ranks holding it) replicated where those
-    ranks are this rank's data-parallel group under the protector's grid; says once, naming the
-    grid that would fit, when some are not (they stay this rank's own, through L2's ring)."""
-    now = protector._runtime.current()
+    ranks are this rank's data-parallel group under the protector's grid (``rank`` of
+    ``world_size``: the runtime's now, unless a shrink gives them); says once, naming the grid
+    that would fit, when some are not (they stay this rank's own, through L2's ring)."""
+    if rank is None:
+        now = protector._runtime.current()
+        rank, world_size = now.rank, now.world_size
     grid = protector._grid if protector._grid is not None else Grid()
-    place = _core.place_in_grid(grid, now.world_size, now.rank)
-    group = tuple(sorted(_core.rank_in_grid(grid, now.world_size, place.t, place.p, d)
+    place = _core.place_in_grid(grid, world_size, rank)
+    group = tuple(sorted(_core.rank_in_grid(grid, world_size, place.t, place.p, d)
                          for d in range(place.data)))
     apart = []
     for name, ranks in holders.items():
@@ -79,7 +96,7 @@ def _share_replicas(protector, state, holders):
             state._set_replicated(name, True)
         else:
             apart.append((name, ranks))
-    if apart and now.rank == 0:
+    if apart and rank == 0:
         name, ranks = apart[0]
         stride = ranks[1] - ranks[0]
         warnings.warn(
