@@ -100,13 +100,15 @@ class Agent {
     Clock::time_point last_progress;
     bool watchdog_killed = false;
   };
-  // The spare's health check (agent_health.cc).
+  // The slot's health check (agent_health.cc).
   struct Health {
     pid_t pid = -1;  // the checker running now
     int fd = -1;     // its output
     std::string output;
-    Clock::time_point started{}, next{};  // next: the first check is due at once
-    bool disabled = false;                // no checker, or the spare failed and left the pool
+    Clock::time_point started{}, next{};  // next: a spare's first check is due at once
+    bool passive = false;                 // the running check is an active slot's (--passive)
+    bool active = false;                  // the slot held a rank at the last look
+    bool disabled = false;                // no checker, or the slot failed its check
   };
   // A get or a gather of the application, sent to the coordinator and not answered yet.
   struct Pending {
@@ -150,9 +152,9 @@ class Agent {
   void CheckWatchdog();
   // A planned swap's notice from the coordinator, to the running application (agent_app.cc).
   void ForwardPause();
-  // agent_health.cc: a spare's health check, started, polled and ended on Run()'s thread.
+  // agent_health.cc: the slot's health check, started, polled and ended on Run()'s thread.
   void CheckHealth();
-  void StartHealthCheck(Clock::time_point now);
+  void StartHealthCheck(Clock::time_point now, bool passive);
   void PollHealthCheck(Clock::time_point now);
   void EndHealthCheck(const std::string& why);
   void HealthFailed(const std::string& why);

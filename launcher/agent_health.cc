@@ -1,10 +1,13 @@
-// The spare's health check (docs/launcher.md, "Health check"): while this slot is a spare, its
-// agent runs RTFT_HEALTH_CHECK (rtft-health beside dp-launch by default) for the slot's GPU when
-// it starts and every --health-period-s after, in a short-lived process of its own (dp-launch
-// never touches CUDA or NVML), bounded by --health-timeout-s. A check that fails or overruns
-// retires the spare with its reason (a failure of kind "health check" with no rank); activation
-// never waits for a check: it takes the spare as its last verdict left it, and a check still
-// running is ended (the rank needs the GPU now).
+// The health check (docs/launcher.md, "Health check"): the agent runs RTFT_HEALTH_CHECK
+// (rtft-health beside dp-launch by default) for the slot's GPU every --health-period-s, in a
+// short-lived process of its own (dp-launch never touches CUDA or NVML), bounded by
+// --health-timeout-s. A spare is checked when it starts and then every period, in full; a check
+// that fails or overruns retires the spare with its reason (a failure of kind "health check" with
+// no rank); activation never waits for a check: it takes the spare as its last verdict left it,
+// and a check still running is ended (the rank needs the GPU now). A slot that holds a rank is
+// checked passively (`--passive`: NVML's view and the host, no CUDA context beside the rank's),
+// first one period after it took the rank; a failed check sends its rank to a spare as a device
+// error would (the slot is retired, its application with it).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -51,15 +54,22 @@ void Agent::CheckHealth() {
   const auto period = config_.options.health_period;
   if (period.count() <= 0) return;
   const auto now = Clock::now();
+  const bool active = !is_spare();
   if (health_.pid > 0) {
-    if (!is_spare() || done_ || shutting_down_) return EndHealthCheck("the slot is no spare now");
+    if (done_ || shutting_down_) return EndHealthCheck("the job is ending");
+    if (active && !health_.passive) return EndHealthCheck("the slot is no spare now");
     return PollHealthCheck(now);
   }
-  if (!is_spare() || done_ || shutting_down_ || health_.disabled || now < health_.next) return;
-  StartHealthCheck(now);
+  if (done_ || shutting_down_ || health_.disabled) return;
+  if (active != health_.active) {  // the slot took a rank, or gave it back
+    health_.active = active;
+    health_.next = active ? now + period : now;
+  }
+  if (now < health_.next || (active && state_ != AppState::kRunning)) return;
+  StartHealthCheck(now, active);
 }
 
-void Agent::StartHealthCheck(Clock::time_point now) {
+void Agent::StartHealthCheck(Clock::time_point now, bool passive) {
   const std::string checker = Checker(config_.options.health_check);
   auto path = ResolveExecutable(checker);
   if (!path.ok()) {
@@ -85,6 +95,7 @@ void Agent::StartHealthCheck(Clock::time_point now) {
   env.push_back("RTFT_SLOT=" + std::to_string(config_.slot));
   env.push_back("RTFT_RESTART_COUNT=0");
   std::vector<std::string> args = {*path, "--device", std::to_string(config_.device)};
+  if (passive) args.push_back("--passive");
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -110,8 +121,10 @@ void Agent::StartHealthCheck(Clock::time_point now) {
   health_.fd = out[0];
   health_.output.clear();
   health_.started = now;
+  health_.passive = passive;
   RTFT_LOG(kDebug, kLogLaunch) << "slot " << config_.slot << ": health check started (pid " << pid
-                               << ", device " << config_.device << ")";
+                               << ", device " << config_.device << (passive ? ", passive" : "")
+                               << ")";
 }
 
 void Agent::PollHealthCheck(Clock::time_point now) {
@@ -166,10 +179,19 @@ void Agent::EndHealthCheck(const std::string& why) {
 }
 
 void Agent::HealthFailed(const std::string& why) {
+  health_.disabled = true;  // the slot is retired: nothing more to check
+  if (health_.passive && !is_spare()) {
+    RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << " (device " << config_.device
+                                 << ", rank " << assignment_.rank
+                                 << "): health check failed: " << why
+                                 << "; its rank goes to a spare (a device error)";
+    Status s = client_->ReportFailure(control::FailureKind::kDeviceError, assignment_.rank, 0);
+    if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the failed health check: " << s;
+    return;
+  }
   RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << " (device " << config_.device
                                << "): health check failed: " << why
                                << "; the spare leaves the pool";
-  health_.disabled = true;  // it is retired; nothing more to check
   Status s = client_->ReportFailure(control::FailureKind::kUnhealthy, control::kNoRank, 0);
   if (!s.ok()) RTFT_LOG(kWarn, kLogLaunch) << "reporting the failed health check: " << s;
 }

@@ -17,6 +17,12 @@ else
   grep -q '"d2h_gb_per_s":[0-9]' <<<"$out" || fail "no copy rate: $out"
 fi
 
+# Passive (a slot whose rank holds the device): no GEMM and no copy, whatever the machine.
+out=$("$health" --device 0 --passive) || fail "passive: exit $? ($out)"
+grep -q '"gpu":"skipped: passive' <<<"$out" || fail "passive ran the device check: $out"
+if grep -q 'gemm\|d2h' <<<"$out"; then fail "passive measured the device: $out"; fi
+grep -q '"host_gb_per_s":[0-9]' <<<"$out" || fail "passive: no host rate: $out"
+
 # The host alone.
 out=$("$health" --device -1) || fail "host only: exit $?"
 grep -q '"device":-1' <<<"$out" || fail "host only: $out"

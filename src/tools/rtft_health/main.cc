@@ -1,10 +1,11 @@
-// rtft-health: is this node's GPU (and host) fit to take a rank? A short-lived process that
-// dp-launch's agent of a spare slot starts before any failure and again periodically
-// (docs/launcher.md, "Health check"); dp-launch itself never touches CUDA or NVML. It reads
-// NVML's view of the device (loaded at run time: uncorrected ECC errors, pages waiting for
-// retirement, the recovery action the driver asks for), runs a GEMM whose every element is
-// compared with the exact answer, times a device-to-host copy and the host's memory copy rate,
-// and prints one JSON line. Exit 0: healthy; 1: not, the line's "reasons" say why; 2: usage.
+// rtft-health: is this node's GPU (and host) fit to take a rank, or to keep one? A short-lived
+// process that dp-launch's agent starts periodically (docs/launcher.md, "Health check"):
+// dp-launch itself never touches CUDA or NVML. It reads NVML's view of the device (loaded at run
+// time: uncorrected ECC errors, pages waiting for retirement, the recovery action the driver asks
+// for), runs a GEMM whose every element is compared with the exact answer, times a
+// device-to-host copy and the host's memory copy rate, and prints one JSON line. `--passive` (a
+// slot whose rank holds the device) leaves out the GEMM and the copy: no CUDA context beside the
+// rank's. Exit 0: healthy; 1: not, the line's "reasons" say why; 2: usage.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   int gemm_n = 512;
   int copy_mb = 64;
   double min_tflops = 0, min_d2h = 0, min_host = 0;
+  bool passive = false;
   app.add_option("--device", device, "the CUDA device to check (-1: the host only)")
       ->capture_default_str();
   app.add_option("--gemm-n", gemm_n, "the GEMM's size (n x n x n, 64 to 8192)")
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-host-gbs", min_host,
                  "unhealthy below this host memory copy rate (0: no floor)")
       ->capture_default_str();
+  app.add_flag("--passive", passive,
+               "NVML's view and the host only: no CUDA context (a rank holds the device)");
   CLI11_PARSE(app, argc, argv);
   if (device < -1 || device > 1023 || gemm_n < 64 || gemm_n > 8192 || copy_mb < 1 ||
       copy_mb > 4096 || min_tflops < 0 || min_d2h < 0 || min_host < 0) {
@@ -80,7 +84,12 @@ int main(int argc, char** argv) {
         reasons.push_back(std::string("the driver asks for a recovery: ") +
                           RecoveryActionName(*nv.recovery_action));
     }
-    const GpuResult g = CheckGpu(device, gemm_n, copy);
+    GpuResult g;
+    if (passive) {
+      g.skipped = "passive: the slot's rank holds the device";
+    } else {
+      g = CheckGpu(device, gemm_n, copy);
+    }
     if (!g.skipped.empty()) out["gpu"] = "skipped: " + g.skipped;
     if (!g.name.empty()) out["gpu"] = g.name;
     if (!g.error.empty()) reasons.push_back(g.error);
