@@ -76,7 +76,10 @@ Outcome Read(const Fault& f, const std::string& out) {
   if (name == "param_flip") {
     if (std::regex_search(out, m, corrupt)) o.caught_step = std::stoll(m[1]);
     if (std::regex_search(out, m, recovered)) o.repair_s = std::stod(m[1]);
-    o.how = "the copies' cross-check; the copy fed from a peer, the step run again";
+    static const std::regex back(R"(; (back to step \d{1,12}), the last whose copies agreed)");
+    o.how = std::regex_search(out, m, back)
+                ? "the copies' cross-check; every rank " + m[1].str() + ", run again"
+                : "the copies' cross-check; the copy fed from a peer, the step run again";
   } else if (name == "nan") {
     if (std::regex_search(out, m, nonfinite)) {
       o.caught_step = std::stoll(m[1]);
