@@ -139,19 +139,30 @@ class TrainJobTest : public ::testing::Test {
     return static_cast<bool>(in >> v) && v >= version;
   }
 
-  // The digest of the failure-free run of `active` ranks with `extra` options (computed once).
+  // The digest of the failure-free run of `active` ranks with `extra` options, computed once for
+  // every test of the binary that runs the same job: the same options, the fixture's and the
+  // extra ones, and the same environment (a test's env_ as it is now).
   const std::string& Reference(int active, const std::vector<std::string>& extra = {}) {
-    std::string key = std::to_string(active);
+    std::string key = std::to_string(active) + " |";
+    for (const std::string& e : train_) key += " " + e;
+    key += " |";
     for (const std::string& e : extra) key += " " + e;
-    auto it = reference_.find(key);
-    if (it != reference_.end()) return it->second;
-    Run ok = Start("reference" + std::to_string(reference_.size()), active, 0, "", 0, extra);
+    key += " |";
+    for (const auto& [k, v] : env_) key += " " + k + "=" + v;
+    std::map<std::string, std::string>& reference = References();
+    auto it = reference.find(key);
+    if (it != reference.end()) return it->second;
+    Run ok = Start("reference" + std::to_string(reference.size()), active, 0, "", 0, extra);
     EXPECT_EQ(ok.exit_code, 0) << ok.output;
     EXPECT_EQ(ok.digests.size(), static_cast<size_t>(active)) << ok.output;
     std::set<std::string> distinct;
     for (const auto& [r, d] : ok.digests) distinct.insert(d);
     EXPECT_EQ(distinct.size(), 1u) << ok.output;
-    return reference_[key] = ok.digests.empty() ? "" : ok.digests.begin()->second;
+    return reference[key] = ok.digests.empty() ? "" : ok.digests.begin()->second;
+  }
+  static std::map<std::string, std::string>& References() {
+    static std::map<std::string, std::string> references;  // key: Reference's
+    return references;
   }
 
   void ExpectIdentical(const Run& run, int active, const std::string& what,
@@ -204,7 +215,6 @@ class TrainJobTest : public ::testing::Test {
   int heartbeat_timeout_ms_;
   std::map<std::string, std::string> env_;  // added to every job's environment from now on
   std::string root_;
-  std::map<std::string, std::string> reference_;
 };
 
 #ifdef RTFT_CKPT
