@@ -106,6 +106,7 @@ class Agent {
     int fd = -1;     // its output
     std::string output;
     Clock::time_point started{}, next{};  // next: a spare's first check is due at once
+    int device = -1;                      // the device the last check was started for
     bool passive = false;                 // the running check is an active slot's (--passive)
     bool active = false;                  // the slot held a rank at the last look
     bool disabled = false;                // no checker, or the slot failed its check

@@ -94,7 +94,10 @@ void Agent::StartHealthCheck(Clock::time_point now, bool passive) {
   }
   env.push_back("RTFT_SLOT=" + std::to_string(config_.slot));
   env.push_back("RTFT_RESTART_COUNT=0");
-  std::vector<std::string> args = {*path, "--device", std::to_string(config_.device)};
+  // A slot that holds a rank checks the rank's device (an activated spare may hold the lost
+  // slot's GPU, not its own); a spare, its own.
+  health_.device = passive && assignment_.device >= 0 ? assignment_.device : config_.device;
+  std::vector<std::string> args = {*path, "--device", std::to_string(health_.device)};
   if (passive) args.push_back("--passive");
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
@@ -123,7 +126,7 @@ void Agent::StartHealthCheck(Clock::time_point now, bool passive) {
   health_.started = now;
   health_.passive = passive;
   RTFT_LOG(kDebug, kLogLaunch) << "slot " << config_.slot << ": health check started (pid " << pid
-                               << ", device " << config_.device << (passive ? ", passive" : "")
+                               << ", device " << health_.device << (passive ? ", passive" : "")
                                << ")";
 }
 
@@ -181,7 +184,7 @@ void Agent::EndHealthCheck(const std::string& why) {
 void Agent::HealthFailed(const std::string& why) {
   health_.disabled = true;  // the slot is retired: nothing more to check
   if (health_.passive && !is_spare()) {
-    RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << " (device " << config_.device
+    RTFT_LOG(kError, kLogLaunch) << "slot " << config_.slot << " (device " << health_.device
                                  << ", rank " << assignment_.rank
                                  << "): health check failed: " << why
                                  << "; its rank goes to a spare (a device error)";

@@ -207,7 +207,7 @@ Status ComputeStep(StepContext& ctx, const StepFns& fns, int64_t every, bool che
     }
     return fns.reduce(ctx);
   };
-  bool replay = every > 0 && n > 1 && ctx.step % static_cast<uint64_t>(every) == 0;
+  const bool replay = every > 0 && n > 1 && ctx.step % static_cast<uint64_t>(every) == 0;
   if (!replay) {
     RTFT_ASSIGN_OR_RETURN(const LocalResult own, RunLocal(fns, ctx, d, false));
     if (!check_finite) return fns.reduce(ctx);

@@ -45,7 +45,8 @@ std::string Differs(const Layout& l, const Layout& was, const ShrinkPlace& place
   for (size_t i = 0; i < l.replicated.size(); ++i) {
     const TensorDesc &t = l.replicated[i].tensor, &want = was.replicated[i].tensor;
     if (!SameTensor(t, want) || t.shape != want.shape ||
-        t.shard.replicated != want.shard.replicated)
+        t.shard.replicated != want.shard.replicated || t.shard.offset != want.shard.offset ||
+        t.shard.global_shape != want.shard.global_shape)
       return "replicated tensor '" + t.name + "' (" + DTypeName(t.dtype) + " " + Dims(t.shape) +
              (t.shard.replicated ? ", a shared shard" : "") + ") where '" + want.name + "' (" +
              DTypeName(want.dtype) + " " + Dims(want.shape) +

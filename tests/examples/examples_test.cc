@@ -248,6 +248,28 @@ TEST_F(PythonExampleTest, ZeroShrinksToTheRanksLeftAndEndsLikeARunWithoutTheLoss
   EXPECT_NE(run.output.find("done steps=24 world=2 "), std::string::npos) << run.output;
 }
 
+// A resize that puts a shard at other rows than rt-ft's (tests/python/jobs/bad_resize_job.py, 3
+// ranks, no spare, slot 1 lost): refused by name on the ranks left, the shard's place and the
+// one wanted both given, and the job ends with an error instead of filling the wrong rows.
+TEST_F(PythonExampleTest, AResizeThatMisplacesAShardIsRefusedByName) {
+#if defined(RTFT_PYTHON_EXECUTABLE)
+  const std::string job =
+      Configured("RTFT_TEST_SOURCE_DIR", RTFT_SOURCE_DIR) + "/tests/python/jobs/bad_resize_job.py";
+  const Run run =
+      StartApp("bad-resize", {Python(), job},
+               {{"PYTHONPATH", Configured("RTFT_TEST_PYTHON_DIR", RTFT_PYTHON_DIR)},
+                {"PYTHONDONTWRITEBYTECODE", "1"}},
+               "1/protect.update@5:hang", /*lose=*/true, 3, 0, {"--on-spares-exhausted", "shrink"});
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(run.digests.empty()) << run.output;
+  EXPECT_NE(run.output.find("the job shrank from 3 to 2 ranks: ResizeState described shard "
+                            "'moment' (float32 [6, 4] at [1, 0] of [12, 4]) where 'moment' "
+                            "(float32 [6, 4] at [0, 0] of [12, 4]) was"),
+            std::string::npos)
+      << run.output;
+#endif
+}
+
 // examples/python/train_ddp.py: DDP (dropout, LayerNorm, a DataLoader) over
 // rtft.torch.ProcessGroup; the spare builds its DDP while the others train.
 TEST_F(PythonExampleTest, DdpEndsLikeARunWithoutTheFailures) {
