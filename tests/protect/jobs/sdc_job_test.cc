@@ -84,6 +84,26 @@ TEST_F(SdcJobTest, TwoCopiesThatDifferGoBackToTheLastAgreedStep) {
   EXPECT_EQ(run.output.find("role=spare-activated"), std::string::npos) << run.output;
 }
 
+// Two copies whose checksums differ are read again before anything is repaired: here rank 1's
+// checksum of its step-30 copy is wrong, not the copy (`protect.checksum_flip`, a fault in the
+// hash or its read). Read again, the tensors agree: nothing goes back, no recovery, and the run
+// ends with the digest of the run without it. (TwoCopiesThatDiffer... above: read again, a real
+// flip still differs, and both go back.)
+TEST_F(SdcJobTest, TwoCopiesWhoseChecksumWasWrongAgreeWhenReadAgain) {
+  Run run = Start("wrong-checksum", 2, 1, "1:protect.checksum_flip@30:flag", 0);
+  const std::string& want = Reference(2);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.digests.size(), 2u) << run.output;
+  for (const auto& [rank, digest] : run.digests) EXPECT_EQ(digest, want) << rank << run.output;
+  EXPECT_EQ(run.recoveries, 0) << run.output;
+  EXPECT_NE(run.output.find("checksums differ, and read again every tensor agrees on every rank: "
+                            "a checksum was wrong"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("silent data corruption"), std::string::npos) << run.output;
+}
+
 // A flip between a step's snapshot and its compute, in a trainer whose update keeps it (DDP's,
 // which updates its own full copy): step 40's compute reads rank 1's corrupt copy, so every
 // rank's update of step 40 takes in its gradients, and the copies differ only from step 41's
