@@ -100,7 +100,7 @@ StatusOr<AreaView> ReplicaAreaView(const Layout& layout, const ShardTable& table
   if (lost < 0 || lost >= table.world())
     return Status::Internal("no shard coordinates for rank " + std::to_string(lost));
   std::vector<ShardBytes> shards;
-  size_t at = layout.shard_begin - layout.replica_begin();  // its buffers come first
+  size_t at = layout.replica_shards_at();  // its buffers come first
   for (size_t i = 0; i < layout.sharded.size(); ++i) {
     const Entry& e = layout.sharded[i];
     const Box& box = table.at(lost, i);

@@ -52,6 +52,8 @@ struct Layout {
   // Replica range: the replicated tensors that compute changes, the sharded tensors and the
   // objects, [replica_begin(), objects_begin + used).
   size_t replica_begin() const { return compared_end; }
+  // Where the first shard sits in a replica: after the replicated tensors that compute changes.
+  size_t replica_shards_at() const { return shard_begin - replica_begin(); }
   size_t replica_bytes(size_t object_bytes) const {
     return objects_begin - replica_begin() + object_bytes;
   }

@@ -11,7 +11,7 @@ namespace {
 // room (the same on every rank).
 uint64_t ReplicaLimit(const Layout& layout, const ShardTable& table, int rank) {
   // Its replicated tensors that compute changes (laid out as this rank's), then its shards.
-  uint64_t bytes = layout.shard_begin - layout.replica_begin();
+  uint64_t bytes = layout.replica_shards_at();
   for (size_t i = 0; i < layout.sharded.size(); ++i)
     bytes =
         AlignUp(bytes + table.at(rank, i).elements() * DTypeSize(layout.sharded[i].tensor.dtype));

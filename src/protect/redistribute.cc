@@ -89,7 +89,7 @@ Status Shrink::Redistribute(const Layout& resized) {
       continue;
     }
     const auto held = l2->Find(q, plan.step);
-    size_t off = layout.shard_begin - layout.replica_begin();  // its buffers come first
+    size_t off = layout.replica_shards_at();  // its buffers come first
     for (size_t i = 0; i < layout.sharded.size(); ++i) {
       m.at[q][i] = l2->Data(plan.step) + off;
       off = AlignUp(off + table.at(q, i).elements() * DTypeSize(layout.sharded[i].tensor.dtype));

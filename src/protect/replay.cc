@@ -111,11 +111,11 @@ bool Has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end()
 // job's rank of data-parallel index d in this rank's group.
 class Names {
  public:
-  Names(const StepContext& ctx, std::vector<int> ranks)
+  Names(const StepContext& ctx, const std::vector<int>& ranks)
       : grid_(ctx.place.tensor * ctx.place.pipeline > 1),
         t_(ctx.place.t),
         p_(ctx.place.p),
-        ranks_(std::move(ranks)) {}
+        ranks_(ranks) {}
   std::string One(int d) const { return (grid_ ? "rank " : "data-parallel rank ") + Place(d); }
   // A replaying peer: "rank d" (data parallel alone, the group is the job).
   std::string Peer(int d) const { return "rank " + Place(d); }
@@ -134,7 +134,7 @@ class Names {
   }
   bool grid_;
   int t_, p_;
-  std::vector<int> ranks_;
+  const std::vector<int>& ranks_;  // outlives it: ComputeStep's
 };
 
 // The data-parallel indexes of this rank's group whose flag is set, the same list on every rank

@@ -158,9 +158,9 @@ class SharedShardTest(unittest.TestCase):
         self.assertFalse(any(t["replicated"] for t in state.tensor_info()))
 
     def test_the_state_resize_returns_is_marked_for_its_new_place(self):
-        # A shrink hands resize the new rank and world; the wrapper protect() installs marks the
-        # state it returns for them, not for the runtime's (here one standalone rank).
-        _, protector = self.protect({}, grid=rtft.Grid(tensor=2))
+        # A shrink hands resize the new rank and world; protect() hands the library a resize that
+        # marks the state it returns for them, not for the runtime's (here one standalone rank).
+        state, protector = self.protect({}, grid=rtft.Grid(tensor=2))
 
         def resize(rank, world_size, shards):
             state = rtft.State({"a": rtft.Shard(torch.zeros(2), [4], [0]),
@@ -168,7 +168,15 @@ class SharedShardTest(unittest.TestCase):
             state._replica_holders = {"a": (1, 3), "b": (0, 2)}
             return state
 
-        resized = rtft._resize_sharing_replicas(protector, resize)(1, 4, [])
+        given = []
+        base = rtft._core.Protector.protect
+        rtft._core.Protector.protect = lambda self, state, resize: given.append(resize)
+        try:
+            protector.protect(state, resize)
+        finally:
+            rtft._core.Protector.protect = base
+        self.assertEqual(len(given), 1)
+        resized = given[0](1, 4, [])
         info = {t["name"]: t["replicated"] for t in resized.tensor_info()}
         # Rank 1 of 4 under tensor=2 sits at t 1: its data-parallel group is ranks 1 and 3.
         self.assertEqual(info, {"a": True, "b": False})
